@@ -1,0 +1,628 @@
+// corelay demo client. Plain modern JS, no build step.
+//
+// Uses only the public API (docs/api.md): one RTCPeerConnection whose offer
+// describes the whole session (sendonly camera + mic, recvonly "slots"), one
+// POST, and the `events` data channel, whose `slots` messages say which
+// participant is in which receive slot. No renegotiation, no trickle ICE.
+//
+// This file defines `CorelaySession` and `CorelayGrid` (shared with the viewer
+// page, watch.js) and drives the room page when it finds #join-form.
+'use strict';
+
+(() => {
+  const ABS_CAPTURE_TIME = 'http://www.webrtc.org/experiments/rtp-hdrext/abs-capture-time';
+  const ICE_GATHER_TIMEOUT_MS = 5000;
+
+  const params = new URLSearchParams(location.search);
+
+  function intParam(name, dflt, min, max) {
+    const v = parseInt(params.get(name) ?? '', 10);
+    return Number.isFinite(v) ? Math.min(max, Math.max(min, v)) : dflt;
+  }
+
+  function boolParam(name, dflt) {
+    const v = params.get(name);
+    if (v === null) return dflt;
+    return !['0', 'false', 'no', 'off'].includes(v.toLowerCase());
+  }
+
+  // Turn on abs-capture-time (Chrome has it "stopped" by default) so the
+  // server's forwarding of it is exercised. ?abscapture=0 turns this off.
+  function enableAbsCaptureTime(transceiver) {
+    if (typeof transceiver.setHeaderExtensionsToNegotiate !== 'function') return;
+    try {
+      const exts = transceiver.getHeaderExtensionsToNegotiate();
+      let changed = false;
+      for (const e of exts) {
+        if (e.uri === ABS_CAPTURE_TIME && e.direction === 'stopped') {
+          e.direction = 'sendrecv';
+          changed = true;
+        }
+      }
+      if (changed) transceiver.setHeaderExtensionsToNegotiate(exts);
+    } catch (err) {
+      console.warn('corelay: could not enable abs-capture-time', err);
+    }
+  }
+
+  function waitForIceGathering(pc, timeoutMs) {
+    if (pc.iceGatheringState === 'complete') return Promise.resolve();
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        pc.removeEventListener('icegatheringstatechange', check);
+        resolve();
+      };
+      const check = () => { if (pc.iceGatheringState === 'complete') done(); };
+      // Never hang on a slow gatherer: the host candidates come first anyway.
+      const timer = setTimeout(done, timeoutMs);
+      pc.addEventListener('icegatheringstatechange', check);
+    });
+  }
+
+  async function errorText(res) {
+    const text = await res.text().catch(() => '');
+    try {
+      const j = JSON.parse(text);
+      if (j && j.code) return `${res.status} ${j.code}: ${j.message ?? ''}`;
+    } catch { /* not JSON */ }
+    return `${res.status} ${res.statusText} ${text}`.trim();
+  }
+
+  // One session = one RTCPeerConnection + one POST + the events channel.
+  class CorelaySession extends EventTarget {
+    // opts: {endpoint, name, stream, videoSlots, audioSlots, absCaptureTime}
+    constructor(opts) {
+      super();
+      this.endpoint = opts.endpoint;
+      this.name = opts.name || '';
+      this.stream = opts.stream || null;
+      this.videoSlots = opts.videoSlots ?? 3;
+      this.audioSlots = opts.audioSlots ?? 3;
+      this.absCaptureTime = opts.absCaptureTime ?? true;
+      this.pc = null;
+      this.dc = null;
+      this.location = null;
+      this.etag = null;
+      this.participantId = null;
+      this.room = null;
+      this.roster = [];
+      this.slots = [];
+      this.speaker = null;
+      this.events = [];  // every event received, for debugging and tests
+      this.state = 'new';
+      this.error = null;
+      this.offer = null;
+      this.answer = null;
+      this.senders = {};  // kind -> RTCRtpSender
+    }
+
+    setState(state, detail) {
+      this.state = state;
+      this.dispatchEvent(new CustomEvent('state', { detail: { state, detail } }));
+    }
+
+    transceiverByMid(mid) {
+      if (!this.pc) return null;
+      return this.pc.getTransceivers().find((t) => t.mid === mid) || null;
+    }
+
+    nameOf(participant) {
+      const p = this.roster.find((r) => r.id === participant);
+      return p ? p.name : '';
+    }
+
+    async start() {
+      this.setState('connecting');
+      const pc = new RTCPeerConnection({ bundlePolicy: 'max-bundle', rtcpMuxPolicy: 'require' });
+      this.pc = pc;
+      pc.addEventListener('connectionstatechange', () => {
+        this.dispatchEvent(new CustomEvent('connection', { detail: pc.connectionState }));
+        if (pc.connectionState === 'connected') this.setState('connected');
+        if (pc.connectionState === 'failed') this.setState('failed', 'ICE/DTLS failed');
+      });
+
+      const transceivers = [];
+      if (this.stream) {
+        // Video first: mid 0 is the camera, mid 1 the microphone.
+        for (const track of [...this.stream.getVideoTracks(), ...this.stream.getAudioTracks()]) {
+          const t = pc.addTransceiver(track, { direction: 'sendonly', streams: [this.stream] });
+          this.senders[track.kind] = t.sender;
+          transceivers.push(t);
+        }
+      }
+      for (let i = 0; i < this.videoSlots; i++) transceivers.push(pc.addTransceiver('video', { direction: 'recvonly' }));
+      for (let i = 0; i < this.audioSlots; i++) transceivers.push(pc.addTransceiver('audio', { direction: 'recvonly' }));
+      if (this.absCaptureTime) transceivers.forEach(enableAbsCaptureTime);
+
+      const dc = pc.createDataChannel('events');
+      this.dc = dc;
+      dc.addEventListener('open', () => this.dispatchEvent(new Event('dcopen')));
+      dc.addEventListener('close', () => this.dispatchEvent(new Event('dcclose')));
+      dc.addEventListener('message', (ev) => this.onEvent(ev.data));
+
+      await pc.setLocalDescription(await pc.createOffer());
+      await waitForIceGathering(pc, ICE_GATHER_TIMEOUT_MS);
+      this.offer = pc.localDescription.sdp;
+
+      const res = await fetch(this.endpoint, {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/sdp' },
+        body: this.offer,
+      });
+      if (!res.ok) {
+        const msg = await errorText(res);
+        this.fail(msg);
+        throw new Error(msg);
+      }
+      const loc = res.headers.get('Location');
+      this.location = loc ? new URL(loc, location.href).href : null;
+      this.etag = res.headers.get('ETag');
+      if (loc) this.participantId = decodeURIComponent(loc.split('/').filter(Boolean).pop());
+      this.answer = await res.text();
+      await pc.setRemoteDescription({ type: 'answer', sdp: this.answer });
+      this.setState('negotiated');
+      return this;
+    }
+
+    fail(msg) {
+      this.error = msg;
+      this.setState('error', msg);
+    }
+
+    onEvent(data) {
+      let ev;
+      try { ev = JSON.parse(data); } catch { console.warn('corelay: non-JSON event', data); return; }
+      this.events.push(ev);
+      switch (ev.type) {
+        case 'welcome':
+          this.participantId = ev.participant;
+          this.room = ev.room;
+          break;
+        case 'roster':
+          this.roster = ev.participants || [];
+          break;
+        case 'slots':
+          this.slots = ev.slots || [];
+          break;
+        case 'speaker':
+          this.speaker = ev.participant;
+          break;
+        default:
+          break;
+      }
+      this.dispatchEvent(new CustomEvent(ev.type, { detail: ev }));
+      this.dispatchEvent(new CustomEvent('event', { detail: ev }));
+    }
+
+    send(msg) {
+      if (this.dc && this.dc.readyState === 'open') this.dc.send(JSON.stringify(msg));
+    }
+
+    pin(mid, participant) { this.send({ type: 'pin', participant, mid }); }
+    unpin(mid) { this.send({ type: 'unpin', mid }); }
+
+    setMuted(kind, muted) {
+      if (!this.stream) return;
+      for (const t of this.stream.getTracks()) if (t.kind === kind) t.enabled = !muted;
+    }
+
+    // Best-effort removal on page unload: fetch keepalive survives the page.
+    leaveOnUnload() {
+      if (this.location && this.state !== 'left') {
+        try { fetch(this.location, { method: 'DELETE', keepalive: true }); } catch { /* ignore */ }
+        this.state = 'left';
+      }
+    }
+
+    async leave() {
+      const loc = this.location;
+      this.setState('left');
+      this.location = null;
+      if (loc) {
+        try { await fetch(loc, { method: 'DELETE' }); } catch (err) { console.warn('corelay: DELETE failed', err); }
+      }
+      if (this.dc) try { this.dc.close(); } catch { /* ignore */ }
+      if (this.pc) this.pc.close();
+      if (this.stream) this.stream.getTracks().forEach((t) => t.stop());
+    }
+  }
+
+  // -------------------------------------------------------------------------
+  // Grid: a tile per filled video slot, hidden <audio> per audio slot.
+
+  function fmtBitrate(bps) {
+    if (!Number.isFinite(bps)) return '-';
+    if (bps >= 1e6) return `${(bps / 1e6).toFixed(2)} Mbit/s`;
+    return `${Math.round(bps / 1e3)} kbit/s`;
+  }
+
+  class CorelayGrid {
+    constructor(session, gridEl, audioEl) {
+      this.session = session;
+      this.gridEl = gridEl;
+      this.audioEl = audioEl;
+      this.showStats = false;
+      this.localTile = null;
+      this.prevStats = new Map();  // key -> {bytes, ts}
+      this.statsTimer = null;
+      session.addEventListener('slots', () => this.renderSlots());
+      session.addEventListener('roster', () => this.renderNames());
+      session.addEventListener('speaker', () => this.renderSpeaker());
+    }
+
+    makeTile(kind) {
+      const tile = document.createElement('div');
+      tile.className = 'tile';
+      const video = document.createElement('video');
+      video.autoplay = true;
+      video.muted = true;  // audio is played by the hidden audio elements
+      video.playsInline = true;
+      const label = document.createElement('div');
+      label.className = 'label';
+      const stats = document.createElement('pre');
+      stats.className = 'stats';
+      stats.hidden = !this.showStats;
+      tile.append(video, label, stats);
+      tile.dataset.kind = kind;
+      return tile;
+    }
+
+    addLocal(stream, name) {
+      const tile = this.makeTile('local');
+      tile.classList.add('local');
+      tile.dataset.local = 'true';
+      tile.dataset.name = name;
+      tile.querySelector('.label').textContent = `${name || 'me'} (you)`;
+      const video = tile.querySelector('video');
+      video.srcObject = new MediaStream(stream.getVideoTracks());
+      video.classList.add('mirror');
+      this.localTile = tile;
+      this.gridEl.prepend(tile);
+    }
+
+    tileFor(mid) {
+      return this.gridEl.querySelector(`.tile[data-mid="${CSS.escape(mid)}"]`);
+    }
+
+    renderSlots() {
+      const s = this.session;
+      const seen = new Set();
+      for (const slot of s.slots) {
+        const t = s.transceiverByMid(slot.mid);
+        if (slot.kind === 'audio') {
+          this.renderAudioSlot(slot, t);
+          continue;
+        }
+        if (slot.kind !== 'video') continue;
+        if (!slot.participant) continue;
+        if (!t) { console.warn('corelay: slot for unknown mid', slot.mid); continue; }
+        seen.add(slot.mid);
+        let tile = this.tileFor(slot.mid);
+        if (!tile) {
+          tile = this.makeTile('video');
+          tile.dataset.mid = slot.mid;
+          tile.querySelector('video').srcObject = new MediaStream([t.receiver.track]);
+          tile.addEventListener('dblclick', () => this.togglePin(tile));
+          this.gridEl.append(tile);
+        }
+        tile.dataset.participant = slot.participant;
+        tile.dataset.track = slot.track ?? '';
+        tile.dataset.name = s.nameOf(slot.participant);
+        tile.querySelector('.label').textContent = tile.dataset.name || slot.participant;
+      }
+      for (const tile of this.gridEl.querySelectorAll('.tile[data-mid]')) {
+        if (!seen.has(tile.dataset.mid)) {
+          const v = tile.querySelector('video');
+          v.srcObject = null;
+          tile.remove();
+          this.prevStats.delete(tile.dataset.mid);
+        }
+      }
+      this.renderSpeaker();
+      this.gridEl.dataset.tiles = String(this.gridEl.querySelectorAll('.tile[data-mid]').length);
+    }
+
+    renderAudioSlot(slot, t) {
+      if (!t) return;
+      let el = this.audioEl.querySelector(`audio[data-mid="${CSS.escape(slot.mid)}"]`);
+      if (!el) {
+        el = document.createElement('audio');
+        el.autoplay = true;
+        el.dataset.mid = slot.mid;
+        el.srcObject = new MediaStream([t.receiver.track]);
+        this.audioEl.append(el);
+        el.play().catch(() => { /* autoplay policy; the Join click usually allows it */ });
+      }
+      el.dataset.participant = slot.participant ?? '';
+    }
+
+    renderNames() {
+      for (const tile of this.gridEl.querySelectorAll('.tile[data-participant]')) {
+        const name = this.session.nameOf(tile.dataset.participant);
+        tile.dataset.name = name;
+        tile.querySelector('.label').textContent = name || tile.dataset.participant;
+      }
+    }
+
+    renderSpeaker() {
+      for (const tile of this.gridEl.querySelectorAll('.tile[data-mid]')) {
+        tile.classList.toggle('speaking', !!this.session.speaker && tile.dataset.participant === this.session.speaker);
+      }
+    }
+
+    togglePin(tile) {
+      if (tile.dataset.pinned === 'true') {
+        this.session.unpin(tile.dataset.mid);
+        delete tile.dataset.pinned;
+      } else {
+        this.session.pin(tile.dataset.mid, tile.dataset.participant);
+        tile.dataset.pinned = 'true';
+      }
+    }
+
+    tiles() {
+      return [...this.gridEl.querySelectorAll('.tile[data-mid]')].map((tile) => {
+        const v = tile.querySelector('video');
+        return {
+          mid: tile.dataset.mid,
+          participant: tile.dataset.participant,
+          name: tile.dataset.name,
+          track: tile.dataset.track,
+          width: v.videoWidth,
+          height: v.videoHeight,
+          currentTime: v.currentTime,
+          paused: v.paused,
+        };
+      });
+    }
+
+    setStatsVisible(on) {
+      this.showStats = on;
+      for (const el of this.gridEl.querySelectorAll('.tile .stats')) el.hidden = !on;
+      clearInterval(this.statsTimer);
+      this.statsTimer = null;
+      if (on) {
+        this.updateStats();
+        this.statsTimer = setInterval(() => this.updateStats(), 1000);
+      }
+    }
+
+    async updateStats() {
+      const pc = this.session.pc;
+      if (!pc || pc.signalingState === 'closed') return;
+      const report = await pc.getStats();
+      let rtt = NaN;
+      const byMid = new Map();
+      const remoteInbound = new Map();  // ssrc -> remote-inbound-rtp (for our outbound)
+      report.forEach((r) => {
+        if (r.type === 'candidate-pair' && r.nominated && r.state === 'succeeded' && Number.isFinite(r.currentRoundTripTime)) {
+          rtt = r.currentRoundTripTime;
+        }
+        if ((r.type === 'inbound-rtp' || r.type === 'outbound-rtp') && r.kind === 'video') byMid.set(r.mid, r);
+        if (r.type === 'remote-inbound-rtp') remoteInbound.set(r.ssrc, r);
+      });
+      const now = performance.now();
+      const line = (key, r) => {
+        const bytes = r.type === 'inbound-rtp' ? r.bytesReceived : r.bytesSent;
+        const prev = this.prevStats.get(key);
+        const bps = prev ? ((bytes - prev.bytes) * 8 * 1000) / (now - prev.ts) : NaN;
+        this.prevStats.set(key, { bytes, ts: now });
+        const res = r.frameWidth ? `${r.frameWidth}x${r.frameHeight}` : '-';
+        const fps = Number.isFinite(r.framesPerSecond) ? r.framesPerSecond.toFixed(0) : '-';
+        let loss = '-';
+        if (r.type === 'inbound-rtp') {
+          const total = (r.packetsReceived || 0) + Math.max(0, r.packetsLost || 0);
+          loss = total ? `${((100 * Math.max(0, r.packetsLost || 0)) / total).toFixed(1)}%` : '0%';
+        } else {
+          const ri = remoteInbound.get(r.ssrc);
+          if (ri && Number.isFinite(ri.fractionLost)) loss = `${(100 * ri.fractionLost).toFixed(1)}%`;
+        }
+        const codec = r.codecId ? (report.get(r.codecId)?.mimeType ?? '').replace('video/', '') : '';
+        return [
+          `${res} ${fps} fps ${codec}`,
+          `${fmtBitrate(bps)}`,
+          `loss ${loss}  rtt ${Number.isFinite(rtt) ? Math.round(rtt * 1000) + ' ms' : '-'}`,
+        ].join('\n');
+      };
+      for (const tile of this.gridEl.querySelectorAll('.tile[data-mid]')) {
+        const r = byMid.get(tile.dataset.mid);
+        tile.querySelector('.stats').textContent = r ? line(tile.dataset.mid, r) : 'no stats yet';
+      }
+      if (this.localTile && this.session.senders.video) {
+        const mid = this.session.pc.getTransceivers().find((t) => t.sender === this.session.senders.video)?.mid;
+        const r = byMid.get(mid);
+        this.localTile.querySelector('.stats').textContent = r ? `sending\n${line('local', r)}` : 'no stats yet';
+      }
+    }
+
+    clear() {
+      this.setStatsVisible(false);
+      this.gridEl.replaceChildren();
+      this.audioEl.replaceChildren();
+      this.localTile = null;
+      this.prevStats.clear();
+    }
+  }
+
+  window.CorelaySession = CorelaySession;
+  window.CorelayGrid = CorelayGrid;
+  window.corelayParams = { intParam, boolParam, params };
+
+  // Expose state for tests and debugging before anyone joins.
+  window.corelay = {
+    state: 'idle',
+    pc: null,
+    participantId: null,
+    roster: [],
+    slots: [],
+    events: [],
+    tiles: () => [],
+  };
+
+  // Make `window.corelay` a live view of a session + grid.
+  window.corelayExpose = (session, grid) => {
+    window.corelay = {
+      session,
+      grid,
+      get state() { return session.state; },
+      get error() { return session.error; },
+      get pc() { return session.pc; },
+      get dc() { return session.dc; },
+      get participantId() { return session.participantId; },
+      get location() { return session.location; },
+      get roster() { return session.roster; },
+      get slots() { return session.slots; },
+      get speaker() { return session.speaker; },
+      get events() { return session.events; },
+      get offer() { return session.offer; },
+      get answer() { return session.answer; },
+      tiles: () => grid.tiles(),
+      leave: () => session.leave(),
+    };
+  };
+
+  // -------------------------------------------------------------------------
+  // Room page (index.html).
+
+  const form = document.getElementById('join-form');
+  if (!form) return;
+
+  const $ = (id) => document.getElementById(id);
+  const statusEl = $('status');
+  const setStatus = (text, cls) => {
+    statusEl.textContent = text;
+    statusEl.className = `status ${cls || ''}`;
+  };
+
+  if (params.get('room')) $('room').value = params.get('room');
+  $('name').value = params.get('name') || localStorage.getItem('corelay.name') || '';
+  if (boolParam('recvonly', false)) $('recvonly').checked = true;
+
+  let session = null;
+  let grid = null;
+
+  function renderRoster() {
+    const list = $('roster-list');
+    list.replaceChildren(...session.roster.map((p) => {
+      const li = document.createElement('li');
+      li.textContent = p.name || p.id;
+      li.dataset.participant = p.id;
+      if (p.id === session.participantId) li.classList.add('me');
+      return li;
+    }));
+    $('roster').hidden = false;
+  }
+
+  async function join(ev) {
+    if (ev) ev.preventDefault();
+    if (session) return;
+    const room = $('room').value.trim();
+    const name = $('name').value.trim();
+    if (!room) { setStatus('enter a room name', 'error'); return; }
+    localStorage.setItem('corelay.name', name);
+    const recvOnly = $('recvonly').checked;
+    $('join').disabled = true;
+    document.body.dataset.state = 'joining';
+    setStatus('joining…');
+
+    let stream = null;
+    try {
+      if (!recvOnly) {
+        stream = await navigator.mediaDevices.getUserMedia({
+          audio: true,
+          video: { width: { ideal: 640 }, height: { ideal: 360 }, frameRate: { ideal: 30 } },
+        });
+      }
+    } catch (err) {
+      setStatus(`camera/microphone: ${err.message}`, 'error');
+      $('join').disabled = false;
+      document.body.dataset.state = 'idle';
+      return;
+    }
+
+    const q = new URLSearchParams({ name });
+    session = new CorelaySession({
+      endpoint: `/api/v1/rooms/${encodeURIComponent(room)}/participants?${q}`,
+      name,
+      stream,
+      videoSlots: intParam('slots', 3, 0, 16),
+      audioSlots: intParam('audioslots', 3, 0, 16),
+      absCaptureTime: boolParam('abscapture', true),
+    });
+    grid = new CorelayGrid(session, $('grid'), $('audio-sinks'));
+    window.corelayExpose(session, grid);
+    if (stream) grid.addLocal(stream, name);
+
+    session.addEventListener('state', (e) => {
+      document.body.dataset.state = e.detail.state;
+      if (e.detail.state === 'connected') setStatus(`connected as ${name || session.participantId}`, 'ok');
+      else if (e.detail.state === 'failed' || e.detail.state === 'error') setStatus(e.detail.detail || e.detail.state, 'error');
+    });
+    session.addEventListener('roster', renderRoster);
+
+    form.hidden = true;
+    $('controls').hidden = false;
+    $('room-label').textContent = room;
+    $('watch-link').href = `/watch/${encodeURIComponent(room)}`;
+    $('mute-audio').disabled = $('mute-video').disabled = !stream;
+    const u = new URL(location.href);
+    u.searchParams.set('room', room);
+    history.replaceState(null, '', u);
+
+    try {
+      await session.start();
+      setStatus('connecting…');
+    } catch (err) {
+      const failed = session;
+      await leave();
+      const msg = failed.error || err.message;
+      setStatus(`join failed: ${msg}`, 'error');
+      window.corelay.error = msg;
+      window.corelay.state = 'error';
+      document.body.dataset.state = 'error';
+    }
+  }
+
+  async function leave() {
+    if (!session) return;
+    const s = session;
+    session = null;
+    grid.clear();
+    await s.leave();
+    $('roster').hidden = true;
+    form.hidden = false;
+    $('controls').hidden = true;
+    $('join').disabled = false;
+    $('mute-audio').setAttribute('aria-pressed', 'false');
+    $('mute-audio').textContent = 'Mute mic';
+    $('mute-video').setAttribute('aria-pressed', 'false');
+    $('mute-video').textContent = 'Stop camera';
+    $('toggle-stats').setAttribute('aria-pressed', 'false');
+    $('toggle-stats').textContent = 'Show stats';
+    document.body.dataset.state = 'left';
+    setStatus('left the room');
+    window.corelay = { state: 'left', pc: null, participantId: null, roster: [], slots: [], events: [], tiles: () => [] };
+  }
+
+  function toggleMute(btn, kind, onText, offText) {
+    const muted = btn.getAttribute('aria-pressed') !== 'true';
+    session?.setMuted(kind, muted);
+    btn.setAttribute('aria-pressed', String(muted));
+    btn.textContent = muted ? offText : onText;
+  }
+
+  form.addEventListener('submit', join);
+  $('leave').addEventListener('click', leave);
+  $('mute-audio').addEventListener('click', (e) => toggleMute(e.currentTarget, 'audio', 'Mute mic', 'Unmute mic'));
+  $('mute-video').addEventListener('click', (e) => toggleMute(e.currentTarget, 'video', 'Stop camera', 'Start camera'));
+  $('toggle-stats').addEventListener('click', (e) => {
+    const on = e.currentTarget.getAttribute('aria-pressed') !== 'true';
+    e.currentTarget.setAttribute('aria-pressed', String(on));
+    e.currentTarget.textContent = on ? 'Hide stats' : 'Show stats';
+    grid?.setStatsVisible(on);
+  });
+  window.addEventListener('pagehide', () => session?.leaveOnUnload());
+
+  if (boolParam('join', false)) join();
+})();

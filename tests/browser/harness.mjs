@@ -1,0 +1,301 @@
+// Shared harness for the browser and interop tests: starts a corelay server
+// on free ports, launches Debian's chromium through playwright-core, and has
+// helpers to read getStats() progress out of a page.
+//
+// Environment:
+//   CORELAY_BIN          server binary (default target/debug/corelay)
+//   CORELAY_VIDEO_CODEC  passed as --video-codec when set (h264 | vp8)
+//   CORELAY_TEST_OUT     where server logs and failure screenshots go
+//                        (default $TMPDIR/corelay-browser)
+//   CHROMIUM             browser binary (default /usr/lib/chromium/chromium)
+//   CORELAY_HEADFUL=1    show the browser (needs a display)
+
+import { spawn } from 'node:child_process';
+import dgram from 'node:dgram';
+import fs from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { chromium } from 'playwright-core';
+
+export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+export const OUT = process.env.CORELAY_TEST_OUT || path.join(os.tmpdir(), 'corelay-browser');
+fs.mkdirSync(OUT, { recursive: true });
+
+export const CHROMIUM_ARGS = [
+  '--use-fake-device-for-media-stream',
+  '--use-fake-ui-for-media-stream',
+  '--allow-loopback-in-peer-connection',
+  '--headless',
+  '--no-sandbox',
+  '--disable-gpu',
+  '--disable-quic',
+  '--no-first-run',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+  '--autoplay-policy=no-user-gesture-required',
+  // Keep background tabs running at full speed: several participants share
+  // one browser and only one tab is "visible".
+  '--disable-background-timer-throttling',
+  '--disable-renderer-backgrounding',
+  '--disable-backgrounding-occluded-windows',
+];
+
+export { sleep };
+
+async function freeTcpPort() {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer();
+    s.unref();
+    s.on('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address();
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+async function freeUdpPort() {
+  return new Promise((resolve, reject) => {
+    const s = dgram.createSocket('udp4');
+    s.on('error', reject);
+    s.bind(0, '127.0.0.1', () => {
+      const { port } = s.address();
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+export function uniqueRoom(prefix) {
+  return `${prefix}-${process.pid}-${Math.random().toString(36).slice(2, 8)}`;
+}
+
+// Start the server; resolves once /healthz answers 200.
+export async function startServer({ name = 'server', extraArgs = [] } = {}) {
+  const bin = path.resolve(ROOT, process.env.CORELAY_BIN || 'target/debug/corelay');
+  if (!fs.existsSync(bin)) throw new Error(`server binary ${bin} not found (set CORELAY_BIN or build with cargo build -p corelay)`);
+  const httpPort = await freeTcpPort();
+  const udpPort = await freeUdpPort();
+  const args = [
+    '--http', `127.0.0.1:${httpPort}`,
+    '--udp-port', String(udpPort),
+    '--public-ip', '127.0.0.1',
+    '--shards', '1',
+  ];
+  if (process.env.CORELAY_VIDEO_CODEC) args.push('--video-codec', process.env.CORELAY_VIDEO_CODEC);
+  args.push(...extraArgs);
+  const logPath = path.join(OUT, `${name}-${process.pid}.log`);
+  const log = fs.openSync(logPath, 'w');
+  fs.writeSync(log, `$ ${bin} ${args.join(' ')}\n`);
+  const child = spawn(bin, args, {
+    stdio: ['ignore', log, log],
+    env: { RUST_LOG: 'info', ...process.env },
+  });
+  let exited = null;
+  child.on('exit', (code, signal) => { exited = { code, signal }; });
+  const base = `http://127.0.0.1:${httpPort}`;
+  const deadline = Date.now() + 20000;
+  for (;;) {
+    if (exited) throw new Error(`server exited early (${JSON.stringify(exited)}); log:\n${tail(logPath)}`);
+    try {
+      const res = await fetch(`${base}/healthz`);
+      if (res.ok) break;
+    } catch { /* not up yet */ }
+    if (Date.now() > deadline) {
+      child.kill('SIGKILL');
+      throw new Error(`server did not answer /healthz within 20 s; log:\n${tail(logPath)}`);
+    }
+    await sleep(100);
+  }
+  return {
+    base,
+    httpPort,
+    udpPort,
+    logPath,
+    child,
+    log: () => fs.readFileSync(logPath, 'utf8'),
+    tail: (n) => tail(logPath, n),
+    async stop() {
+      if (exited) return exited;
+      child.kill('SIGTERM');
+      const t0 = Date.now();
+      while (!exited && Date.now() - t0 < 3000) await sleep(50);
+      if (!exited) child.kill('SIGKILL');
+      fs.closeSync(log);
+      return exited;
+    },
+    async room(room) {
+      const res = await fetch(`${base}/api/v1/rooms/${encodeURIComponent(room)}`);
+      if (res.status === 404) return null;
+      return res.json();
+    },
+  };
+}
+
+export function tail(file, n = 60) {
+  try {
+    return fs.readFileSync(file, 'utf8').split('\n').slice(-n).join('\n');
+  } catch {
+    return '';
+  }
+}
+
+export async function launchBrowser() {
+  const executablePath = process.env.CHROMIUM || '/usr/lib/chromium/chromium';
+  const args = [...CHROMIUM_ARGS];
+  if (process.env.CORELAY_HEADFUL === '1') args.splice(args.indexOf('--headless'), 1);
+  return chromium.launch({ executablePath, args, headless: process.env.CORELAY_HEADFUL !== '1' });
+}
+
+// A new page in its own context (own cookies/storage), with console errors
+// collected into page.errors.
+export async function newPage(browser, label) {
+  const context = await browser.newContext({ viewport: { width: 1280, height: 760 } });
+  await context.grantPermissions(['camera', 'microphone']);
+  const page = await context.newPage();
+  page.label = label;
+  page.errors = [];
+  page.logs = [];
+  page.on('pageerror', (err) => page.errors.push(String(err)));
+  page.on('console', (msg) => {
+    const line = `[${label}] ${msg.type()}: ${msg.text()}`;
+    page.logs.push(line);
+    if (msg.type() === 'error') page.errors.push(line);
+  });
+  return page;
+}
+
+// Poll fn (run in the page) until it returns a truthy value.
+export async function waitInPage(page, fn, arg, { timeout = 15000, interval = 200, what = 'condition' } = {}) {
+  const deadline = Date.now() + timeout;
+  let last;
+  for (;;) {
+    try {
+      last = await page.evaluate(fn, arg);
+      if (last) return last;
+    } catch (err) {
+      last = String(err);
+    }
+    if (Date.now() > deadline) {
+      const dbg = await debugState(page).catch((e) => String(e));
+      throw new Error(`[${page.label}] timed out after ${timeout} ms waiting for ${what}; last=${JSON.stringify(last)}\nstate=${dbg}`);
+    }
+    await sleep(interval);
+  }
+}
+
+export async function debugState(page) {
+  return page.evaluate(() => {
+    const c = window.corelay || window.raw || {};
+    return JSON.stringify({
+      state: c.state,
+      error: c.error,
+      connection: c.pc?.connectionState,
+      ice: c.pc?.iceConnectionState,
+      dc: c.dc?.readyState,
+      participantId: c.participantId,
+      roster: c.roster,
+      slots: c.slots,
+      tiles: typeof c.tiles === 'function' ? c.tiles() : undefined,
+      events: (c.events || []).slice(-5),
+    });
+  });
+}
+
+// Per-mid inbound-rtp counters in a page whose RTCPeerConnection is at
+// window.corelay.pc (or the expression given).
+export async function inboundByMid(page, pcExpr = 'window.corelay.pc') {
+  return page.evaluate(async (expr) => {
+    // eslint-disable-next-line no-eval
+    const pc = (0, eval)(expr);
+    const out = {};
+    const report = await pc.getStats();
+    report.forEach((r) => {
+      if (r.type !== 'inbound-rtp') return;
+      out[r.mid] = {
+        kind: r.kind,
+        ssrc: r.ssrc,
+        packetsReceived: r.packetsReceived,
+        bytesReceived: r.bytesReceived,
+        framesDecoded: r.framesDecoded,
+        frameWidth: r.frameWidth,
+        frameHeight: r.frameHeight,
+        totalSamplesReceived: r.totalSamplesReceived,
+        concealedSamples: r.concealedSamples,
+        audioLevel: r.audioLevel,
+        decoder: r.decoderImplementation,
+        codec: r.codecId ? report.get(r.codecId)?.mimeType : undefined,
+      };
+    });
+    return out;
+  }, pcExpr);
+}
+
+// Wait until the inbound stream on `mid` shows progress: for video
+// framesDecoded > 0 and rising, for audio totalSamplesReceived rising.
+export async function waitMediaFlowing(page, mid, kind, { timeout = 20000, pcExpr } = {}) {
+  const field = kind === 'video' ? 'framesDecoded' : 'totalSamplesReceived';
+  const deadline = Date.now() + timeout;
+  let prev = null;
+  let last = null;
+  for (;;) {
+    const stats = await inboundByMid(page, pcExpr);
+    last = stats[mid];
+    const v = last?.[field] ?? 0;
+    if (prev !== null && v > 0 && v > prev) return { first: prev, now: v, stats: last };
+    if (v > 0) prev = v;
+    if (Date.now() > deadline) {
+      throw new Error(`[${page.label}] ${kind} on mid ${mid} not flowing (${field}: ${prev} -> ${v}); inbound=${JSON.stringify(stats)}\nstate=${await debugState(page).catch(String)}`);
+    }
+    await sleep(700);
+  }
+}
+
+// Save a screenshot of every page (for failed runs), best effort.
+export async function snapshotAll(pages, tag) {
+  for (const p of pages) {
+    if (!p || p.isClosed()) continue;
+    try {
+      await p.screenshot({ path: path.join(OUT, `${tag}-${p.label}.png`) });
+    } catch { /* ignore */ }
+  }
+}
+
+// Join `room` through the demo page's UI. Resolves with the participant id
+// once the data channel is open and the welcome event arrived.
+export async function joinDemo(page, base, room, name, { recvonly = false, query = '' } = {}) {
+  await page.goto(`${base}/${query ? `?${query}` : ''}`);
+  await page.fill('#room', room);
+  await page.fill('#name', name);
+  if (recvonly) await page.check('#recvonly');
+  await page.click('#join');
+  await waitInPage(page, () => {
+    const c = window.corelay;
+    if (c.state === 'error' || c.state === 'failed') return `error: ${c.error}`;
+    return c.pc?.connectionState === 'connected' && c.dc?.readyState === 'open'
+      && c.events.some((e) => e.type === 'welcome') && c.participantId;
+  }, null, { what: `${name} to join ${room}` }).then((r) => {
+    if (String(r).startsWith('error:')) throw new Error(`[${page.label}] join failed: ${r}\nanswer/offer in page state`);
+  });
+  return page.evaluate(() => window.corelay.participantId);
+}
+
+// The receive slot (mid) currently filled by `participant` with `kind`.
+export async function slotOf(page, participant, kind, { timeout = 15000 } = {}) {
+  return waitInPage(page, ([p, k]) => {
+    const s = window.corelay.slots.find((x) => x.participant === p && x.kind === k);
+    return s ? s.mid : null;
+  }, [participant, kind], { timeout, what: `a ${kind} slot filled by ${participant}` });
+}
+
+// Wait until the grid shows exactly the given participants (by id).
+export async function waitTiles(page, participants, { timeout = 15000 } = {}) {
+  const want = [...participants].sort();
+  return waitInPage(page, (w) => {
+    const have = window.corelay.tiles().map((t) => t.participant).sort();
+    return JSON.stringify(have) === JSON.stringify(w) ? window.corelay.tiles() : null;
+  }, want, { timeout, what: `tiles for ${JSON.stringify(want)}` });
+}
