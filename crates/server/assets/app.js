@@ -151,7 +151,9 @@
         body: this.offer,
       });
       if (!res.ok) {
-        const msg = await errorText(res);
+        let msg = await errorText(res);
+        const retry = res.headers.get('Retry-After');
+        if (res.status === 503 && retry) msg += ` (try again in ${retry} s)`;
         this.fail(msg);
         throw new Error(msg);
       }
