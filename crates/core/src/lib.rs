@@ -1,1 +1,35 @@
-pub fn placeholder() {}
+//! corelay-core: the sans-I/O heart of the SFU.
+//!
+//! Owns participants (one str0m [`Rtc`](str0m::Rtc) each, RTP mode), rooms as one
+//! shard sees them, forwarding decisions, SSRC/sequence/timestamp rewriting, slot
+//! assignment, keyframe requests, and timers as values.
+//!
+//! Must not: read a clock (every entry point takes `now`), touch a socket, spawn a
+//! thread or lock anything. The shard (server crate) drives an [`engine::Engine`]
+//! the way str0m itself is driven: feed input, then collect output.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::indexing_slicing,
+        clippy::unreachable,
+        clippy::todo
+    )
+)]
+
+pub mod codec;
+pub mod engine;
+pub mod events;
+pub mod ids;
+pub mod media;
+pub mod metrics;
+pub mod offer;
+pub mod participant;
+pub mod room;
+pub mod slot;
+
+pub use engine::{Engine, Outputs, PeerMsg, ShardEvent};
+pub use ids::{ParticipantId, RoomId, TrackKey};
+pub use offer::{Accepted, OfferError, RtcSettings, VideoCodec};

@@ -1,0 +1,995 @@
+//! The engine of one shard: every participant the shard hosts, the rooms they
+//! are in (as this shard sees them), the address/ufrag demux, and the timer heap.
+//!
+//! Driven like str0m itself: the shard calls `handle_*` with `now`, then takes
+//! what accumulated in [`Outputs`] (datagrams to send, messages to peer shards
+//! and to the control thread) and asks [`Engine::poll_timeout`] when to call
+//! again. A packet goes from `handle_datagram` to the subscribers' encrypted
+//! datagrams in one synchronous call: no queue, no await in between.
+//!
+//! Must not: read a clock, touch a socket, block, or share state with another
+//! shard (peer shards get values in `Outputs::peers`).
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use str0m::channel::ChannelId;
+use str0m::media::{KeyframeRequestKind, MediaKind};
+use str0m::net::{DatagramRecv, Protocol, Receive, Transmit};
+use str0m::rtp::{RtpPacket, RtpWrite, SeqNo};
+use str0m::{Event, IceConnectionState, Input, Output};
+
+use crate::codec::{is_keyframe_start, map_pt};
+use crate::events::{ClientRequest, MemberJson, RoomEvent, SlotJson, TrackJson, kind_str};
+use crate::ids::{ParticipantId, RoomId, TrackKey};
+use crate::media::{E2eExt, MediaCopy, MediaPacket};
+use crate::metrics::Counters;
+use crate::offer::{Accepted, MediaLine, OfferError, RtcSettings, answer_offer};
+use crate::participant::Participant;
+use crate::room::{RoomUpdate, RoomView};
+
+/// A publisher gets at most one keyframe request per track per this interval.
+const KEYFRAME_REQUEST_INTERVAL: Duration = Duration::from_millis(300);
+/// How often rooms re-evaluate the active speaker.
+const ROOM_TICK: Duration = Duration::from_millis(250);
+/// Upper bound of outputs drained from one `Rtc` in one go (defensive).
+const MAX_DRAIN: usize = 100_000;
+
+/// A message to a peer shard. A value: it owns everything it carries.
+#[derive(Debug)]
+pub enum PeerMsg {
+    /// A media packet of `room`, for that shard's subscribers (the one hop).
+    Media { room: RoomId, packet: MediaCopy },
+    /// A subscriber here needs a keyframe from a publisher there.
+    KeyframeRequest { track: TrackKey },
+}
+
+/// What a shard tells the control thread.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ShardEvent {
+    /// The participant is gone from the shard (ICE/consent failure, DTLS close, error).
+    Left {
+        id: ParticipantId,
+        reason: &'static str,
+    },
+    /// ICE and DTLS are up.
+    Connected { id: ParticipantId },
+    /// A renegotiation changed the tracks or slots.
+    LinesChanged {
+        id: ParticipantId,
+        tracks: Vec<MediaLine>,
+        slots: Vec<MediaLine>,
+    },
+}
+
+/// Everything the engine produced since the shard last emptied it.
+#[derive(Default)]
+pub struct Outputs {
+    pub transmits: Vec<Transmit>,
+    pub peers: Vec<(usize, PeerMsg)>,
+    pub control: Vec<ShardEvent>,
+}
+
+/// The engine's bookkeeping that drains write into, kept apart from the
+/// participants so that one participant can be borrowed while it is filled.
+#[derive(Default)]
+struct Io {
+    out: Outputs,
+    events: VecDeque<(ParticipantId, Event)>,
+    timers: BinaryHeap<Reverse<(Instant, ParticipantId)>>,
+    counters: Counters,
+    doomed: Vec<(ParticipantId, &'static str)>,
+    /// Subscribers whose slot assignment changed and must be told.
+    slots_dirty: Vec<ParticipantId>,
+}
+
+pub struct Engine {
+    shard: usize,
+    settings: RtcSettings,
+    participants: HashMap<ParticipantId, Participant>,
+    by_addr: HashMap<SocketAddr, ParticipantId>,
+    by_ufrag: HashMap<String, ParticipantId>,
+    rooms: HashMap<RoomId, RoomView>,
+    /// Rate limit for keyframe requests sent to peer shards.
+    remote_kf: HashMap<TrackKey, Instant>,
+    next_tick: Option<Instant>,
+    io: Io,
+}
+
+impl Engine {
+    pub fn new(shard: usize, settings: RtcSettings) -> Self {
+        Engine {
+            shard,
+            settings,
+            participants: HashMap::new(),
+            by_addr: HashMap::new(),
+            by_ufrag: HashMap::new(),
+            rooms: HashMap::new(),
+            remote_kf: HashMap::new(),
+            next_tick: None,
+            io: Io::default(),
+        }
+    }
+
+    pub fn shard(&self) -> usize {
+        self.shard
+    }
+
+    pub fn counters(&self) -> &Counters {
+        &self.io.counters
+    }
+
+    /// Counters the shard driver maintains (socket-level drops).
+    pub fn counters_mut(&mut self) -> &mut Counters {
+        &mut self.io.counters
+    }
+
+    pub fn participant_count(&self) -> usize {
+        self.participants.len()
+    }
+
+    pub fn room_count(&self) -> usize {
+        self.rooms.len()
+    }
+
+    /// Takes what accumulated since the last call.
+    pub fn outputs(&mut self) -> &mut Outputs {
+        &mut self.io.out
+    }
+
+    /// When the engine next needs `handle_timeout`.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let timer = self.io.timers.peek().map(|Reverse((t, _))| *t);
+        match (timer, self.next_tick) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    // ---------------------------------------------------------------- control
+
+    /// Adopts a participant whose offer the control thread accepted.
+    pub fn add_participant(
+        &mut self,
+        now: Instant,
+        id: ParticipantId,
+        room: RoomId,
+        name: String,
+        accepted: Accepted,
+        roster: RoomUpdate,
+    ) {
+        let Accepted {
+            rtc,
+            ufrag,
+            tracks,
+            slots,
+            ..
+        } = accepted;
+        let p = Participant::new(id, room, name, rtc, ufrag.clone(), &tracks, &slots);
+        self.by_ufrag.insert(ufrag, id);
+        self.participants.insert(id, p);
+        self.io.counters.participants_added += 1;
+        if self.next_tick.is_none() {
+            self.next_tick = Some(now + ROOM_TICK);
+        }
+        self.drain(id);
+        self.apply_room(now, roster);
+        self.settle(now);
+    }
+
+    /// Removes a participant (DELETE from the API). Sends DTLS close_notify.
+    pub fn remove_participant(&mut self, now: Instant, id: ParticipantId) -> bool {
+        let existed = self.participants.contains_key(&id);
+        self.io.doomed.push((id, "left"));
+        self.settle(now);
+        existed
+    }
+
+    /// A new roster for a room with members on this shard.
+    pub fn apply_room(&mut self, now: Instant, update: RoomUpdate) {
+        let id = update.room;
+        let shard = self.shard;
+        let view = self
+            .rooms
+            .entry(id)
+            .or_insert_with(|| RoomView::new(id, update.name.clone()));
+        let changed = view.apply(update, shard);
+        if view.local.is_empty() {
+            self.rooms.remove(&id);
+            return;
+        }
+        if changed {
+            self.room_changed(id);
+        }
+        self.settle(now);
+    }
+
+    /// PATCH: a new offer from an existing participant (renegotiation or ICE restart).
+    pub fn renegotiate(
+        &mut self,
+        now: Instant,
+        id: ParticipantId,
+        sdp: &str,
+    ) -> Result<String, OfferError> {
+        let Some(p) = self.participants.get_mut(&id) else {
+            return Err(OfferError {
+                code: "not_found",
+                message: format!("participant {id} is not on this shard"),
+            });
+        };
+        let answer = answer_offer(&mut p.rtc, &self.settings, sdp, None)?;
+        let ufrag = p.rtc.direct_api().local_ice_credentials().ufrag;
+        if ufrag != p.ufrag {
+            self.by_ufrag.remove(&p.ufrag);
+            self.by_ufrag.insert(ufrag.clone(), id);
+            p.ufrag = ufrag;
+        }
+        self.drain(id);
+        self.settle(now);
+        Ok(answer)
+    }
+
+    /// Closes every connection (shutdown): DTLS close_notify to each participant.
+    pub fn close_all(&mut self, now: Instant) {
+        let ids: Vec<ParticipantId> = self.participants.keys().copied().collect();
+        for id in ids {
+            self.io.doomed.push((id, "shutdown"));
+        }
+        self.settle(now);
+    }
+
+    // ---------------------------------------------------------------- network
+
+    /// One datagram from the shard's socket.
+    pub fn handle_datagram(
+        &mut self,
+        now: Instant,
+        source: SocketAddr,
+        destination: SocketAddr,
+        data: &[u8],
+    ) {
+        self.io.counters.rx_packets += 1;
+        self.io.counters.rx_bytes += data.len() as u64;
+        if !plausible(data) {
+            self.io.counters.dropped_malformed += 1;
+            return;
+        }
+        let Ok(contents) = DatagramRecv::try_from(data) else {
+            self.io.counters.dropped_malformed += 1;
+            return;
+        };
+        let known = self.by_addr.get(&source).copied();
+        let Some(id) = known.or_else(|| self.stun_owner(data)) else {
+            self.io.counters.dropped_unknown_source += 1;
+            return;
+        };
+        let c = &mut self.io.counters;
+        let Some(p) = self.participants.get_mut(&id) else {
+            c.dropped_unknown_source += 1;
+            return;
+        };
+        let input = Input::Receive(
+            now,
+            Receive {
+                proto: Protocol::Udp,
+                source,
+                destination,
+                contents,
+            },
+        );
+        if known.is_none() && !p.rtc.accepts(&input) {
+            c.dropped_unknown_source += 1;
+            return;
+        }
+        if p.rtc.handle_input(input).is_err() {
+            c.dropped_malformed += 1;
+            return;
+        }
+        if known.is_none() {
+            self.by_addr.insert(source, id);
+            p.addrs.push(source);
+        }
+        self.drain(id);
+        self.settle(now);
+    }
+
+    /// The participant a STUN binding request from a new address is for.
+    fn stun_owner(&self, data: &[u8]) -> Option<ParticipantId> {
+        let msg = str0m::ice::StunMessage::parse(data).ok()?;
+        if !msg.is_binding_request() {
+            return None;
+        }
+        let (ours, _theirs) = msg.split_username()?;
+        self.by_ufrag.get(ours).copied()
+    }
+
+    /// Timers due at `now`: str0m timeouts and the room tick.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        while let Some(&Reverse((t, id))) = self.io.timers.peek() {
+            if t > now {
+                break;
+            }
+            self.io.timers.pop();
+            let Some(p) = self.participants.get_mut(&id) else {
+                continue;
+            };
+            if p.scheduled != Some(t) {
+                continue; // superseded by an earlier entry
+            }
+            p.scheduled = None;
+            match p.timeout {
+                Some(deadline) if deadline > now => {
+                    // str0m moved its deadline later since we scheduled.
+                    p.scheduled = Some(deadline);
+                    self.io.timers.push(Reverse((deadline, id)));
+                }
+                _ => {
+                    if p.rtc.handle_input(Input::Timeout(now)).is_err() {
+                        self.io.counters.rtc_errors += 1;
+                    }
+                    self.drain(id);
+                }
+            }
+        }
+        if self.next_tick.is_some_and(|t| t <= now) {
+            self.next_tick = (!self.participants.is_empty()).then(|| now + ROOM_TICK);
+            self.tick_rooms(now);
+        }
+        self.settle(now);
+    }
+
+    /// A message from a peer shard.
+    pub fn handle_peer(&mut self, now: Instant, msg: PeerMsg) {
+        match msg {
+            PeerMsg::Media { room, packet } => {
+                self.io.counters.cross_shard_in += 1;
+                let media = MediaPacket::from(packet);
+                self.forward(now, room, &media, false);
+            }
+            PeerMsg::KeyframeRequest { track } => self.request_keyframe(now, track),
+        }
+        self.settle(now);
+    }
+
+    // ---------------------------------------------------------------- internals
+
+    /// Drains one participant's `Rtc` to its next timeout (str0m's invariant).
+    fn drain(&mut self, id: ParticipantId) {
+        if let Some(p) = self.participants.get_mut(&id) {
+            drain_rtc(
+                &mut self.io,
+                id,
+                &mut p.rtc,
+                &mut p.timeout,
+                &mut p.scheduled,
+            );
+        }
+    }
+
+    /// Runs queued events to completion, then removals and slot notifications.
+    fn settle(&mut self, now: Instant) {
+        for _ in 0..MAX_DRAIN {
+            if let Some((id, ev)) = self.io.events.pop_front() {
+                self.on_event(now, id, ev);
+                continue;
+            }
+            if let Some((id, reason)) = self.io.doomed.pop() {
+                self.evict(now, id, reason);
+                continue;
+            }
+            if let Some(id) = self.io.slots_dirty.pop() {
+                if !self.io.slots_dirty.contains(&id) {
+                    self.send_slots(id);
+                }
+                continue;
+            }
+            break;
+        }
+    }
+
+    fn on_event(&mut self, now: Instant, id: ParticipantId, ev: Event) {
+        match ev {
+            Event::RtpPacket(pkt) => self.on_rtp(now, id, pkt),
+            Event::KeyframeRequest(req) => {
+                self.io.counters.keyframe_requests_received += 1;
+                let source = self
+                    .participants
+                    .get(&id)
+                    .and_then(|p| p.slots.iter().find(|s| s.mid == req.mid))
+                    .and_then(|s| s.source);
+                if let Some(track) = source {
+                    self.request_keyframe(now, track);
+                }
+            }
+            Event::Connected => {
+                if let Some(p) = self.participants.get_mut(&id) {
+                    p.connected = true;
+                }
+                self.io.out.control.push(ShardEvent::Connected { id });
+            }
+            Event::IceConnectionStateChange(IceConnectionState::Disconnected) => {
+                self.io.doomed.push((id, "ice_disconnected"));
+            }
+            Event::ChannelOpen(cid, _label) => self.on_channel_open(id, cid),
+            Event::ChannelData(d) => {
+                if !d.binary {
+                    if let Ok(req) = serde_json::from_slice::<ClientRequest>(&d.data) {
+                        self.on_client_request(id, req);
+                    }
+                }
+            }
+            Event::MediaAdded(m) => {
+                if let Some(p) = self.participants.get_mut(&id) {
+                    let line = [MediaLine {
+                        mid: m.mid,
+                        kind: m.kind,
+                    }];
+                    use str0m::media::Direction::*;
+                    let (t, s): (&[MediaLine], &[MediaLine]) = match m.direction {
+                        RecvOnly => (&line, &[]),
+                        SendOnly => (&[], &line),
+                        SendRecv => (&line, &line),
+                        Inactive => (&[], &[]),
+                    };
+                    if !p.add_lines(t, s) {
+                        return;
+                    }
+                    self.io.out.control.push(ShardEvent::LinesChanged {
+                        id,
+                        tracks: p.track_lines(),
+                        slots: p.slot_lines(),
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// A publisher's RTP packet: classify it once, then forward it.
+    fn on_rtp(&mut self, now: Instant, id: ParticipantId, pkt: RtpPacket) {
+        let Some(p) = self.participants.get_mut(&id) else {
+            return;
+        };
+        let Some(idx) = p.track_index(pkt.header.ssrc) else {
+            self.io.counters.dropped_no_codec += 1;
+            return;
+        };
+        let pt = pkt.header.payload_type;
+        let cached = p
+            .tracks
+            .get(idx)
+            .and_then(|t| t.codec)
+            .filter(|(cpt, _)| *cpt == pt)
+            .map(|(_, spec)| spec);
+        let spec = match cached {
+            Some(s) => s,
+            None => {
+                let Some(spec) = p.rtc.codec_config().find(|pp| pp.pt() == pt).map(|pp| pp.spec())
+                else {
+                    self.io.counters.dropped_no_codec += 1;
+                    return;
+                };
+                if let Some(t) = p.tracks.get_mut(idx) {
+                    t.codec = Some((pt, spec));
+                }
+                spec
+            }
+        };
+        let Some(track) = p.tracks.get(idx) else {
+            return;
+        };
+        let media = MediaPacket {
+            track: TrackKey {
+                participant: id,
+                mid: track.mid,
+            },
+            kind: track.kind,
+            spec,
+            seq: *pkt.seq_no,
+            timestamp: pkt.header.timestamp,
+            marker: pkt.header.marker,
+            keyframe: track.kind == MediaKind::Video && is_keyframe_start(spec.codec, &pkt.payload),
+            ext: E2eExt::from_ext(&pkt.header.ext_vals),
+            payload: pkt.payload,
+            received: pkt.timestamp,
+        };
+        let room = p.room;
+        self.forward(now, room, &media, true);
+    }
+
+    /// Sends `media` to every local subscriber whose slot shows its track, and
+    /// (when it originated here) one copy to each peer shard of the room.
+    fn forward(&mut self, now: Instant, room_id: RoomId, media: &MediaPacket, origin: bool) {
+        let Some(room) = self.rooms.get_mut(&room_id) else {
+            return;
+        };
+        if media.kind == MediaKind::Audio {
+            room.note_audio(
+                media.track.participant,
+                media.ext.audio_level,
+                media.ext.voice_activity,
+                now,
+            );
+        }
+        if origin {
+            for &shard in &room.peer_shards {
+                self.io.counters.cross_shard_out += 1;
+                self.io.out.peers.push((
+                    shard,
+                    PeerMsg::Media {
+                        room: room_id,
+                        packet: media.to_copy(),
+                    },
+                ));
+            }
+        }
+        let mut want_keyframe = false;
+        for &sub in &room.local {
+            if sub == media.track.participant {
+                continue;
+            }
+            let Some(p) = self.participants.get_mut(&sub) else {
+                continue;
+            };
+            let Participant {
+                slots,
+                rtc,
+                timeout,
+                scheduled,
+                ..
+            } = p;
+            for slot in slots.iter_mut().filter(|s| s.source == Some(media.track)) {
+                if slot.need_keyframe {
+                    if !media.keyframe {
+                        self.io.counters.dropped_waiting_keyframe += 1;
+                        want_keyframe = true;
+                        continue;
+                    }
+                    slot.need_keyframe = false;
+                }
+                let out_pt = match slot.pt_map {
+                    Some((spec, pt)) if spec == media.spec => Some(pt),
+                    _ => {
+                        let mapped = subscriber_pt(rtc, slot.mid, &media.spec);
+                        slot.pt_map = mapped.map(|pt| (media.spec, pt));
+                        mapped
+                    }
+                };
+                let Some(out_pt) = out_pt else {
+                    self.io.counters.dropped_no_codec += 1;
+                    continue;
+                };
+                let clock = media.spec.clock_rate.get();
+                let Some((seq, ts)) = slot.rewriter.rewrite(media.seq, media.timestamp, clock, now)
+                else {
+                    self.io.counters.dropped_stale += 1;
+                    continue;
+                };
+                let mut api = rtc.direct_api();
+                let Some(tx) = api.stream_tx_by_mid(slot.mid, None) else {
+                    continue;
+                };
+                tx.write_rtp(
+                    RtpWrite::new(
+                        out_pt,
+                        SeqNo::from(seq),
+                        ts,
+                        media.received,
+                        media.payload.clone(),
+                    )
+                    .marker(media.marker)
+                    .ext_vals(media.ext.to_ext())
+                    .nackable(media.kind == MediaKind::Video),
+                );
+                self.io.counters.forwarded += 1;
+                // str0m: drain after every mutation, before the next one.
+                drain_rtc(&mut self.io, sub, rtc, timeout, scheduled);
+            }
+        }
+        if want_keyframe {
+            self.request_keyframe(now, media.track);
+        }
+    }
+
+    /// Asks the publisher of `track` for a keyframe, rate-limited per track.
+    fn request_keyframe(&mut self, now: Instant, track: TrackKey) {
+        if let Some(p) = self.participants.get_mut(&track.participant) {
+            let Some(t) = p.tracks.iter_mut().find(|t| t.mid == track.mid) else {
+                return;
+            };
+            if t.kind != MediaKind::Video
+                || t.last_keyframe_request
+                    .is_some_and(|l| now.saturating_duration_since(l) < KEYFRAME_REQUEST_INTERVAL)
+            {
+                return;
+            }
+            t.last_keyframe_request = Some(now);
+            let mut api = p.rtc.direct_api();
+            if let Some(rx) = api.stream_rx_by_mid(track.mid, None) {
+                rx.request_keyframe(KeyframeRequestKind::Pli);
+                self.io.counters.keyframe_requests_sent += 1;
+            }
+            self.drain(track.participant);
+            return;
+        }
+        // Remote publisher: one message to its shard, rate-limited here too.
+        let shard = self
+            .rooms
+            .values()
+            .find_map(|r| r.member(track.participant))
+            .map(|m| m.info.shard);
+        let Some(shard) = shard else {
+            return;
+        };
+        let last = self.remote_kf.get(&track);
+        if last.is_some_and(|l| now.saturating_duration_since(*l) < KEYFRAME_REQUEST_INTERVAL) {
+            return;
+        }
+        self.remote_kf.insert(track, now);
+        self.io
+            .out
+            .peers
+            .push((shard, PeerMsg::KeyframeRequest { track }));
+    }
+
+    /// Roster changed: tell every local member and refill their slots.
+    fn room_changed(&mut self, room_id: RoomId) {
+        let Some(room) = self.rooms.get(&room_id) else {
+            return;
+        };
+        let local = room.local.clone();
+        let roster = roster_event(room);
+        for id in &local {
+            self.send_event(*id, &roster);
+        }
+        for id in local {
+            self.assign_slots(id);
+        }
+        let live: Vec<TrackKey> = self.remote_kf.keys().copied().collect();
+        for t in live {
+            if !self.rooms.values().any(|r| r.has_track(t)) {
+                self.remote_kf.remove(&t);
+            }
+        }
+    }
+
+    /// Fills `id`'s slots from its room's ranking: pinned sources stay, the best
+    /// ranked tracks are shown, a slot whose source left is refilled.
+    fn assign_slots(&mut self, id: ParticipantId) {
+        let Some(p) = self.participants.get_mut(&id) else {
+            return;
+        };
+        let Some(room) = self.rooms.get(&p.room) else {
+            return;
+        };
+        let mut changed = false;
+        let mut new_sources = Vec::new();
+        for kind in [MediaKind::Video, MediaKind::Audio] {
+            if !p.slots.iter().any(|s| s.kind == kind) {
+                continue;
+            }
+            let ranked = room.ranked_tracks(id, kind);
+            // Drop sources that left the room.
+            for s in p.slots.iter_mut().filter(|s| s.kind == kind) {
+                if s.source.is_some_and(|t| !room.has_track(t)) {
+                    s.pinned = false;
+                    changed |= s.set_source(None);
+                }
+            }
+            let n = p.slots.iter().filter(|s| s.kind == kind).count();
+            let pinned: Vec<TrackKey> = p
+                .slots
+                .iter()
+                .filter(|s| s.kind == kind && s.pinned)
+                .filter_map(|s| s.source)
+                .collect();
+            let desired: Vec<TrackKey> = pinned
+                .iter()
+                .copied()
+                .chain(ranked.into_iter().filter(|t| !pinned.contains(t)))
+                .take(n)
+                .collect();
+            // Free unpinned slots showing something no longer desired.
+            for s in p.slots.iter_mut().filter(|s| s.kind == kind && !s.pinned) {
+                if s.source.is_some_and(|t| !desired.contains(&t)) {
+                    changed |= s.set_source(None);
+                }
+            }
+            // Fill empty slots with desired tracks not yet shown, best first.
+            for t in desired {
+                if p.slots.iter().any(|s| s.source == Some(t)) {
+                    continue;
+                }
+                if let Some(s) = p
+                    .slots
+                    .iter_mut()
+                    .find(|s| s.kind == kind && s.source.is_none())
+                {
+                    s.set_source(Some(t));
+                    changed = true;
+                    new_sources.push(t);
+                }
+            }
+        }
+        if changed {
+            self.io.slots_dirty.push(id);
+        }
+        // A new source in a slot needs a keyframe now, not at its next periodic one.
+        for t in new_sources {
+            self.pending_keyframes(t);
+        }
+    }
+
+    fn pending_keyframes(&mut self, track: TrackKey) {
+        // Deferred through the event queue so that it never runs inside a drain.
+        self.io.events.push_back((
+            track.participant,
+            Event::KeyframeRequest(str0m::media::KeyframeRequest {
+                mid: track.mid,
+                rid: None,
+                kind: KeyframeRequestKind::Pli,
+            }),
+        ));
+    }
+
+    fn on_channel_open(&mut self, id: ParticipantId, cid: ChannelId) {
+        let Some(p) = self.participants.get_mut(&id) else {
+            return;
+        };
+        p.channel = Some(cid);
+        let room_id = p.room;
+        let Some(room) = self.rooms.get(&room_id) else {
+            return;
+        };
+        let welcome = RoomEvent::Welcome {
+            participant: id.to_string(),
+            room: room.name.clone(),
+        };
+        let roster = roster_event(room);
+        let speaker = RoomEvent::Speaker {
+            participant: room.speaker.map(|s| s.to_string()),
+        };
+        self.send_event(id, &welcome);
+        self.send_event(id, &roster);
+        self.send_slots(id);
+        self.send_event(id, &speaker);
+    }
+
+    fn on_client_request(&mut self, id: ParticipantId, req: ClientRequest) {
+        let Some(p) = self.participants.get_mut(&id) else {
+            return;
+        };
+        match req {
+            ClientRequest::Pin { participant, mid } => {
+                let Ok(target) = participant.parse::<ParticipantId>() else {
+                    return;
+                };
+                let Some(room) = self.rooms.get(&p.room) else {
+                    return;
+                };
+                let Some(slot) = p.slots.iter_mut().find(|s| s.mid.to_string() == mid) else {
+                    return;
+                };
+                let Some(line) = room
+                    .member(target)
+                    .and_then(|m| m.info.tracks.iter().find(|l| l.kind == slot.kind))
+                else {
+                    return;
+                };
+                let track = TrackKey {
+                    participant: target,
+                    mid: line.mid,
+                };
+                // The pinned track leaves any other slot it was in.
+                for other in p.slots.iter_mut() {
+                    if other.source == Some(track) && other.mid.to_string() != mid {
+                        other.pinned = false;
+                        other.set_source(None);
+                    }
+                }
+                if let Some(slot) = p.slots.iter_mut().find(|s| s.mid.to_string() == mid) {
+                    slot.pinned = true;
+                    if slot.set_source(Some(track)) {
+                        self.pending_keyframes(track);
+                    }
+                }
+                self.io.slots_dirty.push(id);
+                self.assign_slots(id);
+            }
+            ClientRequest::Unpin { mid } => {
+                if let Some(slot) = p.slots.iter_mut().find(|s| s.mid.to_string() == mid) {
+                    slot.pinned = false;
+                }
+                self.assign_slots(id);
+            }
+        }
+    }
+
+    fn send_slots(&mut self, id: ParticipantId) {
+        let Some(p) = self.participants.get(&id) else {
+            return;
+        };
+        let ev = RoomEvent::Slots {
+            slots: p
+                .slots
+                .iter()
+                .map(|s| SlotJson {
+                    mid: s.mid.to_string(),
+                    kind: kind_str(s.kind),
+                    participant: s.source.map(|t| t.participant.to_string()),
+                    track: s.source.map(|t| t.mid.to_string()),
+                })
+                .collect(),
+        };
+        self.send_event(id, &ev);
+    }
+
+    /// Sends a room event on the participant's data channel, if it is open.
+    fn send_event(&mut self, id: ParticipantId, ev: &RoomEvent) {
+        let Some(p) = self.participants.get_mut(&id) else {
+            return;
+        };
+        let Some(cid) = p.channel else {
+            return;
+        };
+        let Ok(text) = serde_json::to_string(ev) else {
+            return;
+        };
+        if let Some(mut ch) = p.rtc.channel(cid) {
+            if ch.write(false, text.as_bytes()).is_err() {
+                self.io.counters.rtc_errors += 1;
+            }
+        }
+        self.drain(id);
+    }
+
+    fn tick_rooms(&mut self, now: Instant) {
+        let changed: Vec<RoomId> = self
+            .rooms
+            .iter_mut()
+            .filter_map(|(id, r)| r.update_speaker(now).then_some(*id))
+            .collect();
+        for room_id in changed {
+            let Some(room) = self.rooms.get(&room_id) else {
+                continue;
+            };
+            let ev = RoomEvent::Speaker {
+                participant: room.speaker.map(|s| s.to_string()),
+            };
+            for id in room.local.clone() {
+                self.send_event(id, &ev);
+                self.assign_slots(id);
+            }
+        }
+    }
+
+    /// Removes a participant from this shard: closes its `Rtc` (DTLS
+    /// close_notify goes out), forgets its addresses, frees slots showing it.
+    fn evict(&mut self, now: Instant, id: ParticipantId, reason: &'static str) {
+        let Some(mut p) = self.participants.remove(&id) else {
+            return;
+        };
+        self.io.counters.participants_removed += 1;
+        if p.rtc.is_alive() {
+            let _ = p.rtc.close();
+            let (mut t, mut s) = (None, None);
+            drain_rtc(&mut self.io, id, &mut p.rtc, &mut t, &mut s);
+            // Events of a participant that is leaving are moot.
+            self.io.events.retain(|(e, _)| *e != id);
+            self.io.doomed.retain(|(d, _)| *d != id);
+        }
+        for a in &p.addrs {
+            self.by_addr.remove(a);
+        }
+        self.by_ufrag.remove(&p.ufrag);
+        if reason != "left" && reason != "shutdown" {
+            self.io.out.control.push(ShardEvent::Left { id, reason });
+        }
+        // Forget it in the local room view right away; the control thread's
+        // roster update will confirm.
+        let room_id = p.room;
+        if let Some(room) = self.rooms.get_mut(&room_id) {
+            room.members.retain(|m| m.info.id != id);
+            room.local.retain(|l| *l != id);
+            if room.local.is_empty() {
+                self.rooms.remove(&room_id);
+            } else {
+                self.room_changed(room_id);
+            }
+        }
+        if self.participants.is_empty() {
+            self.next_tick = None;
+        }
+        let _ = now;
+    }
+}
+
+/// Drains one `Rtc` into the engine's outputs and event queue, and keeps its
+/// timer entry current. A free function so that a participant's fields can be
+/// borrowed apart (slots while its `Rtc` drains).
+fn drain_rtc(
+    io: &mut Io,
+    id: ParticipantId,
+    rtc: &mut str0m::Rtc,
+    timeout: &mut Option<Instant>,
+    scheduled: &mut Option<Instant>,
+) {
+    for _ in 0..MAX_DRAIN {
+        match rtc.poll_output() {
+            Ok(Output::Timeout(t)) => {
+                *timeout = Some(t);
+                if scheduled.is_none_or(|s| t < s) {
+                    *scheduled = Some(t);
+                    io.timers.push(Reverse((t, id)));
+                }
+                break;
+            }
+            Ok(Output::Transmit(t)) => {
+                io.counters.tx_packets += 1;
+                io.counters.tx_bytes += t.contents.len() as u64;
+                io.out.transmits.push(t);
+            }
+            Ok(Output::Event(e)) => io.events.push_back((id, e)),
+            Err(_) => {
+                io.counters.rtc_errors += 1;
+                io.doomed.push((id, "error"));
+                break;
+            }
+        }
+    }
+    if !rtc.is_alive() {
+        io.doomed.push((id, "closed"));
+    }
+}
+
+/// The payload type on a subscriber's slot that carries `spec`.
+fn subscriber_pt(
+    rtc: &str0m::Rtc,
+    mid: str0m::media::Mid,
+    spec: &str0m::format::CodecSpec,
+) -> Option<str0m::media::Pt> {
+    let cfg = rtc.codec_config();
+    let media = rtc.media(mid)?;
+    let cands: Vec<_> = media
+        .remote_pts()
+        .iter()
+        .filter_map(|pt| cfg.find(|pp| pp.pt() == *pt).map(|pp| (*pt, pp.spec())))
+        .collect();
+    map_pt(spec, cands.iter().map(|(pt, s)| (*pt, s)))
+}
+
+fn roster_event(room: &RoomView) -> RoomEvent {
+    RoomEvent::Roster {
+        participants: room
+            .members
+            .iter()
+            .map(|m| MemberJson {
+                id: m.info.id.to_string(),
+                name: m.info.name.clone(),
+                tracks: m
+                    .info
+                    .tracks
+                    .iter()
+                    .map(|l| TrackJson {
+                        mid: l.mid.to_string(),
+                        kind: kind_str(l.kind),
+                    })
+                    .collect(),
+            })
+            .collect(),
+    }
+}
+
+/// Cheap sanity check before str0m sees a datagram: RTP/RTCP need a version-2
+/// header of at least 12 (RTP) or 8 (RTCP) bytes, STUN its 20-byte header.
+fn plausible(data: &[u8]) -> bool {
+    match data.first() {
+        None => false,
+        Some(0..=3) => data.len() >= 20,
+        Some(128..=191) => data.len() >= 8,
+        Some(20..=63) => data.len() >= 13,
+        Some(_) => true, // str0m's demux refuses the rest and we count it
+    }
+}

@@ -1,0 +1,89 @@
+//! Room events sent to participants on their data channel (schema: docs/api.md).
+//! Serialised with serde; built only when something changes, never per packet.
+
+use serde::Serialize;
+
+#[derive(Serialize, Debug, Clone, PartialEq, Eq)]
+pub struct TrackJson {
+    pub mid: String,
+    pub kind: &'static str,
+}
+
+#[derive(Serialize, Debug, Clone, PartialEq, Eq)]
+pub struct MemberJson {
+    pub id: String,
+    pub name: String,
+    pub tracks: Vec<TrackJson>,
+}
+
+#[derive(Serialize, Debug, Clone, PartialEq, Eq)]
+pub struct SlotJson {
+    pub mid: String,
+    pub kind: &'static str,
+    pub participant: Option<String>,
+    pub track: Option<String>,
+}
+
+#[derive(Serialize, Debug, Clone, PartialEq, Eq)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum RoomEvent {
+    Welcome {
+        participant: String,
+        room: String,
+    },
+    Roster {
+        participants: Vec<MemberJson>,
+    },
+    Slots {
+        slots: Vec<SlotJson>,
+    },
+    Speaker {
+        participant: Option<String>,
+    },
+}
+
+/// What a client may ask for on the data channel.
+#[derive(serde::Deserialize, Debug, PartialEq, Eq)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum ClientRequest {
+    Pin { participant: String, mid: String },
+    Unpin { mid: String },
+}
+
+pub fn kind_str(kind: str0m::media::MediaKind) -> &'static str {
+    match kind {
+        str0m::media::MediaKind::Audio => "audio",
+        str0m::media::MediaKind::Video => "video",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schema_matches_the_docs() {
+        let e = RoomEvent::Slots {
+            slots: vec![SlotJson {
+                mid: "2".into(),
+                kind: "video",
+                participant: None,
+                track: None,
+            }],
+        };
+        assert_eq!(
+            serde_json::to_string(&e).unwrap(),
+            r#"{"type":"slots","slots":[{"mid":"2","kind":"video","participant":null,"track":null}]}"#
+        );
+        let r: ClientRequest =
+            serde_json::from_str(r#"{"type":"pin","participant":"p1","mid":"2"}"#).unwrap();
+        assert_eq!(
+            r,
+            ClientRequest::Pin {
+                participant: "p1".into(),
+                mid: "2".into()
+            }
+        );
+        assert!(serde_json::from_str::<ClientRequest>(r#"{"type":"dance"}"#).is_err());
+    }
+}

@@ -1,0 +1,128 @@
+//! One participant on a shard: its str0m `Rtc`, the tracks it publishes, its
+//! receive slots, and its data channel.
+//!
+//! Must not: decide what goes in a slot (the engine does, from the room view).
+
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use str0m::Rtc;
+use str0m::channel::ChannelId;
+use str0m::format::CodecSpec;
+use str0m::media::{MediaKind, Mid, Pt};
+use str0m::rtp::Ssrc;
+
+use crate::ids::{ParticipantId, RoomId};
+use crate::offer::MediaLine;
+use crate::slot::Slot;
+
+#[derive(Debug)]
+pub struct PublishedTrack {
+    pub mid: Mid,
+    pub kind: MediaKind,
+    /// Last payload type seen and its codec (publishers rarely switch).
+    pub codec: Option<(Pt, CodecSpec)>,
+    pub last_keyframe_request: Option<Instant>,
+}
+
+pub struct Participant {
+    pub id: ParticipantId,
+    pub room: RoomId,
+    pub name: String,
+    pub rtc: Rtc,
+    pub ufrag: String,
+    pub tracks: Vec<PublishedTrack>,
+    /// SSRC -> index in `tracks`, filled on first sight of each SSRC.
+    pub ssrcs: Vec<(Ssrc, usize)>,
+    pub slots: Vec<Slot>,
+    pub channel: Option<ChannelId>,
+    /// Remote addresses that proved (by ICE) to be this participant.
+    pub addrs: Vec<SocketAddr>,
+    /// str0m's next deadline, and the earliest entry we have in the timer heap.
+    pub timeout: Option<Instant>,
+    pub scheduled: Option<Instant>,
+    pub connected: bool,
+}
+
+impl Participant {
+    pub fn new(
+        id: ParticipantId,
+        room: RoomId,
+        name: String,
+        rtc: Rtc,
+        ufrag: String,
+        tracks: &[MediaLine],
+        slots: &[MediaLine],
+    ) -> Self {
+        let mut p = Participant {
+            id,
+            room,
+            name,
+            rtc,
+            ufrag,
+            tracks: Vec::new(),
+            ssrcs: Vec::new(),
+            slots: Vec::new(),
+            channel: None,
+            addrs: Vec::new(),
+            timeout: None,
+            scheduled: None,
+            connected: false,
+        };
+        let _ = p.add_lines(tracks, slots);
+        p
+    }
+
+    /// Adds m-lines from a (re)negotiation, ignoring mids already known.
+    /// Returns true if anything was new.
+    pub fn add_lines(&mut self, tracks: &[MediaLine], slots: &[MediaLine]) -> bool {
+        let before = (self.tracks.len(), self.slots.len());
+        for t in tracks {
+            if !self.tracks.iter().any(|x| x.mid == t.mid) {
+                self.tracks.push(PublishedTrack {
+                    mid: t.mid,
+                    kind: t.kind,
+                    codec: None,
+                    last_keyframe_request: None,
+                });
+            }
+        }
+        for s in slots {
+            if !self.slots.iter().any(|x| x.mid == s.mid) {
+                self.slots.push(Slot::new(s.mid, s.kind));
+            }
+        }
+        before != (self.tracks.len(), self.slots.len())
+    }
+
+    pub fn track_lines(&self) -> Vec<MediaLine> {
+        self.tracks
+            .iter()
+            .map(|t| MediaLine {
+                mid: t.mid,
+                kind: t.kind,
+            })
+            .collect()
+    }
+
+    pub fn slot_lines(&self) -> Vec<MediaLine> {
+        self.slots
+            .iter()
+            .map(|s| MediaLine {
+                mid: s.mid,
+                kind: s.kind,
+            })
+            .collect()
+    }
+
+    /// Which published track an incoming SSRC belongs to.
+    pub fn track_index(&mut self, ssrc: Ssrc) -> Option<usize> {
+        if let Some(&(_, i)) = self.ssrcs.iter().find(|(s, _)| *s == ssrc) {
+            return Some(i);
+        }
+        let mid = self.rtc.direct_api().stream_rx(&ssrc).map(|s| s.mid())?;
+        let i = self.tracks.iter().position(|t| t.mid == mid)?;
+        self.ssrcs.push((ssrc, i));
+        Some(i)
+    }
+}

@@ -1,0 +1,223 @@
+//! A room as one shard sees it: the whole roster (members on any shard, sent by
+//! the control thread as a value), which of them live here, which peer shards
+//! host the others, and who spoke last.
+//!
+//! Owns the ranking that fills receive slots (most recent speaker first, then
+//! join order). Must not: hold participants' `Rtc`s (the engine does).
+
+use std::time::{Duration, Instant};
+
+use str0m::media::MediaKind;
+
+use crate::ids::{ParticipantId, RoomId, TrackKey};
+use crate::offer::MediaLine;
+
+/// Audio louder than this (dBov, RFC 6464 as str0m reports it: 0 is loudest) counts as speech.
+const SPEECH_LEVEL: i8 = -50;
+/// How long after the last speech a participant stays the active speaker.
+const SPEAKER_HOLD: Duration = Duration::from_millis(1500);
+
+/// A member of a room as the control thread describes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemberInfo {
+    pub id: ParticipantId,
+    pub name: String,
+    pub shard: usize,
+    pub tracks: Vec<MediaLine>,
+}
+
+/// The full roster of a room, sent to every shard hosting one of its members
+/// whenever it changes.
+#[derive(Clone, Debug)]
+pub struct RoomUpdate {
+    pub room: RoomId,
+    pub name: String,
+    pub members: Vec<MemberInfo>,
+}
+
+#[derive(Debug)]
+pub struct Member {
+    pub info: MemberInfo,
+    pub last_spoke: Option<Instant>,
+}
+
+#[derive(Debug)]
+pub struct RoomView {
+    pub id: RoomId,
+    pub name: String,
+    /// In join order.
+    pub members: Vec<Member>,
+    /// Shards other than this one that host members: where this room's media goes.
+    pub peer_shards: Vec<usize>,
+    /// Members hosted on this shard.
+    pub local: Vec<ParticipantId>,
+    pub speaker: Option<ParticipantId>,
+}
+
+impl RoomView {
+    pub fn new(id: RoomId, name: String) -> Self {
+        RoomView {
+            id,
+            name,
+            members: Vec::new(),
+            peer_shards: Vec::new(),
+            local: Vec::new(),
+            speaker: None,
+        }
+    }
+
+    /// Replaces the roster, keeping speech history of members that stay.
+    /// Returns true if membership or tracks changed.
+    pub fn apply(&mut self, update: RoomUpdate, my_shard: usize) -> bool {
+        self.name = update.name;
+        let mut changed = update.members.len() != self.members.len();
+        let mut members = Vec::with_capacity(update.members.len());
+        for info in update.members {
+            let old = self.members.iter().find(|m| m.info.id == info.id);
+            changed |= old.is_none_or(|o| o.info != info);
+            members.push(Member {
+                last_spoke: old.and_then(|o| o.last_spoke),
+                info,
+            });
+        }
+        self.members = members;
+        self.local = self
+            .members
+            .iter()
+            .filter(|m| m.info.shard == my_shard)
+            .map(|m| m.info.id)
+            .collect();
+        let mut peers: Vec<usize> = self
+            .members
+            .iter()
+            .map(|m| m.info.shard)
+            .filter(|&s| s != my_shard)
+            .collect();
+        peers.sort_unstable();
+        peers.dedup();
+        self.peer_shards = peers;
+        if self.speaker.is_some_and(|s| !self.has_member(s)) {
+            self.speaker = None;
+        }
+        changed
+    }
+
+    pub fn has_member(&self, id: ParticipantId) -> bool {
+        self.members.iter().any(|m| m.info.id == id)
+    }
+
+    pub fn has_track(&self, t: TrackKey) -> bool {
+        self.members
+            .iter()
+            .any(|m| m.info.id == t.participant && m.info.tracks.iter().any(|l| l.mid == t.mid))
+    }
+
+    pub fn member(&self, id: ParticipantId) -> Option<&Member> {
+        self.members.iter().find(|m| m.info.id == id)
+    }
+
+    /// Records an audio packet's level; cheap enough for every audio packet.
+    pub fn note_audio(&mut self, from: ParticipantId, level: Option<i8>, vad: Option<bool>, now: Instant) {
+        let speaking = level.is_some_and(|l| l > SPEECH_LEVEL) && vad != Some(false);
+        if speaking {
+            if let Some(m) = self.members.iter_mut().find(|m| m.info.id == from) {
+                m.last_spoke = Some(now);
+            }
+        }
+    }
+
+    /// Re-evaluates the active speaker; returns true when it changed.
+    pub fn update_speaker(&mut self, now: Instant) -> bool {
+        let current = self
+            .members
+            .iter()
+            .filter_map(|m| m.last_spoke.map(|t| (t, m.info.id)))
+            .filter(|(t, _)| now.saturating_duration_since(*t) < SPEAKER_HOLD)
+            .max_by_key(|(t, _)| *t)
+            .map(|(_, id)| id);
+        match current {
+            Some(id) if self.speaker != Some(id) => {
+                self.speaker = Some(id);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Tracks of `kind` that `viewer` could receive, best first: most recent
+    /// speaker first, then the rest in join order.
+    pub fn ranked_tracks(&self, viewer: ParticipantId, kind: MediaKind) -> Vec<TrackKey> {
+        let mut ranked: Vec<(Option<Instant>, usize, TrackKey)> = Vec::new();
+        for (order, m) in self.members.iter().enumerate() {
+            if m.info.id == viewer {
+                continue;
+            }
+            for line in m.info.tracks.iter().filter(|l| l.kind == kind) {
+                ranked.push((
+                    m.last_spoke,
+                    order,
+                    TrackKey {
+                        participant: m.info.id,
+                        mid: line.mid,
+                    },
+                ));
+            }
+        }
+        // Some(latest) first, then None; ties by join order.
+        ranked.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        ranked.into_iter().map(|(_, _, t)| t).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(id: u64, shard: usize) -> MemberInfo {
+        MemberInfo {
+            id: ParticipantId(id),
+            name: format!("m{id}"),
+            shard,
+            tracks: vec![
+                MediaLine {
+                    mid: "0".into(),
+                    kind: MediaKind::Video,
+                },
+                MediaLine {
+                    mid: "1".into(),
+                    kind: MediaKind::Audio,
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn roster_and_ranking() {
+        let mut r = RoomView::new(RoomId(1), "r".into());
+        let changed = r.apply(
+            RoomUpdate {
+                room: RoomId(1),
+                name: "r".into(),
+                members: vec![info(1, 0), info(2, 1), info(3, 0)],
+            },
+            0,
+        );
+        assert!(changed);
+        assert_eq!(r.local, vec![ParticipantId(1), ParticipantId(3)]);
+        assert_eq!(r.peer_shards, vec![1]);
+        let ranked = r.ranked_tracks(ParticipantId(1), MediaKind::Video);
+        assert_eq!(
+            ranked.iter().map(|t| t.participant.0).collect::<Vec<_>>(),
+            vec![2, 3]
+        );
+        // Participant 3 speaks: it ranks first and becomes the speaker.
+        let now = Instant::now();
+        r.note_audio(ParticipantId(3), Some(-20), Some(true), now);
+        r.note_audio(ParticipantId(2), Some(-100), None, now); // silence
+        assert!(r.update_speaker(now));
+        assert_eq!(r.speaker, Some(ParticipantId(3)));
+        assert!(!r.update_speaker(now));
+        let ranked = r.ranked_tracks(ParticipantId(1), MediaKind::Video);
+        assert_eq!(ranked[0].participant, ParticipantId(3));
+    }
+}
