@@ -83,6 +83,21 @@ fn err(message: impl Into<String>) -> LoadError {
     }
 }
 
+/// `e` and its sources, joined: aya's messages leave the errno in the source.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let c_s = c.to_string();
+        if !s.contains(&c_s) {
+            s.push_str(": ");
+            s.push_str(&c_s);
+        }
+        cur = c.source();
+    }
+    s
+}
+
 fn privilege_hint() -> &'static str {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } == 0 {
@@ -100,13 +115,15 @@ fn program_error(what: &str, e: ProgramError) -> LoadError {
             verifier_log,
         } => LoadError {
             message: format!(
-                "the kernel refused to load the {what} program: {io_error}{}",
+                "the kernel refused to load the {what} program: {}{}",
+                chain(&io_error),
                 privilege_hint()
             ),
             detail: Some(verifier_log.to_string()),
         },
         e => err(format!(
-            "cannot load or attach the {what} program: {e}{}",
+            "cannot load or attach the {what} program: {}{}",
+            chain(&e),
             privilege_hint()
         )),
     }
@@ -134,8 +151,9 @@ impl Tracer {
     pub fn load(cfg: &Config) -> Result<Tracer, LoadError> {
         let btf = Btf::from_sys_fs().map_err(|e| {
             err(format!(
-                "kernel BTF is not available (/sys/kernel/btf/vmlinux: {e}); \
-                 this tracer needs a kernel built with CONFIG_DEBUG_INFO_BTF=y"
+                "kernel BTF is not available (/sys/kernel/btf/vmlinux: {}); \
+                 this tracer needs a kernel built with CONFIG_DEBUG_INFO_BTF=y",
+                chain(&e)
             ))
         })?;
         let mut ebpf = EbpfLoader::new()
@@ -143,7 +161,8 @@ impl Tracer {
             .load(OBJECT)
             .map_err(|e| {
                 err(format!(
-                    "cannot load the BPF object (maps or CO-RE relocation): {e}{}",
+                    "cannot load the BPF object (maps or CO-RE relocation): {}{}",
+                    chain(&e),
                     privilege_hint()
                 ))
             })?;
@@ -152,7 +171,7 @@ impl Tracer {
             ebpf.map_mut("dwell_cfg")
                 .ok_or_else(|| err("BPF object has no dwell_cfg map"))?,
         )
-        .map_err(|e| err(format!("dwell_cfg map: {e}")))?;
+        .map_err(|e| err(format!("dwell_cfg map: {}", chain(&e))))?;
         let raw = RawCfg {
             enabled: 1,
             port_lo: u32::from(cfg.ports.lo),
@@ -161,7 +180,7 @@ impl Tracer {
         };
         cfg_map
             .set(0, raw, 0)
-            .map_err(|e| err(format!("cannot write the configuration map: {e}")))?;
+            .map_err(|e| err(format!("cannot write the configuration map: {}", chain(&e))))?;
 
         // Attach the read side first: a read without a matching enqueue is
         // counted as unknown, whereas enqueues without reads would pile up.
@@ -173,7 +192,7 @@ impl Tracer {
                 .program_mut(prog)
                 .ok_or_else(|| err(format!("BPF object has no program {prog}")))?
                 .try_into()
-                .map_err(|e| err(format!("program {prog}: {e}")))?;
+                .map_err(|e| err(format!("program {prog}: {}", chain(&e))))?;
             p.load(tp, &btf).map_err(|e| match e {
                 ProgramError::Btf(b) => err(format!(
                     "this kernel has no BTF tracepoint {tp} ({b}); it needs Linux 6.3 or newer"
@@ -187,12 +206,12 @@ impl Tracer {
             ebpf.take_map("dwell_stats")
                 .ok_or_else(|| err("BPF object has no dwell_stats map"))?,
         )
-        .map_err(|e| err(format!("dwell_stats map: {e}")))?;
+        .map_err(|e| err(format!("dwell_stats map: {}", chain(&e))))?;
         let counters = PerCpuArray::try_from(
             ebpf.take_map("dwell_counters")
                 .ok_or_else(|| err("BPF object has no dwell_counters map"))?,
         )
-        .map_err(|e| err(format!("dwell_counters map: {e}")))?;
+        .map_err(|e| err(format!("dwell_counters map: {}", chain(&e))))?;
         Ok(Tracer {
             _ebpf: ebpf,
             stats,
