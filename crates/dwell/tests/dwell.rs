@@ -61,6 +61,14 @@ mod traced {
     use std::thread;
     use std::time::{Duration, Instant};
 
+    /// The tracing tests run one at a time: a flood in one would disturb
+    /// the timing another checks.
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    fn serial() -> std::sync::MutexGuard<'static, ()> {
+        SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Writes past libtest's output capture, so a skip is always visible.
     fn say(msg: &str) {
         let _ = writeln!(std::io::stderr().lock(), "{msg}");
@@ -422,6 +430,7 @@ mod traced {
 
     #[test]
     fn tracer_agrees_with_so_timestampns_on_sleepy_receivers() {
+        let _serial = serial();
         let fast = receiver();
         let slow = receiver();
         let batch = receiver();
@@ -612,8 +621,97 @@ mod traced {
         say(&report);
     }
 
+    /// A sender thread floods a receiver whose queue is small, so the kernel
+    /// drops datagrams while enqueues and reads race on two CPUs. The FIFO
+    /// must stay in step with the real queue: every read is matched, and the
+    /// mean still agrees with SO_TIMESTAMPNS.
+    #[test]
+    fn concurrent_flood_with_drops_stays_in_sync() {
+        let _serial = serial();
+        let rx = receiver();
+        let small: libc::c_int = 65536;
+        // SAFETY: setsockopt with a valid int option on our socket.
+        unsafe {
+            libc::setsockopt(
+                rx.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVBUF,
+                (&small as *const libc::c_int).cast(),
+                mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        let to = rx.local_addr().unwrap();
+        let port = to.port().to_string();
+        let mut tracer = match start(&["--ports", &port, "--interval", "200ms", "--json"]) {
+            Ok(t) => t,
+            Err(reason) => return skip(&reason),
+        };
+        const SENT: usize = 20_000;
+        let sender = thread::spawn(move || {
+            let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+            let payload = [7u8; 200];
+            for i in 0..SENT {
+                let _ = tx.send_to(&payload, to);
+                if i % 64 == 63 {
+                    thread::sleep(Duration::from_micros(300));
+                }
+            }
+        });
+        let mut app = AppDwell::default();
+        let mut idle_since: Option<Instant> = None;
+        let mut batches = 0u64;
+        loop {
+            let n = read_batch(&rx, &mut app);
+            if n > 0 {
+                idle_since = None;
+                batches += 1;
+                // A slow consumer now and then: the queue fills and drops.
+                if batches % 16 == 0 {
+                    thread::sleep(Duration::from_millis(2));
+                }
+            } else {
+                let since = *idle_since.get_or_insert_with(Instant::now);
+                if sender.is_finished() && since.elapsed() > Duration::from_millis(100) {
+                    break;
+                }
+                thread::sleep(Duration::from_micros(100));
+            }
+        }
+        sender.join().unwrap();
+        thread::sleep(Duration::from_millis(300));
+        tracer.stop();
+
+        let s = tracer
+            .last_for(to.port())
+            .expect("flooded socket in tracer output");
+        let t = &s["total"];
+        let count = t["count"].as_u64().unwrap();
+        let unknown = t["unknown"].as_u64().unwrap() + t["unmatched"].as_u64().unwrap();
+        let mean = t["mean_us"].as_f64().unwrap();
+        let dropped = SENT as u64 - app.count;
+        say(&format!(
+            "corelay-dwell flood: sent {SENT}, read {}, dropped by the kernel {dropped}; \
+             tracer matched {count}, unmatched {} unknown {}, trimmed {}; \
+             tracer mean {mean:.1} us, receiver mean {:.1} us, diff {:+.1} us/packet",
+            app.count,
+            t["unmatched"],
+            t["unknown"],
+            t["trimmed"],
+            app.mean_us(),
+            mean - app.mean_us()
+        ));
+        assert_eq!(count + unknown, app.count, "every read is seen once");
+        assert!(unknown <= app.count / 100, "{unknown} reads unmatched");
+        assert!(
+            (mean - app.mean_us()).abs() < 50.0,
+            "tracer mean {mean:.1} us vs receiver {:.1} us",
+            app.mean_us()
+        );
+    }
+
     #[test]
     fn prometheus_bind_failure_is_a_clear_error() {
+        let _serial = serial();
         let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = taken.local_addr().unwrap().to_string();
         let out = Command::new(bin())
@@ -631,6 +729,7 @@ mod traced {
 
     #[test]
     fn table_output_and_duration_stop() {
+        let _serial = serial();
         let out = Command::new(bin())
             .args(["--ports", "9", "--interval", "300ms", "--duration", "1s"])
             .output()
