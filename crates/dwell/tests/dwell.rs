@@ -666,7 +666,7 @@ mod traced {
                 idle_since = None;
                 batches += 1;
                 // A slow consumer now and then: the queue fills and drops.
-                if batches % 16 == 0 {
+                if batches.is_multiple_of(16) {
                     thread::sleep(Duration::from_millis(2));
                 }
             } else {
