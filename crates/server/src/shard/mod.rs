@@ -1,0 +1,342 @@
+//! A shard: one pinned OS thread, one single-threaded tokio runtime, one UDP
+//! socket on its own port, one [`Engine`].
+//!
+//! The loop waits on exactly four things: socket readiness, the control
+//! thread's commands, the peer-shard wake-up, and the engine's next timer. A
+//! datagram is read (in a batch), handled by the engine synchronously down to
+//! the encrypted datagrams for its subscribers, and those are sent (in a batch)
+//! before the loop waits again. No await, channel or task switch in between.
+//!
+//! Must not: block, lock, or share mutable state with another shard. It
+//! talks to peers through the [`mesh::Mesh`] (values only) and to the control
+//! thread through channels.
+
+pub mod mesh;
+pub mod udp;
+
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use corelay_core::metrics::Counters;
+use corelay_core::room::RoomUpdate;
+use corelay_core::{Accepted, Engine, OfferError, ParticipantId, RoomId, RtcSettings, ShardEvent};
+use tokio::io::Interest;
+use tokio::sync::{mpsc, oneshot};
+
+use self::mesh::Mesh;
+use self::udp::{RecvBatch, SendBatch};
+
+/// Batches read per wake-up before the loop looks at timers and commands again.
+const MAX_BATCHES_PER_WAKE: usize = 8;
+/// Peer messages handled per wake-up.
+const PEER_BUDGET: usize = 4096;
+/// How often a shard reports its figures to the control thread.
+const REPORT_INTERVAL: Duration = Duration::from_millis(250);
+
+/// What the control thread asks of a shard.
+pub enum Command {
+    Add {
+        id: ParticipantId,
+        room: RoomId,
+        name: String,
+        accepted: Box<Accepted>,
+        roster: RoomUpdate,
+    },
+    Remove {
+        id: ParticipantId,
+    },
+    Room(RoomUpdate),
+    Renegotiate {
+        id: ParticipantId,
+        sdp: String,
+        reply: oneshot::Sender<Result<String, OfferError>>,
+    },
+    Shutdown {
+        done: oneshot::Sender<()>,
+    },
+}
+
+/// A shard's figures, copied out as a value.
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    pub shard: usize,
+    pub counters: Counters,
+    pub participants: usize,
+    pub rooms: usize,
+    /// Fraction of wall time spent working (not waiting) since the last report.
+    pub busy: f64,
+    pub loop_iterations: u64,
+}
+
+/// What a shard sends to the control thread.
+pub enum ToControl {
+    Event(ShardEvent),
+    Report(Report),
+}
+
+/// The control thread's handle on a shard.
+#[derive(Clone)]
+pub struct ShardHandle {
+    pub index: usize,
+    /// The address clients are told to send media to (ICE candidate).
+    pub advertised: SocketAddr,
+    pub commands: mpsc::UnboundedSender<Command>,
+}
+
+pub struct ShardSpec {
+    pub index: usize,
+    pub socket: UdpSocket,
+    pub advertised: SocketAddr,
+    pub settings: RtcSettings,
+    pub mesh: Arc<Mesh>,
+    pub to_control: mpsc::UnboundedSender<ToControl>,
+    pub core: Option<usize>,
+}
+
+/// Binds shard `index`'s socket: its own port, large buffers, receive timestamps.
+pub fn bind(addr: SocketAddr) -> io::Result<UdpSocket> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    // Best effort: the kernel caps these at net.core.{r,w}mem_max.
+    let _ = s.set_recv_buffer_size(4 << 20);
+    let _ = s.set_send_buffer_size(4 << 20);
+    s.set_nonblocking(true)?;
+    s.bind(&addr.into())?;
+    let s: UdpSocket = s.into();
+    udp::enable_rx_timestamps(&s)?;
+    Ok(s)
+}
+
+/// Starts the shard thread; returns the control thread's handle on it.
+pub fn spawn(spec: ShardSpec) -> io::Result<(ShardHandle, std::thread::JoinHandle<()>)> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let handle = ShardHandle {
+        index: spec.index,
+        advertised: spec.advertised,
+        commands: tx,
+    };
+    let join = std::thread::Builder::new()
+        .name(format!("shard-{}", spec.index))
+        .spawn(move || {
+            if let Some(core) = spec.core {
+                pin_to_core(core);
+            }
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    tracing::error!(shard = spec.index, "cannot start runtime: {e}");
+                    return;
+                }
+            };
+            if let Err(e) = rt.block_on(run(spec, rx)) {
+                tracing::error!("shard stopped: {e}");
+            }
+        })?;
+    Ok((handle, join))
+}
+
+fn pin_to_core(core: usize) {
+    // SAFETY: cpu_set_t is a plain bitmask; sched_setaffinity(0, ...) pins
+    // the calling thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(core, &mut set);
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            tracing::warn!(core, "could not pin shard thread to its core");
+        }
+    }
+}
+
+struct Driver {
+    index: usize,
+    engine: Engine,
+    advertised: SocketAddr,
+    recv: RecvBatch,
+    send: SendBatch,
+    mesh: Arc<Mesh>,
+    to_control: mpsc::UnboundedSender<ToControl>,
+    touched_peers: Vec<bool>,
+    busy: Duration,
+    iterations: u64,
+    last_report: Instant,
+}
+
+async fn run(spec: ShardSpec, mut commands: mpsc::UnboundedReceiver<Command>) -> io::Result<()> {
+    let peers = spec.mesh.clone();
+    let mut d = Driver {
+        index: spec.index,
+        engine: Engine::new(spec.index, spec.settings),
+        advertised: spec.advertised,
+        recv: RecvBatch::new(),
+        send: SendBatch::new(),
+        touched_peers: Vec::new(),
+        mesh: spec.mesh,
+        to_control: spec.to_control,
+        busy: Duration::ZERO,
+        iterations: 0,
+        last_report: Instant::now(),
+    };
+    let socket = tokio::net::UdpSocket::from_std(spec.socket)?;
+    let Some(wake) = peers.notified(d.index) else {
+        return Err(io::Error::other("shard index outside the mesh"));
+    };
+    let mut shutdown: Option<oneshot::Sender<()>> = None;
+    while shutdown.is_none() {
+        let next_report = d.last_report + REPORT_INTERVAL;
+        let deadline = d
+            .engine
+            .poll_timeout()
+            .map_or(next_report, |t| t.min(next_report));
+        tokio::select! {
+            biased;
+            cmd = commands.recv() => {
+                let start = Instant::now();
+                match cmd {
+                    Some(Command::Shutdown { done }) => {
+                        d.engine.close_all(start);
+                        shutdown = Some(done);
+                    }
+                    Some(cmd) => d.command(start, cmd),
+                    None => break,
+                }
+                d.flush(&socket);
+                d.busy += start.elapsed();
+            }
+            _ = tokio::time::sleep_until(deadline.into()) => {
+                let start = Instant::now();
+                d.engine.handle_timeout(start);
+                d.flush(&socket);
+                d.busy += start.elapsed();
+            }
+            _ = wake.notified() => {
+                let start = Instant::now();
+                let engine = &mut d.engine;
+                d.mesh.drain(d.index, PEER_BUDGET, |m| engine.handle_peer(start, m));
+                d.flush(&socket);
+                d.busy += start.elapsed();
+            }
+            ready = socket.readable() => {
+                ready?;
+                let start = Instant::now();
+                for _ in 0..MAX_BATCHES_PER_WAKE {
+                    // try_io clears readiness on WouldBlock, so the next
+                    // `readable()` waits for the kernel again.
+                    match socket.try_io(Interest::READABLE, || d.recv.recv(&socket)) {
+                        Ok(_) => {
+                            let now = Instant::now();
+                            for dg in d.recv.iter() {
+                                d.engine.handle_datagram(now, dg.source, d.advertised, dg.data);
+                            }
+                            d.flush(&socket);
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(e) => {
+                            // ICMP errors surface here (e.g. a client went
+                            // away); they concern one peer, not the socket.
+                            tracing::debug!(shard = d.index, "recv: {e}");
+                        }
+                    }
+                }
+                d.busy += start.elapsed();
+            }
+        }
+        d.iterations += 1;
+        if Instant::now() >= next_report {
+            d.report();
+        }
+    }
+    d.report();
+    if let Some(done) = shutdown {
+        let _ = done.send(());
+    }
+    Ok(())
+}
+
+impl Driver {
+    fn command(&mut self, now: Instant, cmd: Command) {
+        match cmd {
+            Command::Add {
+                id,
+                room,
+                name,
+                accepted,
+                roster,
+            } => self.engine.add_participant(now, id, room, name, *accepted, roster),
+            Command::Remove { id } => {
+                self.engine.remove_participant(now, id);
+            }
+            Command::Room(update) => self.engine.apply_room(now, update),
+            Command::Renegotiate { id, sdp, reply } => {
+                let _ = reply.send(self.engine.renegotiate(now, id, &sdp));
+            }
+            Command::Shutdown { .. } => {}
+        }
+    }
+
+    /// Sends what the engine produced: datagrams in batches, peer messages
+    /// with one wake-up per touched peer, events to the control thread.
+    fn flush(&mut self, socket: &tokio::net::UdpSocket) {
+        let out = self.engine.outputs();
+        if !out.transmits.is_empty() {
+            let res = self.send.send(
+                socket,
+                out.transmits
+                    .iter()
+                    .map(|t| (&t.destination, &t.contents[..])),
+            );
+            out.transmits.clear();
+            self.engine.counters_mut().dropped_send += res.dropped as u64;
+        }
+        let out = self.engine.outputs();
+        let mut dropped = 0;
+        if !out.peers.is_empty() {
+            self.touched_peers.clear();
+            self.touched_peers.resize(64, false);
+            for (to, msg) in out.peers.drain(..) {
+                if self.mesh.push(self.index, to, msg).is_err() {
+                    dropped += 1;
+                } else if let Some(t) = self.touched_peers.get_mut(to) {
+                    *t = true;
+                } else {
+                    self.mesh.wake(to);
+                }
+            }
+            for (to, touched) in self.touched_peers.iter().enumerate() {
+                if *touched {
+                    self.mesh.wake(to);
+                }
+            }
+        }
+        for ev in out.control.drain(..) {
+            let _ = self.to_control.send(ToControl::Event(ev));
+        }
+        self.engine.counters_mut().cross_shard_dropped += dropped;
+    }
+
+    fn report(&mut self) {
+        let now = Instant::now();
+        let window = now.saturating_duration_since(self.last_report);
+        let busy = if window.is_zero() {
+            0.0
+        } else {
+            (self.busy.as_secs_f64() / window.as_secs_f64()).min(1.0)
+        };
+        let report = Report {
+            shard: self.index,
+            counters: *self.engine.counters(),
+            participants: self.engine.participant_count(),
+            rooms: self.engine.room_count(),
+            busy,
+            loop_iterations: self.iterations,
+        };
+        let _ = self.to_control.send(ToControl::Report(report));
+        self.busy = Duration::ZERO;
+        self.last_report = now;
+    }
+}
