@@ -11,7 +11,10 @@
  * resynchronised against the real number of queued datagrams
  * (sk_receive_queue.qlen + udp_sock.reader_queue.qlen) on every event, so it
  * recovers from anything it did not see: drops, reads that bypass the
- * tracepoint, a backlog already there when tracing began.
+ * tracepoint, a backlog already there when tracing began. The FIFO holds
+ * runs (timestamp, count); when all DWELL_RUNS are in use new datagrams are
+ * folded into the newest run at their mean timestamp, which keeps the
+ * dwell sum exact.
  *
  * Histograms, sum and count live in a hash map keyed by socket cookie; user
  * space polls it. Nothing is sent to user space per packet.
@@ -240,7 +243,7 @@ int BPF_PROG(dwell_enqueue, const struct sock *sk)
 	struct dwell_stats *st;
 	struct fifo *q;
 	__u64 flags, now, old_ts;
-	__u32 real, depth, pushed = 0, trimmed = 0, overflow_n = 0;
+	__u32 real, depth, pushed = 0, trimmed = 0, merged = 0;
 	int port;
 
 	if (!cfg)
@@ -275,17 +278,21 @@ int BPF_PROG(dwell_enqueue, const struct sock *sk)
 		struct run *r;
 
 		if (q->tail - q->head >= DWELL_RUNS) {
-			/* Ring full: the oldest run loses its timestamp. */
-			r = &q->runs[q->head & RUN_MASK];
-			overflow_n = r->n;
-			q->unknown += r->n;
-			r->n = 0;
-			q->head++;
+			/* Ring full: fold the new datagrams into the newest run,
+			 * whose timestamp becomes the members' mean. Each of them
+			 * then reads the mean: the histogram is smeared a little
+			 * but the sum, hence the mean dwell, stays exact. */
+			r = &q->runs[(q->tail - 1) & RUN_MASK];
+			if (now > r->ts)
+				r->ts += (now - r->ts) * n / (r->n + n);
+			r->n += n;
+			merged = n;
+		} else {
+			r = &q->runs[q->tail & RUN_MASK];
+			r->ts = now;
+			r->n = n;
+			q->tail++;
 		}
-		r = &q->runs[q->tail & RUN_MASK];
-		r->ts = now;
-		r->n = n;
-		q->tail++;
 		q->depth += n;
 		pushed = n;
 	} else if (real < q->depth) {
@@ -305,8 +312,8 @@ int BPF_PROG(dwell_enqueue, const struct sock *sk)
 	st->oldest_ns = old_ts;
 	if (trimmed)
 		__sync_fetch_and_add(&st->trimmed, trimmed);
-	if (overflow_n)
-		__sync_fetch_and_add(&st->overflow, overflow_n);
+	if (merged)
+		__sync_fetch_and_add(&st->overflow, merged);
 	return 0;
 }
 

@@ -33,7 +33,8 @@ struct dwell_stats {
 	__u64 unknown;    /* reads of datagrams queued before tracing began */
 	__u64 unmatched;  /* reads that found the FIFO empty */
 	__u64 trimmed;    /* FIFO entries discarded by resynchronisation */
-	__u64 overflow;   /* FIFO runs turned into unknown because it was full */
+	__u64 overflow;   /* datagrams folded into the newest run (FIFO full):
+			   * their bucket is approximate, the sum exact */
 	__u64 last_read_ns; /* bpf_ktime_get_ns() of the last read */
 	__u64 oldest_ns;  /* enqueue time of the oldest timestamped datagram
 			   * still queued at the last event, 0 if none */

@@ -76,7 +76,8 @@ pub struct SocketStats {
     pub unmatched: u64,
     /// Timestamps discarded when resynchronising with the real queue length.
     pub trimmed: u64,
-    /// Timestamps lost because the per-socket FIFO was full.
+    /// Datagrams whose enqueue time was folded into the newest FIFO run's
+    /// mean because the FIFO was full (bucket approximate, sum exact).
     pub overflow: u64,
     /// Monotonic time (ns) of the last read, 0 if none.
     pub last_read_ns: u64,

@@ -251,7 +251,7 @@ pub fn prometheus(snap: &Snapshot) -> String {
         (
             "corelay_dwell_overflow_total",
             "counter",
-            "Enqueue timestamps lost because the per-socket FIFO was full.",
+            "Datagrams whose enqueue time was folded into a mean because the per-socket FIFO was full.",
             |s, _| s.overflow as f64,
         ),
     ];

@@ -709,6 +709,71 @@ mod traced {
         );
     }
 
+    /// More separately queued datagrams than the FIFO has runs (512): the
+    /// newest are folded into one run at their mean time, and the mean dwell
+    /// must still agree with SO_TIMESTAMPNS.
+    #[test]
+    fn deep_queue_beyond_fifo_runs_keeps_the_mean() {
+        let _serial = serial();
+        let rx = receiver();
+        let big: libc::c_int = 8 << 20;
+        for opt in [libc::SO_RCVBUFFORCE, libc::SO_RCVBUF] {
+            // SAFETY: setsockopt with a valid int option on our socket.
+            let rc = unsafe {
+                libc::setsockopt(
+                    rx.as_raw_fd(),
+                    libc::SOL_SOCKET,
+                    opt,
+                    (&big as *const libc::c_int).cast(),
+                    mem::size_of::<libc::c_int>() as libc::socklen_t,
+                )
+            };
+            if rc == 0 {
+                break;
+            }
+        }
+        let to = rx.local_addr().unwrap();
+        let port = to.port().to_string();
+        let mut tracer = match start(&["--ports", &port, "--interval", "200ms", "--json"]) {
+            Ok(t) => t,
+            Err(reason) => return skip(&reason),
+        };
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        const N: usize = 1500;
+        for i in 0..N {
+            tx.send_to(&(i as u32).to_be_bytes(), to).unwrap();
+            sleep_exact(Duration::from_micros(5));
+        }
+        sleep_exact(Duration::from_millis(5));
+        let mut app = AppDwell::default();
+        while (app.count as usize) < N {
+            assert!(
+                read_batch(&rx, &mut app) > 0,
+                "datagrams lost: read {}",
+                app.count
+            );
+        }
+        thread::sleep(Duration::from_millis(300));
+        tracer.stop();
+        let t = &tracer.last_for(to.port()).expect("socket in output")["total"];
+        let count = t["count"].as_u64().unwrap();
+        let folded = t["overflow"].as_u64().unwrap();
+        let mean = t["mean_us"].as_f64().unwrap();
+        say(&format!(
+            "corelay-dwell deep queue: {N} datagrams queued one by one, {folded} folded into the \
+             last FIFO run; tracer mean {mean:.1} us, receiver mean {:.1} us, diff {:+.1} us/packet",
+            app.mean_us(),
+            mean - app.mean_us()
+        ));
+        assert_eq!(count, N as u64);
+        assert!(folded > 0 && folded < N as u64, "folded {folded}");
+        assert!(
+            (mean - app.mean_us()).abs() < 50.0,
+            "tracer mean {mean:.1} us vs receiver {:.1} us",
+            app.mean_us()
+        );
+    }
+
     #[test]
     fn prometheus_bind_failure_is_a_clear_error() {
         let _serial = serial();
