@@ -5,6 +5,14 @@ use std::process::ExitCode;
 use clap::Parser;
 use corelay_dwell::cli::Args;
 
+/// Like note!, but a closed or broken stderr is not a panic.
+macro_rules! note {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr().lock(), $($arg)*);
+    }};
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
     run(args)
@@ -12,7 +20,7 @@ fn main() -> ExitCode {
 
 #[cfg(not(feature = "bpf"))]
 fn run(_args: Args) -> ExitCode {
-    eprintln!(
+    note!(
         "corelay-dwell: built without BPF support; rebuild with \
          `cargo build -p corelay-dwell --features bpf` (needs clang and libbpf-dev), \
          see docs/dwell.md"
@@ -70,13 +78,13 @@ mod traced {
         let mut tracer = match Tracer::load(&cfg) {
             Ok(t) => t,
             Err(e) => {
-                eprintln!("corelay-dwell: cannot trace: {e}");
+                note!("corelay-dwell: cannot trace: {e}");
                 if let Some(log) = e.detail.as_deref().filter(|l| !l.trim().is_empty()) {
                     let lines: Vec<&str> = log.lines().collect();
                     let tail = &lines[lines.len().saturating_sub(30)..];
-                    eprintln!("corelay-dwell: verifier log (last lines):");
+                    note!("corelay-dwell: verifier log (last lines):");
                     for l in tail {
-                        eprintln!("  {l}");
+                        note!("  {l}");
                     }
                 }
                 return ExitCode::from(EXIT_BPF_UNAVAILABLE);
@@ -87,10 +95,10 @@ mod traced {
         if let Some(addr) = args.prometheus {
             match promserver::serve(addr, expo.clone()) {
                 Ok(bound) => {
-                    eprintln!("corelay-dwell: Prometheus metrics at http://{bound}/metrics")
+                    note!("corelay-dwell: Prometheus metrics at http://{bound}/metrics")
                 }
                 Err(e) => {
-                    eprintln!("corelay-dwell: cannot listen on {addr} for --prometheus: {e}");
+                    note!("corelay-dwell: cannot listen on {addr} for --prometheus: {e}");
                     return ExitCode::from(1);
                 }
             }
@@ -99,7 +107,7 @@ mod traced {
         let mut prev = tracer.snapshot();
         expo.set(render::prometheus(&prev));
         let first = prev.counters;
-        eprintln!(
+        note!(
             "corelay-dwell: tracing UDP ports {}{}, every {:?}{}",
             args.ports,
             args.pid
@@ -113,12 +121,15 @@ mod traced {
         );
 
         let start = Instant::now();
-        let deadline = args.duration.map(|d| start + d);
+        // Far enough for "never", small enough not to overflow Instant.
+        let far = Duration::from_secs(100 * 365 * 86_400);
+        let at = |d: Duration| start.checked_add(d.min(far)).unwrap_or(start + far);
+        let deadline = args.duration.map(at);
         let tty = std::io::stdout().is_terminal() && !args.json;
         let mut last = start;
         let mut tick = 1u32;
         loop {
-            let next = start + args.interval.saturating_mul(tick);
+            let next = at(args.interval.saturating_mul(tick));
             let until = match deadline {
                 Some(d) if d < next => d,
                 _ => next,
@@ -131,7 +142,7 @@ mod traced {
                 STOP.load(Ordering::Relaxed) || deadline.is_some_and(|d| Instant::now() >= d);
             // Skip ticks missed while suspended or very slow.
             let now = Instant::now();
-            while start + args.interval.saturating_mul(tick) <= now {
+            while at(args.interval.saturating_mul(tick)) <= now && tick < u32::MAX {
                 tick = tick.saturating_add(1);
             }
 
