@@ -109,7 +109,9 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     };
     let secs = v * scale;
     if !secs.is_finite() || secs <= 0.0 || secs > 1e9 {
-        return Err(format!("duration `{s}` must be positive and under 30 years"));
+        return Err(format!(
+            "duration `{s}` must be positive and under 30 years"
+        ));
     }
     Ok(Duration::from_secs_f64(secs))
 }
