@@ -1,0 +1,166 @@
+//! The HTTP API's error paths and the packet path's robustness.
+
+mod common;
+
+use std::net::UdpSocket;
+use std::time::Duration;
+
+use common::*;
+
+const SDP: &[(&str, &str)] = &[("content-type", "application/sdp")];
+
+fn json(body: &str) -> serde_json::Value {
+    serde_json::from_str(body).unwrap_or_else(|_| panic!("not JSON: {body}"))
+}
+
+#[test]
+fn bad_offers_get_400_with_a_reason() {
+    let server = Server::start(1, &[]);
+    let path = "/api/v1/rooms/r/participants";
+    let (st, _, body) = server.request("POST", path, SDP, "");
+    assert_eq!(st, 400);
+    assert_eq!(json(&body)["code"], "bad_offer");
+    assert!(json(&body)["message"].as_str().unwrap().contains("empty"));
+
+    let (st, _, body) = server.request("POST", path, SDP, "hello world");
+    assert_eq!(st, 400);
+    assert_eq!(json(&body)["code"], "bad_offer");
+
+    let (st, _, body) = server.request("POST", path, SDP, "v=0\r\no=- 1 1 IN IP4 0.0.0.0\r\ns=-\r\nt=0 0\r\nm=video 9 UDP/TLS/RTP/SAVPF 96\r\n");
+    assert_eq!(st, 400, "{body}");
+    assert_eq!(json(&body)["code"], "bad_offer");
+
+    let (st, _, body) = server.request("POST", path, &[("content-type", "text/plain")], "v=0");
+    assert_eq!(st, 415);
+    assert_eq!(json(&body)["code"], "unsupported_media_type");
+
+    let (st, _, body) = server.request("POST", "/api/v1/rooms/bad%20room/participants", SDP, "v=0");
+    assert_eq!(st, 400);
+    assert_eq!(json(&body)["code"], "bad_request");
+}
+
+#[test]
+fn a_vp8_only_client_in_an_h264_room_gets_a_clear_error() {
+    let server = Server::start(1, &[]);
+    let err = match corelay_client::join({
+        let mut s = corelay_client::JoinSpec::new(server.base(), "codec", "v");
+        s.codec = corelay_client::VideoCodec::Vp8;
+        s
+    }) {
+        Ok(_) => panic!("VP8 offer accepted by an H.264 server"),
+        Err(e) => e,
+    };
+    assert_eq!(err.status, Some(400), "{err:?}");
+    let body = json(&err.body);
+    assert_eq!(body["code"], "codec_mismatch");
+    assert!(body["message"].as_str().unwrap().contains("H264"));
+}
+
+#[test]
+fn unknown_resources_and_stale_etags() {
+    let server = Server::start(1, &[]);
+    let (st, _, body) = server.request("GET", "/api/v1/rooms/nope", &[], "");
+    assert_eq!(st, 404);
+    assert_eq!(json(&body)["code"], "not_found");
+    let (st, _, _) = server.request("DELETE", "/api/v1/rooms/nope/participants/p000000000001", &[], "");
+    assert_eq!(st, 404);
+    let (st, _, _) = server.request("GET", "/no/such/path", &[], "");
+    assert_eq!(st, 404);
+
+    let p = join(&server, "etag", "e");
+    let loc = p.location().to_string();
+    // Wrong ETag: 412. No If-Match: 428.
+    let (st, _, body) = server.request("PATCH", &loc, &[("content-type", "application/sdp"), ("if-match", "\"stale\"")], "v=0");
+    assert_eq!(st, 412, "{body}");
+    assert_eq!(json(&body)["code"], "etag_mismatch");
+    let (st, _, _) = server.request("PATCH", &loc, SDP, "v=0");
+    assert_eq!(st, 428);
+    // The right ETag with a broken offer: 400, and the participant is unharmed.
+    let etag = p.etag().to_string();
+    let (st, _, body) = server.request("PATCH", &loc, &[("content-type", "application/sdp"), ("if-match", &etag)], "garbage");
+    assert_eq!(st, 400, "{body}");
+    // DELETE, then it is gone.
+    let (st, _, _) = server.request("DELETE", &loc, &[], "");
+    assert_eq!(st, 204);
+    let (st, _, _) = server.request("DELETE", &loc, &[], "");
+    assert_eq!(st, 404);
+}
+
+#[test]
+fn garbage_datagrams_are_dropped_and_counted_while_the_call_flows() {
+    let server = Server::start(1, &[]);
+    let a = join(&server, "junk", "a");
+    let b = join(&server, "junk", "b");
+    let (ok, _) = a.wait_until(Duration::from_secs(20), |s| video_sources(s, 30) == vec!["b".to_string()]);
+    assert!(ok);
+    let before_frames = a.snapshot().slots.values().map(|s| s.frames).sum::<u64>();
+    let before = server.stats_total("dropped_malformed") + server.stats_total("dropped_unknown_source");
+
+    let shard = format!("127.0.0.1:{}", server.udp_base);
+    let stranger = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut junk: Vec<Vec<u8>> = vec![
+        vec![],                                    // empty
+        vec![0x00, 0x01, 0x00],                    // truncated STUN
+        vec![0x80, 0x60, 0x00],                    // truncated RTP
+        vec![0x81, 0xc9],                          // truncated RTCP
+        vec![22, 0xfe, 0xfd, 0, 0],                // truncated DTLS record
+        vec![0xff; 40],                            // nothing we know
+    ];
+    for i in 0..50u8 {
+        junk.push((0..(i as usize * 7 % 300 + 1)).map(|_| fastrand::u8(..)).collect());
+    }
+    let mut sent = 0u64;
+    for j in &junk {
+        // From a stranger and from a real participant's own 5-tuple.
+        stranger.send_to(j, &shard).unwrap();
+        b.send_raw(j.clone());
+        sent += 2;
+    }
+    // DTLS garbage from a known participant: a full-length bogus record.
+    b.send_raw([vec![23, 0xfe, 0xfd], vec![0; 10], vec![0, 20], vec![7; 20]].concat());
+
+    let stats = server.wait_stats(Duration::from_secs(3), |s| {
+        s["total"]["dropped_malformed"].as_u64().unwrap() + s["total"]["dropped_unknown_source"].as_u64().unwrap() >= before + 12
+    });
+    let after = stats["total"]["dropped_malformed"].as_u64().unwrap()
+        + stats["total"]["dropped_unknown_source"].as_u64().unwrap();
+    assert!(after >= before + 12, "only {} of {sent} junk datagrams counted: {stats}", after - before);
+    // The call keeps flowing, intact.
+    let (ok, s) = a.wait_until(Duration::from_secs(10), |s| {
+        s.slots.values().map(|x| x.frames).sum::<u64>() > before_frames + 30
+    });
+    assert!(ok, "media stopped after junk");
+    assert_clean("a", &s);
+    assert!(server.get_json("/api/v1/rooms/junk")["participants"].as_array().unwrap().len() == 2);
+}
+
+#[test]
+fn sigterm_closes_connections_and_exits_zero() {
+    let server = Server::start(2, &[]);
+    let a = join(&server, "bye", "a");
+    let _b = join(&server, "bye", "b");
+    let (ok, _) = a.wait_until(Duration::from_secs(20), |s| s.connected);
+    assert!(ok);
+    let st = server.stop();
+    assert!(st.success(), "exit status {st:?}");
+}
+
+#[test]
+fn health_and_rooms_listing() {
+    let server = Server::start(2, &[]);
+    let h = server.get_json("/healthz");
+    assert_eq!(h["status"], "ok");
+    assert_eq!(h["shards"], 2);
+    let _p = join(&server, "list", "x");
+    let rooms = server.get_json("/api/v1/rooms");
+    assert_eq!(rooms["rooms"][0]["room"], "list");
+    assert_eq!(rooms["rooms"][0]["participants"], 1);
+    let room = server.get_json("/api/v1/rooms/list");
+    let p = &room["participants"][0];
+    assert_eq!(p["name"], "x");
+    assert_eq!(p["tracks"].as_array().unwrap().len(), 2);
+    assert_eq!(p["slots"].as_array().unwrap().len(), 6);
+    let (st, hs, _) = server.request("GET", "/", &[], "");
+    assert_eq!(st, 200);
+    assert!(hs.iter().any(|(k, v)| k == "content-type" && v.starts_with("text/html")));
+}

@@ -1,0 +1,174 @@
+//! End to end over real UDP, DTLS and SRTP: str0m clients (full ICE,
+//! controlling) join rooms through the HTTP API and receive each other.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+#[test]
+fn four_participants_receive_each_other() {
+    let server = Server::start(1, &[]);
+    let all = ["alice", "bob", "carol", "dave"];
+    let ps: Vec<_> = all.iter().map(|n| join(&server, "r1", n)).collect();
+    for (i, p) in ps.iter().enumerate() {
+        let others: Vec<&str> = all.iter().copied().filter(|n| *n != all[i]).collect();
+        let want = names(&others);
+        let (ok, s) = p.wait_until(WAIT, |s| {
+            video_sources(s, 30) == want && audio_sources(s, 50) == want
+        });
+        assert!(ok, "{} did not receive video+audio from {want:?}: {:#?}", all[i], s.slots);
+        assert_clean(all[i], &s);
+        // The roster on the data channel names everyone.
+        let roster = s.events.iter().rev().find(|e| e["type"] == "roster").expect("roster event");
+        assert_eq!(roster["participants"].as_array().unwrap().len(), 4);
+        let slots = s.events.iter().rev().find(|e| e["type"] == "slots").expect("slots event");
+        let filled = slots["slots"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|x| x["kind"] == "video" && !x["participant"].is_null())
+            .count();
+        assert_eq!(filled, 3);
+        // End-to-end latency samples exist and are sane.
+        let lat: Vec<u64> = s.slots.values().flat_map(|st| st.latency_us.iter().copied()).collect();
+        assert!(!lat.is_empty());
+        assert!(lat.iter().all(|&l| l < 1_000_000), "latency over 1 s");
+    }
+    let room = server.get_json("/api/v1/rooms/r1");
+    assert_eq!(room["participants"].as_array().unwrap().len(), 4);
+    let stats = server.get_json("/api/v1/stats");
+    assert!(stats["total"]["forwarded"].as_u64().unwrap() > 0);
+    assert_eq!(stats["total"]["cross_shard_out"].as_u64().unwrap(), 0);
+    for p in ps {
+        p.leave().unwrap();
+    }
+    let st = server.stop();
+    assert!(st.success(), "corelay exited with {st:?}");
+}
+
+#[test]
+fn one_room_across_two_shards() {
+    // Capacity 2 per shard forces the room of 4 onto both shards: one hop.
+    let server = Server::start(2, &["--max-participants-per-shard", "2"]);
+    let all = ["s1", "s2", "s3", "s4"];
+    let ps: Vec<_> = all.iter().map(|n| join(&server, "split", n)).collect();
+    let room = server.get_json("/api/v1/rooms");
+    let shards = room["rooms"][0]["shards"].as_array().unwrap().clone();
+    assert_eq!(shards.len(), 2, "room should span both shards: {room}");
+    for (i, p) in ps.iter().enumerate() {
+        let others: Vec<&str> = all.iter().copied().filter(|n| *n != all[i]).collect();
+        let want = names(&others);
+        let (ok, s) = p.wait_until(WAIT, |s| video_sources(s, 30) == want && audio_sources(s, 30) == want);
+        assert!(ok, "{} did not receive from {want:?}: {:#?}", all[i], s.slots);
+        assert_clean(all[i], &s);
+    }
+    let stats = server.wait_stats(Duration::from_secs(2), |s| s["total"]["cross_shard_in"].as_u64() > Some(0));
+    assert!(stats["total"]["cross_shard_out"].as_u64().unwrap() > 0);
+    assert!(stats["total"]["cross_shard_in"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn two_rooms_on_two_shards_stay_apart() {
+    let server = Server::start(2, &[]);
+    let a: Vec<_> = ["a1", "a2"].iter().map(|n| join(&server, "ra", n)).collect();
+    let b: Vec<_> = ["b1", "b2"].iter().map(|n| join(&server, "rb", n)).collect();
+    let rooms = server.get_json("/api/v1/rooms");
+    let shard_of = |room: &str| {
+        rooms["rooms"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["room"] == room)
+            .unwrap()["shards"]
+            .clone()
+    };
+    assert_eq!(shard_of("ra").as_array().unwrap().len(), 1);
+    assert_ne!(shard_of("ra"), shard_of("rb"), "two rooms should be spread over two shards");
+    for (p, other) in a.iter().zip(["a2", "a1"]).chain(b.iter().zip(["b2", "b1"])) {
+        let (ok, s) = p.wait_until(WAIT, |s| video_sources(s, 30) == vec![other.to_string()]);
+        assert!(ok, "expected only {other}: {:#?}", s.slots);
+        for st in s.slots.values() {
+            assert!(st.sources.iter().all(|src| src == other), "cross-room media: {:?}", st.sources);
+        }
+    }
+    let stats = server.get_json("/api/v1/stats");
+    assert_eq!(stats["total"]["cross_shard_out"].as_u64().unwrap(), 0, "{stats}");
+}
+
+#[test]
+fn a_freed_slot_is_refilled_continuously_with_a_keyframe() {
+    let server = Server::start(1, &[]);
+    // A viewer with one video slot and no tracks of its own.
+    let viewer = join_with(&server, "swap", "viewer", |s| {
+        s.publish_video = false;
+        s.publish_audio = false;
+        s.video_slots = 1;
+        s.audio_slots = 0;
+    });
+    let first = join(&server, "swap", "first");
+    let (ok, _) = viewer.wait_until(WAIT, |s| video_sources(s, 30) == vec!["first".to_string()]);
+    assert!(ok, "viewer never saw first");
+    let second = join(&server, "swap", "second");
+    // The slot keeps showing `first` while it is there.
+    std::thread::sleep(Duration::from_millis(500));
+    let before = second.snapshot().keyframe_requests;
+    first.leave().unwrap();
+    let (ok, s) = viewer.wait_until(WAIT, |s| {
+        s.slots.values().any(|st| st.last_source.as_deref() == Some("second") && st.frames_by_source.get("second").copied().unwrap_or(0) >= 30)
+    });
+    assert!(ok, "slot was not refilled with second: {:#?}", s.slots);
+    let st = s.slots.values().next().unwrap();
+    assert_eq!(st.sources, vec!["first".to_string(), "second".to_string()]);
+    assert_eq!(st.ssrcs.len(), 1, "the slot must stay one stream (one SSRC): {:?}", st.ssrcs);
+    assert_clean("viewer", &s);
+    let (ok, s2) = second.wait_until(WAIT, |s| s.keyframe_requests > before);
+    assert!(ok, "the new source got no keyframe request ({} before, {} after)", before, s2.keyframe_requests);
+    // The slot event names the new source.
+    let last = s.events.iter().rev().find(|e| e["type"] == "slots").unwrap();
+    assert_eq!(last["slots"][0]["participant"], serde_json::json!(second.id()));
+}
+
+#[test]
+fn admission_refuses_the_third_participant_with_503() {
+    let server = Server::start(1, &["--max-participants-per-shard", "2"]);
+    let _a = join(&server, "full", "a");
+    let _b = join(&server, "full", "b");
+    let err = match corelay_client::join(corelay_client::JoinSpec::new(server.base(), "full", "c")) {
+        Ok(_) => panic!("third participant was admitted"),
+        Err(e) => e,
+    };
+    assert_eq!(err.status, Some(503), "{err:?}");
+    let body: serde_json::Value = serde_json::from_str(&err.body).unwrap();
+    assert_eq!(body["code"], "no_capacity");
+    assert!(body["message"].as_str().unwrap().contains("full"));
+    assert!(err.retry_after.is_some(), "503 without Retry-After");
+}
+
+#[test]
+fn a_vanished_participant_is_removed_and_its_slot_freed() {
+    let server = Server::start(1, &[]);
+    let a = join(&server, "gone", "a");
+    let b = join(&server, "gone", "b");
+    let (ok, _) = a.wait_until(WAIT, |s| video_sources(s, 10) == vec!["b".to_string()]);
+    assert!(ok);
+    b.vanish(); // no DELETE: the server must notice (ICE consent) on its own
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let room = server.get_json("/api/v1/rooms/gone");
+        if room["participants"].as_array().map(|p| p.len()) == Some(1) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "vanished participant still listed: {room}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (ok, s) = a.wait_until(Duration::from_secs(5), |s| {
+        s.events.iter().rev().find(|e| e["type"] == "slots").is_some_and(|e| {
+            e["slots"].as_array().unwrap().iter().all(|x| x["participant"].is_null())
+        })
+    });
+    assert!(ok, "slot not freed: {:?}", s.events.last());
+}
