@@ -1,1 +1,305 @@
-//! placeholder
+//! Virtual WebRTC participants for corelay's participant API.
+//!
+//! Each participant is a real WebRTC client (str0m, full ICE as the
+//! controlling agent, DTLS, SRTP, SCTP data channel) that joins a room over
+//! HTTP, publishes synthetic but verifiable media at real time and checks
+//! everything it receives.
+//!
+//! ```no_run
+//! let mut spec = corelay_client::JoinSpec::new("http://127.0.0.1:7070", "r1", "alice");
+//! spec.video_slots = 3;
+//! let p = corelay_client::join(spec)?;
+//! std::thread::sleep(std::time::Duration::from_secs(2));
+//! println!("{:?}", p.snapshot().slots);
+//! p.leave()?;
+//! # Ok::<(), corelay_client::JoinError>(())
+//! ```
+//!
+//! Layers: [`payload`] (stamps), [`media`] (schedules), [`participant`]
+//! (sans-I/O str0m wrapper), [`driver`] (epoll thread driving many
+//! participants), [`signal`] (the HTTP dialect).
+
+// Nested `if let` reads better than long let-chains here (same choice as str0m).
+#![allow(clippy::collapsible_if, clippy::collapsible_match)]
+
+pub mod clock;
+pub mod driver;
+pub mod media;
+pub mod participant;
+pub mod payload;
+pub mod signal;
+pub mod stats;
+pub mod stun;
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub use driver::{Command, Driver};
+pub use media::{Recording, VideoSource};
+pub use participant::{Participant, ParticipantConfig, VideoCodec};
+pub use signal::JoinError;
+pub use stats::{Kind, NoObserver, Observer, SlotStats, Snapshot};
+
+/// What to join and how to behave.
+#[derive(Debug, Clone)]
+pub struct JoinSpec {
+    /// Base URL of the server, e.g. `http://127.0.0.1:7070`.
+    pub url: String,
+    /// Room name.
+    pub room: String,
+    /// Participant name (also stamped into every payload).
+    pub name: String,
+    /// Publish a video track.
+    pub publish_video: bool,
+    /// Publish an audio track.
+    pub publish_audio: bool,
+    /// recvonly video m-lines.
+    pub video_slots: usize,
+    /// recvonly audio m-lines.
+    pub audio_slots: usize,
+    /// Open the "events" data channel.
+    pub data_channel: bool,
+    /// Video codec to offer (only this one).
+    pub codec: VideoCodec,
+    /// Address for the participant's UDP socket (port chosen by the OS).
+    pub bind_ip: IpAddr,
+    /// Audio is speech (level ~-30 dBov, voice activity) rather than silence.
+    pub speaking: bool,
+    /// Opus DTX while silent (one packet per 400 ms).
+    pub dtx: bool,
+    /// Video frames (synthetic 400 kbps 30 fps by default).
+    pub video: VideoSource,
+    /// Latency samples kept per slot in snapshots.
+    pub keep_latency_samples: usize,
+}
+
+impl JoinSpec {
+    /// Publish video and audio, 3 video + 3 audio slots, data channel, H.264, 127.0.0.1.
+    pub fn new(url: impl Into<String>, room: impl Into<String>, name: impl Into<String>) -> Self {
+        JoinSpec {
+            url: url.into(),
+            room: room.into(),
+            name: name.into(),
+            publish_video: true,
+            publish_audio: true,
+            video_slots: 3,
+            audio_slots: 3,
+            data_channel: true,
+            codec: VideoCodec::H264,
+            bind_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            speaking: true,
+            dtx: false,
+            video: VideoSource::default(),
+            keep_latency_samples: 100_000,
+        }
+    }
+
+    /// The participant configuration this spec implies.
+    pub fn participant_config(&self) -> ParticipantConfig {
+        let mut c = ParticipantConfig::new(self.name.clone());
+        c.codec = self.codec;
+        c.publish_video = self.publish_video;
+        c.publish_audio = self.publish_audio;
+        c.video_slots = self.video_slots;
+        c.audio_slots = self.audio_slots;
+        c.data_channel = self.data_channel;
+        c.speaking = self.speaking;
+        c.dtx = self.dtx;
+        c.video = self.video.clone();
+        c.keep_latency_samples = self.keep_latency_samples;
+        c
+    }
+}
+
+/// A participant that has joined (answer applied) but is not driven yet:
+/// hand it to a [`Driver`] with [`Command::Add`].
+pub struct Connected {
+    /// The participant.
+    pub participant: Box<Participant>,
+    /// Its socket.
+    pub socket: UdpSocket,
+    /// The server's answer details.
+    pub joined: signal::Joined,
+    /// CLOCK_MONOTONIC ns just before the POST.
+    pub post_ns: u64,
+}
+
+/// Bind a socket, build the offer, POST it and apply the answer.
+pub fn connect(
+    url: &str,
+    room: &str,
+    bind_ip: IpAddr,
+    cfg: ParticipantConfig,
+) -> Result<Connected, JoinError> {
+    let socket = UdpSocket::bind(SocketAddr::new(bind_ip, 0))
+        .map_err(|e| JoinError::local(format!("bind {bind_ip}:0: {e}")))?;
+    let local = socket
+        .local_addr()
+        .map_err(|e| JoinError::local(format!("local_addr: {e}")))?;
+    let name = cfg.name.clone();
+    let (mut participant, offer) =
+        Participant::new(cfg, local, Instant::now()).map_err(JoinError::local)?;
+    let post_ns = clock::mono_ns();
+    let joined = signal::post_offer(url, room, &name, &offer)?;
+    if let Err(e) = participant.accept_answer(&joined.answer) {
+        // The server created a participant we cannot use: remove it again.
+        let _ = signal::delete(url, &joined.location);
+        return Err(JoinError {
+            status: Some(201),
+            body: format!("{e}; answer was: {}", joined.answer),
+            retry_after: None,
+        });
+    }
+    Ok(Connected {
+        participant: Box::new(participant),
+        socket,
+        joined,
+        post_ns,
+    })
+}
+
+static NEXT_KEY: AtomicU64 = AtomicU64::new(1);
+
+/// A joined participant being driven by a thread.
+pub struct ParticipantHandle {
+    id: String,
+    location: String,
+    etag: String,
+    url: String,
+    local: SocketAddr,
+    key: u64,
+    shared: Arc<Mutex<Snapshot>>,
+    driver: Arc<Driver>,
+}
+
+/// POST an offer, apply the answer, and start a thread driving the participant.
+pub fn join(spec: JoinSpec) -> Result<ParticipantHandle, JoinError> {
+    let driver = Driver::spawn(&format!("p-{}", spec.name), Box::new(NoObserver), None)
+        .map_err(|e| JoinError::local(format!("driver thread: {e}")))?;
+    join_on(&Arc::new(driver), spec)
+}
+
+/// Like [`join`], but driven by an existing (shared) driver thread.
+pub fn join_on(driver: &Arc<Driver>, spec: JoinSpec) -> Result<ParticipantHandle, JoinError> {
+    let cfg = spec.participant_config();
+    let c = connect(&spec.url, &spec.room, spec.bind_ip, cfg)?;
+    let key = NEXT_KEY.fetch_add(1, Ordering::Relaxed);
+    let shared = c.participant.shared();
+    let local = c.participant.local_addr();
+    if !driver.send(Command::Add {
+        id: key,
+        participant: c.participant,
+        socket: c.socket,
+    }) {
+        let _ = signal::delete(&spec.url, &c.joined.location);
+        return Err(JoinError::local("driver thread is gone"));
+    }
+    Ok(ParticipantHandle {
+        id: c.joined.id,
+        location: c.joined.location,
+        etag: c.joined.etag,
+        url: spec.url,
+        local,
+        key,
+        shared,
+        driver: driver.clone(),
+    })
+}
+
+impl ParticipantHandle {
+    /// Participant id (last segment of `Location`).
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// `Location` as the server sent it.
+    pub fn location(&self) -> &str {
+        &self.location
+    }
+
+    /// `ETag` as the server sent it.
+    pub fn etag(&self) -> &str {
+        &self.etag
+    }
+
+    /// The participant's UDP socket address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// A copy of everything received so far.
+    pub fn snapshot(&self) -> Snapshot {
+        self.shared
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Poll the snapshot every 20 ms until `pred` holds or `timeout` passes;
+    /// returns the last snapshot and whether `pred` held.
+    pub fn wait_until(
+        &self,
+        timeout: Duration,
+        mut pred: impl FnMut(&Snapshot) -> bool,
+    ) -> (bool, Snapshot) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let s = self.snapshot();
+            if pred(&s) {
+                return (true, s);
+            }
+            if Instant::now() >= deadline {
+                return (false, s);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Send a text message on the data channel (queued until it opens).
+    pub fn send_event(&self, json: &str) {
+        self.driver.send(Command::Event(self.key, json.to_string()));
+    }
+
+    /// Send arbitrary bytes from this participant's UDP socket to the
+    /// server's media address (dropped if that is not known yet).
+    pub fn send_raw(&self, bytes: Vec<u8>) {
+        self.driver.send(Command::Raw(self.key, bytes));
+    }
+
+    /// Speech on/off (audio level and voice activity).
+    pub fn set_speaking(&self, speaking: bool) {
+        self.driver.send(Command::Speaking(self.key, speaking));
+    }
+
+    /// Opus DTX on/off.
+    pub fn set_dtx(&self, dtx: bool) {
+        self.driver.send(Command::Dtx(self.key, dtx));
+    }
+
+    /// Send a keyframe with the next video frame.
+    pub fn force_keyframe(&self) {
+        self.driver.send(Command::Keyframe(self.key));
+    }
+
+    /// Stop driving the participant without telling the server (simulates a
+    /// participant that vanished; the server should time it out).
+    pub fn vanish(self) {
+        self.driver.send(Command::Remove(self.key));
+    }
+
+    /// `DELETE` the participant, then stop driving it.
+    pub fn leave(self) -> Result<(), JoinError> {
+        let r = signal::delete(&self.url, &self.location);
+        self.driver.send(Command::Remove(self.key));
+        r
+    }
+}
+
+impl Drop for ParticipantHandle {
+    fn drop(&mut self) {
+        // Stop media; the Driver thread ends when its last handle is dropped.
+        self.driver.send(Command::Remove(self.key));
+    }
+}

@@ -1,0 +1,482 @@
+//! The I/O side: one OS thread drives many participants over non-blocking
+//! UDP sockets with epoll, a timer heap keyed by each participant's next
+//! wake-up, and an eventfd for commands. Thread-per-core on the client too:
+//! the load generator starts one driver per core; `join()` starts one for a
+//! single participant.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, Sender, TryRecvError, channel};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::clock::mono_ns;
+use crate::participant::Participant;
+use crate::stats::Observer;
+
+/// A command to a driver thread.
+pub enum Command {
+    /// Start driving a participant. `id` must be unique per driver.
+    Add {
+        /// Key for later commands.
+        id: u64,
+        /// The participant (answer already applied).
+        participant: Box<Participant>,
+        /// Its socket (bound to its host candidate address).
+        socket: UdpSocket,
+    },
+    /// Stop driving and drop a participant.
+    Remove(u64),
+    /// Send a text message on the participant's data channel.
+    Event(u64, String),
+    /// Send raw bytes from the participant's socket to the server's media address.
+    Raw(u64, Vec<u8>),
+    /// Speech on/off.
+    Speaking(u64, bool),
+    /// Opus DTX on/off.
+    Dtx(u64, bool),
+    /// Ask for a keyframe on the participant's next video frame.
+    Keyframe(u64),
+    /// Stop the thread (drops every participant).
+    Shutdown,
+}
+
+/// Counters of one driver thread (read with [`Driver::stats`]).
+#[derive(Debug, Default)]
+pub struct DriverStats {
+    /// Datagrams received.
+    pub rx_datagrams: std::sync::atomic::AtomicU64,
+    /// Datagrams sent.
+    pub tx_datagrams: std::sync::atomic::AtomicU64,
+    /// Datagrams that could not be sent (socket buffer full or error).
+    pub tx_errors: std::sync::atomic::AtomicU64,
+    /// Participants driven now.
+    pub participants: std::sync::atomic::AtomicU64,
+    /// Thread CPU time, ns (user + system of this thread).
+    pub cpu_ns: std::sync::atomic::AtomicU64,
+}
+
+struct EventFd(i32);
+
+impl EventFd {
+    fn new() -> io::Result<EventFd> {
+        // SAFETY: plain syscall, no pointers.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(EventFd(fd))
+    }
+
+    fn wake(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a valid u64 to our own eventfd.
+        let _ = unsafe { libc::write(self.0, (&one as *const u64).cast(), 8) };
+    }
+
+    fn drain(&self) {
+        let mut v: u64 = 0;
+        // SAFETY: reads 8 bytes into a valid u64 from our own non-blocking eventfd.
+        let _ = unsafe { libc::read(self.0, (&mut v as *mut u64).cast(), 8) };
+    }
+}
+
+impl Drop for EventFd {
+    fn drop(&mut self) {
+        // SAFETY: we own the fd.
+        unsafe { libc::close(self.0) };
+    }
+}
+
+struct Epoll(i32);
+
+impl Epoll {
+    fn new() -> io::Result<Epoll> {
+        // SAFETY: plain syscall.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Epoll(fd))
+    }
+
+    fn add(&self, fd: i32, token: u64) -> io::Result<()> {
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: token,
+        };
+        // SAFETY: `ev` is a valid epoll_event; fds are open.
+        let rc = unsafe { libc::epoll_ctl(self.0, libc::EPOLL_CTL_ADD, fd, &mut ev) };
+        if rc < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    fn del(&self, fd: i32) {
+        let mut ev = libc::epoll_event { events: 0, u64: 0 };
+        // SAFETY: as above; errors (fd already gone) are ignored.
+        unsafe { libc::epoll_ctl(self.0, libc::EPOLL_CTL_DEL, fd, &mut ev) };
+    }
+
+    fn wait(&self, events: &mut [libc::epoll_event], timeout_ms: i32) -> usize {
+        // SAFETY: `events` is a valid, writable buffer of the given length.
+        let n = unsafe {
+            libc::epoll_wait(self.0, events.as_mut_ptr(), events.len() as i32, timeout_ms)
+        };
+        if n < 0 { 0 } else { n as usize }
+    }
+}
+
+impl Drop for Epoll {
+    fn drop(&mut self) {
+        // SAFETY: we own the fd.
+        unsafe { libc::close(self.0) };
+    }
+}
+
+/// CPU time of the calling thread, ns.
+pub fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid timespec pointer.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return 0;
+    }
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Pin the calling thread to one CPU (best effort).
+pub fn pin_to_cpu(cpu: usize) -> bool {
+    // SAFETY: cpu_set_t is plain data; CPU_SET indexes within it (checked below).
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if cpu >= 8 * std::mem::size_of::<libc::cpu_set_t>() {
+            return false;
+        }
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
+    }
+}
+
+/// A running driver thread.
+pub struct Driver {
+    tx: Sender<Command>,
+    wake: Arc<EventFd>,
+    thread: Option<JoinHandle<()>>,
+    stats: Arc<DriverStats>,
+}
+
+impl Driver {
+    /// Start a driver thread. `pin` pins it to a CPU.
+    pub fn spawn(
+        name: &str,
+        observer: Box<dyn Observer>,
+        pin: Option<usize>,
+    ) -> io::Result<Driver> {
+        let (tx, rx) = channel();
+        let wake = Arc::new(EventFd::new()?);
+        let epoll = Epoll::new()?;
+        epoll.add(wake.0, WAKE_TOKEN)?;
+        let stats = Arc::new(DriverStats::default());
+        let st = stats.clone();
+        let wk = wake.clone();
+        let thread = std::thread::Builder::new()
+            .name(name.to_string())
+            .spawn(move || {
+                if let Some(cpu) = pin {
+                    pin_to_cpu(cpu);
+                }
+                let mut l = Loop {
+                    epoll,
+                    wake: wk,
+                    rx,
+                    obs: observer,
+                    entries: Vec::new(),
+                    free: Vec::new(),
+                    by_id: HashMap::new(),
+                    heap: BinaryHeap::new(),
+                    stats: st,
+                    buf: vec![0u8; 2048],
+                };
+                l.run();
+            })?;
+        Ok(Driver {
+            tx,
+            wake,
+            thread: Some(thread),
+            stats,
+        })
+    }
+
+    /// Send a command; false if the thread is gone.
+    pub fn send(&self, cmd: Command) -> bool {
+        let ok = self.tx.send(cmd).is_ok();
+        self.wake.wake();
+        ok
+    }
+
+    /// The thread's counters.
+    pub fn stats(&self) -> &DriverStats {
+        &self.stats
+    }
+
+    /// Stop the thread and wait for it.
+    pub fn shutdown(&mut self) {
+        let _ = self.tx.send(Command::Shutdown);
+        self.wake.wake();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+const WAKE_TOKEN: u64 = u64::MAX;
+const MAX_EPOLL_EVENTS: usize = 256;
+/// Datagrams read from one socket per readiness before moving on (fairness).
+const READ_BUDGET: usize = 32;
+
+struct Entry {
+    id: u64,
+    p: Box<Participant>,
+    sock: UdpSocket,
+    /// Earliest wake-up we have a heap entry for.
+    scheduled: Option<Instant>,
+}
+
+struct Loop {
+    epoll: Epoll,
+    wake: Arc<EventFd>,
+    rx: Receiver<Command>,
+    obs: Box<dyn Observer>,
+    entries: Vec<Option<Entry>>,
+    free: Vec<usize>,
+    by_id: HashMap<u64, usize>,
+    heap: BinaryHeap<Reverse<(Instant, usize)>>,
+    stats: Arc<DriverStats>,
+    buf: Vec<u8>,
+}
+
+use std::sync::atomic::Ordering::Relaxed;
+
+fn flush(
+    e: &mut Entry,
+    now: Instant,
+    obs: &mut dyn Observer,
+    heap: &mut BinaryHeap<Reverse<(Instant, usize)>>,
+    idx: usize,
+    stats: &DriverStats,
+) {
+    let sock = &e.sock;
+    let mut sent = 0u64;
+    let mut errors = 0u64;
+    let next =
+        e.p.poll_output(now, obs, &mut |dest: SocketAddr, data: &[u8]| match sock
+            .send_to(data, dest)
+        {
+            Ok(_) => sent += 1,
+            Err(_) => errors += 1,
+        });
+    stats.tx_datagrams.fetch_add(sent, Relaxed);
+    if errors > 0 {
+        stats.tx_errors.fetch_add(errors, Relaxed);
+    }
+    if e.scheduled.is_none_or(|s| next < s) {
+        e.scheduled = Some(next);
+        heap.push(Reverse((next, idx)));
+    }
+}
+
+impl Loop {
+    fn run(&mut self) {
+        let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; MAX_EPOLL_EVENTS];
+        let mut last_cpu = Instant::now();
+        loop {
+            let now = Instant::now();
+            self.run_timers(now);
+
+            let timeout_ms = match self.heap.peek() {
+                Some(Reverse((t, _))) => {
+                    let now = Instant::now();
+                    if *t <= now {
+                        0
+                    } else {
+                        ((*t - now).as_micros().div_ceil(1000)).min(100) as i32
+                    }
+                }
+                None => 100,
+            };
+            let n = self.epoll.wait(&mut events, timeout_ms);
+            for ev in events.iter().take(n) {
+                let token = ev.u64;
+                if token == WAKE_TOKEN {
+                    self.wake.drain();
+                    if !self.commands() {
+                        return;
+                    }
+                    continue;
+                }
+                self.read(token as usize);
+            }
+            // A command sent without a wake (cannot happen through Driver::send,
+            // but cheap to check) still gets processed.
+            if !self.commands() {
+                return;
+            }
+            let now = Instant::now();
+            self.obs.tick(now);
+            if now.duration_since(last_cpu) >= Duration::from_millis(200) {
+                last_cpu = now;
+                self.stats.cpu_ns.store(thread_cpu_ns(), Relaxed);
+            }
+        }
+    }
+
+    fn run_timers(&mut self, now: Instant) {
+        // Bounded by the heap size at entry plus what this pass reschedules
+        // into the past (nothing: str0m timeouts move forward).
+        let mut budget = self.heap.len() + 16;
+        while budget > 0 {
+            budget -= 1;
+            let Some(Reverse((t, idx))) = self.heap.peek().copied() else {
+                break;
+            };
+            if t > now {
+                break;
+            }
+            self.heap.pop();
+            let Some(Some(e)) = self.entries.get_mut(idx) else {
+                continue;
+            };
+            if e.scheduled != Some(t) {
+                continue; // stale
+            }
+            e.scheduled = None;
+            e.p.handle_timeout(now, &mut *self.obs);
+            flush(e, now, &mut *self.obs, &mut self.heap, idx, &self.stats);
+        }
+    }
+
+    fn read(&mut self, idx: usize) {
+        let Some(Some(e)) = self.entries.get_mut(idx) else {
+            return;
+        };
+        let mut got = 0;
+        let mut now = Instant::now();
+        for _ in 0..READ_BUDGET {
+            match e.sock.recv_from(&mut self.buf) {
+                Ok((n, src)) => {
+                    let rx_ns = mono_ns();
+                    now = Instant::now();
+                    got += 1;
+                    e.p.handle_datagram(now, rx_ns, src, &self.buf[..n], &mut *self.obs);
+                    // Drain after every datagram so events carry this datagram's receive time.
+                    flush(e, now, &mut *self.obs, &mut self.heap, idx, &self.stats);
+                }
+                Err(ref err) if err.kind() == io::ErrorKind::WouldBlock => break,
+                Err(ref err) if err.kind() == io::ErrorKind::Interrupted => continue,
+                // ICMP port unreachable surfaces as ConnectionRefused on Linux: ignore.
+                Err(_) => break,
+            }
+        }
+        let _ = now;
+        self.stats.rx_datagrams.fetch_add(got, Relaxed);
+    }
+
+    /// Process queued commands; false on shutdown.
+    fn commands(&mut self) -> bool {
+        for _ in 0..10_000 {
+            let cmd = match self.rx.try_recv() {
+                Ok(c) => c,
+                Err(TryRecvError::Empty) => return true,
+                Err(TryRecvError::Disconnected) => return false,
+            };
+            match cmd {
+                Command::Shutdown => return false,
+                Command::Add {
+                    id,
+                    participant,
+                    socket,
+                } => self.add(id, participant, socket),
+                Command::Remove(id) => {
+                    if let Some(idx) = self.by_id.remove(&id) {
+                        if let Some(mut e) = self.entries.get_mut(idx).and_then(Option::take) {
+                            self.epoll.del(e.sock.as_raw_fd());
+                            e.p.close();
+                            self.free.push(idx);
+                            self.stats.participants.fetch_sub(1, Relaxed);
+                        }
+                    }
+                }
+                Command::Event(id, text) => self.with(id, |e, _| e.p.send_event(&text)),
+                Command::Raw(id, bytes) => self.with(id, |e, _| {
+                    if let Some(dest) = e.p.remote_addr() {
+                        let _ = e.sock.send_to(&bytes, dest);
+                    }
+                }),
+                Command::Speaking(id, on) => self.with(id, |e, _| e.p.set_speaking(on)),
+                Command::Dtx(id, on) => self.with(id, |e, _| e.p.set_dtx(on)),
+                Command::Keyframe(id) => self.with(id, |e, _| e.p.force_keyframe()),
+            }
+        }
+        true
+    }
+
+    fn with(&mut self, id: u64, f: impl FnOnce(&mut Entry, Instant)) {
+        let Some(&idx) = self.by_id.get(&id) else {
+            return;
+        };
+        let Some(Some(e)) = self.entries.get_mut(idx) else {
+            return;
+        };
+        let now = Instant::now();
+        f(e, now);
+        // Run it now so the effect is immediate.
+        e.p.handle_timeout(now, &mut *self.obs);
+        flush(e, now, &mut *self.obs, &mut self.heap, idx, &self.stats);
+    }
+
+    fn add(&mut self, id: u64, p: Box<Participant>, sock: UdpSocket) {
+        if sock.set_nonblocking(true).is_err() {
+            return;
+        }
+        let idx = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.entries.push(None);
+                self.entries.len() - 1
+            }
+        };
+        if self.epoll.add(sock.as_raw_fd(), idx as u64).is_err() {
+            self.free.push(idx);
+            return;
+        }
+        self.by_id.insert(id, idx);
+        self.entries[idx] = Some(Entry {
+            id,
+            p,
+            sock,
+            scheduled: None,
+        });
+        self.stats.participants.fetch_add(1, Relaxed);
+        let now = Instant::now();
+        if let Some(Some(e)) = self.entries.get_mut(idx) {
+            let _ = e.id;
+            e.p.handle_timeout(now, &mut *self.obs);
+            flush(e, now, &mut *self.obs, &mut self.heap, idx, &self.stats);
+        }
+    }
+}

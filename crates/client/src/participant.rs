@@ -1,0 +1,909 @@
+//! A sans-I/O virtual participant: one str0m `Rtc` in RTP mode, a media
+//! schedule, and receive-side verification. It never reads a clock for
+//! str0m (the driver passes `now`), never touches a socket and never blocks;
+//! a driver loop (see [`crate::driver`]) feeds it datagrams and timeouts and
+//! sends what it produces.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use str0m::change::{SdpAnswer, SdpPendingOffer};
+use str0m::channel::ChannelId;
+use str0m::format::Codec;
+use str0m::media::{Direction, MediaKind, Mid, Pt};
+use str0m::net::{Protocol, Receive};
+use str0m::rtp::{
+    AbsCaptureTime, Extension, ExtensionMap, ExtensionValues, RtpPacket, RtpWrite, Ssrc,
+};
+use str0m::{Candidate, Event, IceConnectionState, Input, Output, Rtc};
+
+use crate::clock::{mono_ns, mono_to_system, system_to_mono};
+use crate::media::{AUDIO_CLOCK, AudioSchedule, VIDEO_CLOCK, VideoSchedule, VideoSource};
+use crate::payload::{self, PayloadCodec, Stamp};
+use crate::stats::{Kind, Observer, SlotStats, Snapshot};
+use crate::stun::StunRtt;
+
+/// Room video codec.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum VideoCodec {
+    /// H.264 (all of str0m's default profiles offered, packetization-mode 1 preferred).
+    #[default]
+    H264,
+    /// VP8.
+    Vp8,
+}
+
+impl VideoCodec {
+    fn payload(self) -> PayloadCodec {
+        match self {
+            VideoCodec::H264 => PayloadCodec::H264,
+            VideoCodec::Vp8 => PayloadCodec::Vp8,
+        }
+    }
+
+    fn codec(self) -> Codec {
+        match self {
+            VideoCodec::H264 => Codec::H264,
+            VideoCodec::Vp8 => Codec::Vp8,
+        }
+    }
+}
+
+/// Tolerance for abs-capture-time vs. payload capture time: the NTP
+/// conversion goes through f64 seconds (~0.5 µs at these magnitudes).
+const ABS_CAPTURE_TOLERANCE_NS: u64 = 20_000;
+/// Cap on stored data-channel events / ICE RTT samples per participant.
+const MAX_EVENTS: usize = 100_000;
+const MAX_RTT_SAMPLES: usize = 100_000;
+/// Schedule lateness that counts as a slip.
+const SLIP: Duration = Duration::from_millis(5);
+/// Further behind than this, the schedule jumps instead of bursting.
+const MAX_CATCH_UP: Duration = Duration::from_millis(200);
+
+/// Everything that shapes one participant.
+#[derive(Debug, Clone)]
+pub struct ParticipantConfig {
+    /// Name (also stamped into every payload; at most 32 bytes are used).
+    pub name: String,
+    /// Room video codec to offer.
+    pub codec: VideoCodec,
+    /// Publish a video track.
+    pub publish_video: bool,
+    /// Publish an audio track.
+    pub publish_audio: bool,
+    /// recvonly video m-lines.
+    pub video_slots: usize,
+    /// recvonly audio m-lines.
+    pub audio_slots: usize,
+    /// Open the "events" data channel.
+    pub data_channel: bool,
+    /// Video frames.
+    pub video: VideoSource,
+    /// Where in the video source to start (frames).
+    pub video_offset: u64,
+    /// Audio is speech (level around -30 dBov) rather than silence.
+    pub speaking: bool,
+    /// While silent, send one packet per 400 ms (Opus DTX) instead of every 20 ms.
+    pub dtx: bool,
+    /// Latency samples kept per slot in the snapshot (counting goes on past it).
+    pub keep_latency_samples: usize,
+    /// Upper bound on the interval between STUN binding requests once connected.
+    pub stun_interval: Duration,
+    /// Seed for sizes/levels/offsets.
+    pub seed: u64,
+    /// Tag passed to [`Observer::first_media`].
+    pub tag: u64,
+}
+
+impl ParticipantConfig {
+    /// Defaults: publish video+audio, 3+3 slots, data channel, H.264, synthetic video.
+    pub fn new(name: impl Into<String>) -> Self {
+        ParticipantConfig {
+            name: name.into(),
+            codec: VideoCodec::H264,
+            publish_video: true,
+            publish_audio: true,
+            video_slots: 3,
+            audio_slots: 3,
+            data_channel: true,
+            video: VideoSource::default(),
+            video_offset: 0,
+            speaking: true,
+            dtx: false,
+            keep_latency_samples: 100_000,
+            stun_interval: Duration::from_millis(800),
+            seed: fastrand::u64(..),
+            tag: 0,
+        }
+    }
+}
+
+struct VideoTx {
+    mid: Mid,
+    pt: Option<Pt>,
+    seq: u64,
+    ts_base: u32,
+    frame_no: u32,
+    sched: VideoSchedule,
+    force_key: bool,
+    start: Option<Instant>,
+    next_at: Option<Instant>,
+}
+
+struct AudioTx {
+    mid: Mid,
+    pt: Option<Pt>,
+    seq: u64,
+    ts_base: u32,
+    frame_no: u32,
+    sched: AudioSchedule,
+    start: Option<Instant>,
+    next_at: Option<Instant>,
+}
+
+struct RxSlot {
+    mid: Mid,
+    key: String,
+    kind: Kind,
+}
+
+/// A virtual participant (sans-I/O).
+pub struct Participant {
+    rtc: Rtc,
+    cfg: ParticipantConfig,
+    name: String,
+    name_hash: u64,
+    local: SocketAddr,
+    remote: Option<SocketAddr>,
+    pending: Option<SdpPendingOffer>,
+    video: Option<VideoTx>,
+    audio: Option<AudioTx>,
+    slots: Vec<RxSlot>,
+    ssrc_slots: Vec<(Ssrc, usize)>,
+    channel: Option<ChannelId>,
+    channel_open: bool,
+    outbox: VecDeque<Vec<u8>>,
+    shared: Arc<Mutex<Snapshot>>,
+    stun: StunRtt,
+    connected: bool,
+    dead: bool,
+    saw_media: bool,
+    rx_ns: u64,
+    sizes: Vec<usize>,
+    buf: Vec<u8>,
+    nacks: Vec<(Mid, u64)>,
+}
+
+fn ticks_to_dur(ticks: u64, clock: u32) -> Duration {
+    Duration::from_nanos((u128::from(ticks) * 1_000_000_000 / u128::from(clock)) as u64)
+}
+
+fn lock(m: &Mutex<Snapshot>) -> MutexGuard<'_, Snapshot> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Participant {
+    /// Build the str0m instance and the SDP offer. `local` is the address
+    /// of the UDP socket the driver will use for this participant.
+    pub fn new(
+        cfg: ParticipantConfig,
+        local: SocketAddr,
+        now: Instant,
+    ) -> Result<(Participant, String), String> {
+        let mut exts = ExtensionMap::standard();
+        exts.set(9, Extension::AbsoluteCaptureTime);
+        let mut b = Rtc::builder()
+            .set_rtp_mode(true)
+            .clear_codecs()
+            .enable_opus(true, false)
+            .set_stats_interval(Some(Duration::from_secs(1)));
+        b = match cfg.codec {
+            VideoCodec::H264 => b.enable_h264(true),
+            VideoCodec::Vp8 => b.enable_vp8(true),
+        };
+        *b.extension_map() = exts;
+        b.set_max_stun_rto(cfg.stun_interval);
+        let mut rtc = b.build(now);
+
+        let cand =
+            Candidate::host(local, "udp").map_err(|e| format!("host candidate {local}: {e}"))?;
+        rtc.add_local_candidate(cand);
+
+        let mut api = rtc.sdp_api();
+        let name = payload::clamp_name(&cfg.name).to_string();
+        let stream_id = format!("{name}-stream");
+        let vmid = cfg.publish_video.then(|| {
+            api.add_media(
+                MediaKind::Video,
+                Direction::SendOnly,
+                Some(stream_id.clone()),
+                None,
+                None,
+            )
+        });
+        let amid = cfg.publish_audio.then(|| {
+            api.add_media(
+                MediaKind::Audio,
+                Direction::SendOnly,
+                Some(stream_id.clone()),
+                None,
+                None,
+            )
+        });
+        let mut slots = Vec::new();
+        for _ in 0..cfg.video_slots {
+            let mid = api.add_media(MediaKind::Video, Direction::RecvOnly, None, None, None);
+            slots.push(RxSlot {
+                mid,
+                key: mid.to_string(),
+                kind: Kind::Video,
+            });
+        }
+        for _ in 0..cfg.audio_slots {
+            let mid = api.add_media(MediaKind::Audio, Direction::RecvOnly, None, None, None);
+            slots.push(RxSlot {
+                mid,
+                key: mid.to_string(),
+                kind: Kind::Audio,
+            });
+        }
+        let channel = cfg
+            .data_channel
+            .then(|| api.add_channel("events".to_string()));
+        let Some((offer, pending)) = api.apply() else {
+            return Err("nothing to offer (no tracks, slots or data channel)".into());
+        };
+        let offer_sdp = offer.to_sdp_string();
+
+        let mut rng = fastrand::Rng::with_seed(cfg.seed);
+        let video = vmid.map(|mid| VideoTx {
+            mid,
+            pt: None,
+            seq: u64::from(rng.u16(1..30_000)),
+            ts_base: rng.u32(..),
+            frame_no: 0,
+            sched: VideoSchedule::new(cfg.video.clone(), cfg.video_offset, rng.u64(..)),
+            force_key: true,
+            start: None,
+            next_at: None,
+        });
+        let audio = amid.map(|mid| AudioTx {
+            mid,
+            pt: None,
+            seq: u64::from(rng.u16(1..30_000)),
+            ts_base: rng.u32(..),
+            frame_no: 0,
+            sched: AudioSchedule::new(rng.u64(..)),
+            start: None,
+            next_at: None,
+        });
+
+        let mut snap = Snapshot {
+            video_mids: vmid.iter().map(|m| m.to_string()).collect(),
+            audio_mids: amid.iter().map(|m| m.to_string()).collect(),
+            ..Default::default()
+        };
+        for s in &slots {
+            snap.slots.insert(
+                s.key.clone(),
+                SlotStats {
+                    kind: match s.kind {
+                        Kind::Video => "video".into(),
+                        Kind::Audio => "audio".into(),
+                    },
+                    ..Default::default()
+                },
+            );
+        }
+
+        let name_hash = payload::name_hash(&name);
+        Ok((
+            Participant {
+                rtc,
+                cfg,
+                name,
+                name_hash,
+                local,
+                remote: None,
+                pending: Some(pending),
+                video,
+                audio,
+                slots,
+                ssrc_slots: Vec::new(),
+                channel,
+                channel_open: false,
+                outbox: VecDeque::new(),
+                shared: Arc::new(Mutex::new(snap)),
+                stun: StunRtt::default(),
+                connected: false,
+                dead: false,
+                saw_media: false,
+                rx_ns: 0,
+                sizes: Vec::with_capacity(16),
+                buf: Vec::with_capacity(1500),
+                nacks: Vec::new(),
+            },
+            offer_sdp,
+        ))
+    }
+
+    /// Apply the server's SDP answer.
+    pub fn accept_answer(&mut self, answer_sdp: &str) -> Result<(), String> {
+        let answer = SdpAnswer::from_sdp_string(answer_sdp)
+            .map_err(|e| format!("unparsable SDP answer: {e}"))?;
+        let pending = self.pending.take().ok_or("answer already applied")?;
+        self.rtc
+            .sdp_api()
+            .accept_answer(pending, answer)
+            .map_err(|e| format!("answer rejected: {e}"))?;
+        // The answer names the payload types the server kept for our tracks.
+        let vcodec = self.cfg.codec.codec();
+        if let Some(v) = &mut self.video {
+            v.pt = pick_pt(&self.rtc, v.mid, vcodec);
+        }
+        if let Some(a) = &mut self.audio {
+            a.pt = pick_pt(&self.rtc, a.mid, Codec::Opus);
+        }
+        Ok(())
+    }
+
+    /// The shared snapshot (the driver and handles read it).
+    pub fn shared(&self) -> Arc<Mutex<Snapshot>> {
+        self.shared.clone()
+    }
+
+    /// Our socket address (the host candidate).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// The server's media address, once str0m has sent anything to it.
+    pub fn remote_addr(&self) -> Option<SocketAddr> {
+        self.remote
+    }
+
+    /// Name as stamped into payloads.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Whether str0m is still alive.
+    pub fn is_alive(&self) -> bool {
+        !self.dead && self.rtc.is_alive()
+    }
+
+    /// Queue a text message for the data channel (sent once it is open).
+    pub fn send_event(&mut self, text: &str) {
+        if self.outbox.len() < 10_000 {
+            self.outbox.push_back(text.as_bytes().to_vec());
+        }
+    }
+
+    /// Switch between speech and silence.
+    pub fn set_speaking(&mut self, speaking: bool) {
+        self.cfg.speaking = speaking;
+    }
+
+    /// Switch Opus DTX on or off.
+    pub fn set_dtx(&mut self, dtx: bool) {
+        self.cfg.dtx = dtx;
+    }
+
+    /// Request a keyframe on the next video frame.
+    pub fn force_keyframe(&mut self) {
+        if let Some(v) = &mut self.video {
+            v.force_key = true;
+        }
+    }
+
+    /// Close the str0m instance (no more output but a final poll).
+    pub fn close(&mut self) {
+        self.rtc.disconnect();
+        self.dead = true;
+    }
+
+    /// Feed one received datagram. `rx_ns` is CLOCK_MONOTONIC at receipt.
+    pub fn handle_datagram(
+        &mut self,
+        now: Instant,
+        rx_ns: u64,
+        source: SocketAddr,
+        data: &[u8],
+        obs: &mut dyn Observer,
+    ) {
+        if self.dead {
+            return;
+        }
+        if let Some(rtt) = self.stun.on_recv(data, rx_ns) {
+            let us = rtt / 1000;
+            obs.ice_rtt(us);
+            let mut s = lock(&self.shared);
+            if s.ice_rtt_us.len() < MAX_RTT_SAMPLES {
+                s.ice_rtt_us.push(us);
+            }
+        }
+        self.rx_ns = rx_ns;
+        let recv = match Receive::new(Protocol::Udp, source, self.local, data) {
+            Ok(r) => r,
+            Err(_) => {
+                lock(&self.shared).bad_datagrams += 1;
+                return;
+            }
+        };
+        if let Err(e) = self.rtc.handle_input(Input::Receive(now, recv)) {
+            let mut s = lock(&self.shared);
+            s.bad_datagrams += 1;
+            if !self.rtc.is_alive() {
+                s.failed = Some(format!("handle_input: {e}"));
+                s.connected = false;
+                self.dead = true;
+            }
+        }
+    }
+
+    /// Advance time: str0m timers and the media schedule.
+    pub fn handle_timeout(&mut self, now: Instant, obs: &mut dyn Observer) {
+        if self.dead {
+            return;
+        }
+        if let Err(e) = self.rtc.handle_input(Input::Timeout(now)) {
+            let mut s = lock(&self.shared);
+            s.failed = Some(format!("timeout: {e}"));
+            s.connected = false;
+            self.dead = true;
+            return;
+        }
+        if self.connected {
+            self.send_due_media(now, obs);
+        }
+        self.flush_outbox();
+    }
+
+    /// Drain str0m's output: transmit datagrams through `transmit` and
+    /// process events. Returns when the participant next wants
+    /// [`handle_timeout`](Self::handle_timeout).
+    pub fn poll_output(
+        &mut self,
+        now: Instant,
+        obs: &mut dyn Observer,
+        transmit: &mut dyn FnMut(SocketAddr, &[u8]),
+    ) -> Instant {
+        // Bounded: str0m returns a Timeout after a finite amount of output;
+        // the cap only guards against a bug turning this into a busy loop.
+        for _ in 0..100_000 {
+            if self.dead && !self.rtc.is_alive() {
+                return now + Duration::from_secs(3600);
+            }
+            match self.rtc.poll_output() {
+                Ok(Output::Timeout(t)) => return self.next_wake(t, now),
+                Ok(Output::Transmit(t)) => {
+                    self.remote = Some(t.destination);
+                    self.stun.on_send(&t.contents, mono_ns());
+                    transmit(t.destination, &t.contents);
+                }
+                Ok(Output::Event(e)) => self.on_event(e, now, obs),
+                Err(e) => {
+                    let mut s = lock(&self.shared);
+                    s.failed = Some(format!("poll_output: {e}"));
+                    s.connected = false;
+                    self.dead = true;
+                    return now + Duration::from_secs(3600);
+                }
+            }
+        }
+        now + Duration::from_millis(1)
+    }
+
+    fn next_wake(&self, rtc_timeout: Instant, now: Instant) -> Instant {
+        let mut t = rtc_timeout;
+        if self.connected {
+            if let Some(n) = self.video.as_ref().and_then(|v| v.next_at) {
+                t = t.min(n);
+            }
+            if let Some(n) = self.audio.as_ref().and_then(|a| a.next_at) {
+                t = t.min(n);
+            }
+        }
+        if !self.outbox.is_empty() && self.channel_open {
+            t = t.min(now + Duration::from_millis(5));
+        }
+        t
+    }
+
+    fn flush_outbox(&mut self) {
+        if !self.channel_open {
+            return;
+        }
+        let Some(id) = self.channel else { return };
+        while let Some(msg) = self.outbox.front() {
+            let Some(mut ch) = self.rtc.channel(id) else {
+                return;
+            };
+            match ch.write(false, msg) {
+                Ok(true) => {
+                    self.outbox.pop_front();
+                }
+                // Buffer full (false) or error: try again on the next timeout.
+                _ => return,
+            }
+        }
+    }
+
+    fn on_event(&mut self, e: Event, now: Instant, obs: &mut dyn Observer) {
+        match e {
+            Event::Connected => {
+                self.connected = true;
+                lock(&self.shared).connected = true;
+                // Media starts now, on the publisher's own schedule.
+                if let Some(v) = &mut self.video {
+                    v.start = Some(now);
+                    v.next_at = Some(now);
+                }
+                if let Some(a) = &mut self.audio {
+                    a.start = Some(now);
+                    a.next_at = Some(now);
+                }
+            }
+            Event::IceConnectionStateChange(IceConnectionState::Disconnected) => {
+                self.connected = false;
+                lock(&self.shared).connected = false;
+            }
+            Event::ChannelOpen(id, _label) => {
+                if Some(id) == self.channel || self.channel.is_none() {
+                    self.channel = Some(id);
+                    self.channel_open = true;
+                    lock(&self.shared).channel_open = true;
+                    self.flush_outbox();
+                }
+            }
+            Event::ChannelClose(id) => {
+                if Some(id) == self.channel {
+                    self.channel_open = false;
+                    lock(&self.shared).channel_open = false;
+                }
+            }
+            Event::ChannelData(d) => {
+                let v = if d.binary {
+                    serde_json::Value::String(format!("<{} binary bytes>", d.data.len()))
+                } else {
+                    match serde_json::from_slice::<serde_json::Value>(&d.data) {
+                        Ok(v) => v,
+                        Err(_) => {
+                            serde_json::Value::String(String::from_utf8_lossy(&d.data).into_owned())
+                        }
+                    }
+                };
+                let mut s = lock(&self.shared);
+                if s.events.len() < MAX_EVENTS {
+                    s.events.push(v);
+                }
+            }
+            Event::KeyframeRequest(req) => {
+                lock(&self.shared).keyframe_requests += 1;
+                if let Some(v) = &mut self.video {
+                    if v.mid == req.mid {
+                        v.force_key = true;
+                    }
+                }
+            }
+            Event::MediaIngressStats(st) => {
+                if let Some(e) = self.nacks.iter_mut().find(|(m, _)| *m == st.mid) {
+                    e.1 = e.1.max(st.nacks);
+                } else {
+                    self.nacks.push((st.mid, st.nacks));
+                }
+                let total = self.nacks.iter().map(|(_, n)| n).sum();
+                lock(&self.shared).nacks_sent = total;
+            }
+            Event::RtpPacket(p) => self.on_rtp(p, obs),
+            _ => {}
+        }
+    }
+
+    fn slot_of(&mut self, p: &RtpPacket) -> Option<usize> {
+        let ssrc = p.header.ssrc;
+        if let Some((_, i)) = self.ssrc_slots.iter().find(|(s, _)| *s == ssrc) {
+            return Some(*i);
+        }
+        let mid = self
+            .rtc
+            .direct_api()
+            .stream_rx(&ssrc)
+            .map(|s| s.mid())
+            .or(p.header.ext_vals.mid)?;
+        let i = self.slots.iter().position(|s| s.mid == mid)?;
+        self.ssrc_slots.push((ssrc, i));
+        Some(i)
+    }
+
+    fn on_rtp(&mut self, p: RtpPacket, obs: &mut dyn Observer) {
+        let rx_ns = self.rx_ns;
+        let Some(i) = self.slot_of(&p) else {
+            lock(&self.shared).unknown_packets += 1;
+            return;
+        };
+        let kind = self.slots[i].kind;
+        let codec = match kind {
+            Kind::Video => self.cfg.codec.payload(),
+            Kind::Audio => PayloadCodec::Opus,
+        };
+        let verified = payload::verify(codec, &p.payload);
+        obs.packet(kind, p.payload.len(), verified.is_ok());
+        let first_media = !self.saw_media;
+        self.saw_media = true;
+        if first_media {
+            obs.first_media(self.cfg.tag, rx_ns);
+        }
+
+        let mut guard = lock(&self.shared);
+        let Some(st) = guard.slots.get_mut(&self.slots[i].key) else {
+            return;
+        };
+        st.packets += 1;
+        st.bytes += p.payload.len() as u64;
+        if st.first_packet_ns.is_none() {
+            st.first_packet_ns = Some(rx_ns);
+        }
+        let ssrc: u32 = *p.header.ssrc;
+        if !st.ssrcs.contains(&ssrc) {
+            st.ssrcs.push(ssrc);
+        }
+        let seq: u64 = *p.seq_no;
+        if let Some(last) = st.last_seq {
+            if seq < last {
+                st.out_of_order += 1;
+            } else if seq > last + 1 {
+                st.seq_gaps += 1;
+                st.seq_missing += seq - last - 1;
+            }
+        }
+        if st.last_seq.is_none_or(|l| seq > l) {
+            st.last_seq = Some(seq);
+        }
+        let ts = p.header.timestamp;
+        if let Some(last) = st.last_ts {
+            if (ts.wrapping_sub(last) as i32) < 0 {
+                st.ts_backwards += 1;
+            }
+        }
+        st.last_ts = Some(ts);
+
+        let v = match verified {
+            Ok(v) => v,
+            Err(_) => {
+                st.corrupt += 1;
+                return;
+            }
+        };
+        let stamp = v.stamp;
+        if v.keyframe == Some(true) && stamp.index == 0 {
+            st.keyframes += 1;
+        }
+        if st.last_source.as_deref() != Some(stamp.name) {
+            st.last_source = Some(stamp.name.to_string());
+        }
+        if !st.sources.iter().any(|s| s == stamp.name) {
+            st.sources.push(stamp.name.to_string());
+        }
+        let mut capture = stamp.capture_ns;
+        if kind == Kind::Video {
+            match p
+                .header
+                .ext_vals
+                .abs_capture_time
+                .and_then(|a| system_to_mono(a.capture_time))
+            {
+                Some(ns) => {
+                    if ns.abs_diff(stamp.capture_ns) > ABS_CAPTURE_TOLERANCE_NS {
+                        st.abs_capture_mismatch += 1;
+                    }
+                    // Latency is measured from the header extension, like the article.
+                    capture = ns;
+                }
+                None => st.abs_capture_missing += 1,
+            }
+        }
+        if stamp.index + 1 == stamp.count {
+            st.frames += 1;
+            if let Some(n) = st.frames_by_source.get_mut(stamp.name) {
+                *n += 1;
+            } else {
+                st.frames_by_source.insert(stamp.name.to_string(), 1);
+            }
+            let lat_us = rx_ns.saturating_sub(capture) / 1000;
+            st.latency_count += 1;
+            if st.latency_us.len() < self.cfg.keep_latency_samples {
+                st.latency_us.push(lat_us);
+            }
+            drop(guard);
+            obs.frame(kind, lat_us);
+        }
+    }
+
+    fn send_due_media(&mut self, now: Instant, obs: &mut dyn Observer) {
+        // Video: all packets of a frame at its capture instant.
+        for _ in 0..8 {
+            let Some(v) = &self.video else { break };
+            let Some(at) = v.next_at else { break };
+            if at > now {
+                break;
+            }
+            let late = now - at;
+            if late > SLIP {
+                obs.send_slip(late.as_micros() as u64);
+                lock(&self.shared).send_slips += 1;
+            }
+            if late > MAX_CATCH_UP {
+                // Resynchronise instead of bursting a backlog.
+                if let Some(v) = &mut self.video {
+                    let ticks = v.sched.next_ticks();
+                    v.start = Some(now - ticks_to_dur(ticks, VIDEO_CLOCK));
+                }
+            }
+            self.send_video_frame(now, obs);
+        }
+        for _ in 0..16 {
+            let Some(a) = &self.audio else { break };
+            let Some(at) = a.next_at else { break };
+            if at > now {
+                break;
+            }
+            let late = now - at;
+            if late > MAX_CATCH_UP {
+                if let Some(a) = &mut self.audio {
+                    let ticks = a.sched.next_ticks();
+                    a.start = Some(now - ticks_to_dur(ticks, AUDIO_CLOCK));
+                }
+            }
+            self.send_audio_frame(now, obs);
+        }
+    }
+
+    fn send_video_frame(&mut self, now: Instant, obs: &mut dyn Observer) {
+        let codec = self.cfg.codec.payload();
+        let Some(v) = &mut self.video else { return };
+        let force = std::mem::take(&mut v.force_key);
+        let f = v.sched.next_frame(force, &mut self.sizes);
+        let start = v.start.unwrap_or(now);
+        v.next_at = Some(start + ticks_to_dur(v.sched.next_ticks(), VIDEO_CLOCK));
+        let frame_no = v.frame_no;
+        v.frame_no = v.frame_no.wrapping_add(1);
+        let Some(pt) = v.pt else { return };
+        let mid = v.mid;
+        let ts = v.ts_base.wrapping_add(f.ticks as u32);
+        let capture = mono_ns();
+        let count = self.sizes.len().min(u16::MAX as usize) as u16;
+        let mut seq = v.seq;
+        let mut sent = 0u64;
+        let mut api = self.rtc.direct_api();
+        let Some(tx) = api.stream_tx_by_mid(mid, None) else {
+            return;
+        };
+        for (i, &size) in self.sizes.iter().enumerate().take(count as usize) {
+            self.buf.clear();
+            let stamp = Stamp {
+                name: &self.name,
+                frame: frame_no,
+                index: i as u16,
+                count,
+                capture_ns: capture,
+            };
+            payload::write_payload(
+                &mut self.buf,
+                codec,
+                f.keyframe,
+                &stamp,
+                self.name_hash,
+                size,
+            );
+            let exts = ExtensionValues {
+                abs_capture_time: Some(AbsCaptureTime {
+                    capture_time: mono_to_system(capture),
+                    clock_offset: None,
+                }),
+                ..Default::default()
+            };
+            tx.write_rtp(
+                RtpWrite::new(pt, seq.into(), ts, now, &self.buf[..])
+                    .marker(i + 1 == count as usize)
+                    .ext_vals(exts)
+                    .nackable(true),
+            );
+            seq += 1;
+            sent += 1;
+        }
+        if let Some(v) = &mut self.video {
+            v.seq = seq;
+        }
+        obs.sent(Kind::Video, sent);
+        let mut s = lock(&self.shared);
+        s.sent_packets += sent;
+        s.sent_video_frames += 1;
+        if f.keyframe {
+            s.sent_keyframes += 1;
+        }
+    }
+
+    fn send_audio_frame(&mut self, now: Instant, obs: &mut dyn Observer) {
+        let (speaking, dtx) = (self.cfg.speaking, self.cfg.dtx);
+        let Some(a) = &mut self.audio else { return };
+        let planned = a.sched.next_frame(speaking, dtx);
+        let start = a.start.unwrap_or(now);
+        a.next_at = Some(start + ticks_to_dur(a.sched.next_ticks(), AUDIO_CLOCK));
+        let Some(planned) = planned else { return };
+        let frame_no = a.frame_no;
+        a.frame_no = a.frame_no.wrapping_add(1);
+        let Some(pt) = a.pt else { return };
+        let mid = a.mid;
+        let ts = a.ts_base.wrapping_add(planned.ticks as u32);
+        let seq = a.seq;
+        a.seq += 1;
+        self.buf.clear();
+        let stamp = Stamp {
+            name: &self.name,
+            frame: frame_no,
+            index: 0,
+            count: 1,
+            capture_ns: mono_ns(),
+        };
+        payload::write_payload(
+            &mut self.buf,
+            PayloadCodec::Opus,
+            false,
+            &stamp,
+            self.name_hash,
+            planned.size,
+        );
+        let exts = ExtensionValues {
+            audio_level: Some(planned.level),
+            voice_activity: Some(planned.voice),
+            ..Default::default()
+        };
+        let mut api = self.rtc.direct_api();
+        let Some(tx) = api.stream_tx_by_mid(mid, None) else {
+            return;
+        };
+        tx.write_rtp(
+            RtpWrite::new(pt, seq.into(), ts, now, &self.buf[..])
+                .ext_vals(exts)
+                .nackable(false),
+        );
+        obs.sent(Kind::Audio, 1);
+        let mut s = lock(&self.shared);
+        s.sent_packets += 1;
+        s.sent_audio_packets += 1;
+    }
+}
+
+/// The payload type the answer kept for `mid` with `codec` (H.264:
+/// packetization-mode 1 preferred).
+fn pick_pt(rtc: &Rtc, mid: Mid, codec: Codec) -> Option<Pt> {
+    let media = rtc.media(mid)?;
+    let cfg = rtc.codec_config();
+    let mut best: Option<(i32, Pt)> = None;
+    for pt in media.remote_pts() {
+        let Some(p) = cfg.params().iter().find(|p| p.pt() == *pt) else {
+            continue;
+        };
+        let spec = p.spec();
+        if spec.codec != codec {
+            continue;
+        }
+        let mut score = 1;
+        if codec == Codec::H264 && spec.format.packetization_mode == Some(1) {
+            score += 2;
+        }
+        if best.is_none_or(|(s, _)| score > s) {
+            best = Some((score, *pt));
+        }
+    }
+    best.map(|(_, pt)| pt)
+}
+
+#[allow(dead_code)]
+fn assert_send() {
+    fn is_send<T: Send>() {}
+    is_send::<Participant>();
+}

@@ -1,0 +1,271 @@
+//! HTTP signaling: corelay's native participant API (docs/api.md).
+//!
+//! This is the only module that knows the HTTP dialect. Another dialect
+//! (WHIP/WHEP, another SFU's API) is another pair of functions with the same
+//! shape: offer in, answer + resource location out; delete the resource.
+
+use std::fmt;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use ureq::Agent;
+
+/// Why joining or leaving failed.
+#[derive(Debug, Clone)]
+pub struct JoinError {
+    /// The HTTP status, when the server answered.
+    pub status: Option<u16>,
+    /// The response body (the JSON error), or a description of the failure.
+    pub body: String,
+    /// `Retry-After` in seconds, when the server sent one (503 from admission control).
+    pub retry_after: Option<u64>,
+}
+
+impl JoinError {
+    /// An error that did not come from an HTTP answer.
+    pub fn local(msg: impl Into<String>) -> Self {
+        JoinError {
+            status: None,
+            body: msg.into(),
+            retry_after: None,
+        }
+    }
+
+    /// The stable error `code` from the server's JSON body, if any.
+    pub fn code(&self) -> Option<String> {
+        let v: serde_json::Value = serde_json::from_str(&self.body).ok()?;
+        v.get("code")?.as_str().map(str::to_string)
+    }
+}
+
+impl fmt::Display for JoinError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.status {
+            Some(s) => write!(f, "HTTP {s}: {}", self.body),
+            None => write!(f, "{}", self.body),
+        }
+    }
+}
+
+impl std::error::Error for JoinError {}
+
+/// A successful POST.
+#[derive(Debug, Clone)]
+pub struct Joined {
+    /// SDP answer.
+    pub answer: String,
+    /// `Location` as the server sent it (usually a path).
+    pub location: String,
+    /// `ETag` as the server sent it (with quotes, if any).
+    pub etag: String,
+    /// Last path segment of `Location`: the participant id.
+    pub id: String,
+}
+
+fn agent() -> &'static Agent {
+    static AGENT: OnceLock<Agent> = OnceLock::new();
+    AGENT.get_or_init(|| {
+        Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(15)))
+            .max_redirects(0)
+            .build()
+            .into()
+    })
+}
+
+/// Percent-encode a path segment or query value (RFC 3986 unreserved kept).
+pub fn encode_component(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Resolve a `Location` against the base URL (`http://host:port`).
+pub fn resolve(base: &str, location: &str) -> String {
+    if location.starts_with("http://") || location.starts_with("https://") {
+        return location.to_string();
+    }
+    let base = base.trim_end_matches('/');
+    // Keep only scheme://authority of the base.
+    let authority_end = base
+        .find("://")
+        .and_then(|i| base[i + 3..].find('/').map(|j| i + 3 + j))
+        .unwrap_or(base.len());
+    let root = &base[..authority_end];
+    if location.starts_with('/') {
+        format!("{root}{location}")
+    } else {
+        format!("{root}/{location}")
+    }
+}
+
+fn header(resp: &ureq::http::Response<ureq::Body>, name: &str) -> Option<String> {
+    resp.headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+}
+
+fn read_body(resp: &mut ureq::http::Response<ureq::Body>) -> String {
+    resp.body_mut()
+        .with_config()
+        .limit(1 << 20)
+        .read_to_string()
+        .unwrap_or_default()
+}
+
+/// `POST {url}/api/v1/rooms/{room}/participants?name={name}` with an SDP offer.
+pub fn post_offer(url: &str, room: &str, name: &str, offer_sdp: &str) -> Result<Joined, JoinError> {
+    let target = format!(
+        "{}/api/v1/rooms/{}/participants?name={}",
+        url.trim_end_matches('/'),
+        encode_component(room),
+        encode_component(name)
+    );
+    let mut resp = agent()
+        .post(&target)
+        .header("Content-Type", "application/sdp")
+        .send(offer_sdp)
+        .map_err(|e| JoinError::local(format!("POST {target}: {e}")))?;
+    let status = resp.status().as_u16();
+    let retry_after = header(&resp, "retry-after").and_then(|v| v.trim().parse().ok());
+    let location = header(&resp, "location");
+    let etag = header(&resp, "etag").unwrap_or_default();
+    let body = read_body(&mut resp);
+    if status != 201 {
+        return Err(JoinError {
+            status: Some(status),
+            body,
+            retry_after,
+        });
+    }
+    let Some(location) = location else {
+        return Err(JoinError {
+            status: Some(status),
+            body: format!("201 without Location header; body: {body}"),
+            retry_after,
+        });
+    };
+    let id = location
+        .trim_end_matches('/')
+        .rsplit('/')
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    Ok(Joined {
+        answer: body,
+        location,
+        etag,
+        id,
+    })
+}
+
+/// `DELETE {location}`; 204 (or 200) is success.
+pub fn delete(url: &str, location: &str) -> Result<(), JoinError> {
+    let target = resolve(url, location);
+    let mut resp = agent()
+        .delete(&target)
+        .call()
+        .map_err(|e| JoinError::local(format!("DELETE {target}: {e}")))?;
+    let status = resp.status().as_u16();
+    let body = read_body(&mut resp);
+    if status == 204 || status == 200 {
+        Ok(())
+    } else {
+        Err(JoinError {
+            status: Some(status),
+            body,
+            retry_after: None,
+        })
+    }
+}
+
+/// `PATCH {location}` with `If-Match` and a new offer; returns (answer, new etag).
+pub fn patch_offer(
+    url: &str,
+    location: &str,
+    etag: &str,
+    offer_sdp: &str,
+) -> Result<(String, String), JoinError> {
+    let target = resolve(url, location);
+    let mut resp = agent()
+        .patch(&target)
+        .header("Content-Type", "application/sdp")
+        .header("If-Match", etag)
+        .send(offer_sdp)
+        .map_err(|e| JoinError::local(format!("PATCH {target}: {e}")))?;
+    let status = resp.status().as_u16();
+    let new_etag = header(&resp, "etag").unwrap_or_default();
+    let body = read_body(&mut resp);
+    if status == 200 {
+        Ok((body, new_etag))
+    } else {
+        Err(JoinError {
+            status: Some(status),
+            body,
+            retry_after: None,
+        })
+    }
+}
+
+/// `GET {url}{path}` returning the JSON body (for health/room queries in tests and the bench).
+pub fn get_json(url: &str, path: &str) -> Result<serde_json::Value, JoinError> {
+    let target = resolve(url, path);
+    let mut resp = agent()
+        .get(&target)
+        .call()
+        .map_err(|e| JoinError::local(format!("GET {target}: {e}")))?;
+    let status = resp.status().as_u16();
+    let body = read_body(&mut resp);
+    if status != 200 {
+        return Err(JoinError {
+            status: Some(status),
+            body,
+            retry_after: None,
+        });
+    }
+    serde_json::from_str(&body).map_err(|e| JoinError {
+        status: Some(status),
+        body: format!("bad JSON ({e}): {body}"),
+        retry_after: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resolve_location() {
+        assert_eq!(
+            resolve("http://127.0.0.1:7070", "/api/v1/rooms/a/participants/x"),
+            "http://127.0.0.1:7070/api/v1/rooms/a/participants/x"
+        );
+        assert_eq!(
+            resolve("http://127.0.0.1:7070/", "/whip/r/1"),
+            "http://127.0.0.1:7070/whip/r/1"
+        );
+        assert_eq!(resolve("http://h:1/base", "/x"), "http://h:1/x");
+        assert_eq!(resolve("http://h:1", "http://o:2/y"), "http://o:2/y");
+    }
+
+    #[test]
+    fn encode() {
+        assert_eq!(encode_component("Alice Smith/1"), "Alice%20Smith%2F1");
+        assert_eq!(encode_component("r-1_a.b~"), "r-1_a.b~");
+    }
+
+    #[test]
+    fn connection_refused_is_an_error_not_a_panic() {
+        // Port 9 (discard) on localhost is essentially never listening.
+        let e = post_offer("http://127.0.0.1:9", "r", "n", "v=0").unwrap_err();
+        assert_eq!(e.status, None);
+    }
+}

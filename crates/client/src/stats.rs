@@ -1,0 +1,166 @@
+//! What a participant observed: the public snapshot types and the observer
+//! hook the load generator uses to aggregate without locks.
+
+use std::collections::BTreeMap;
+
+/// Per receive slot (recvonly m-line) counters.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SlotStats {
+    /// "video" or "audio".
+    pub kind: String,
+    /// RTP packets received.
+    pub packets: u64,
+    /// Payload bytes received.
+    pub bytes: u64,
+    /// Complete frames (the last packet of a frame verified; every audio packet).
+    pub frames: u64,
+    /// Payloads that failed verification.
+    pub corrupt: u64,
+    /// RTP sequence number went backwards.
+    pub out_of_order: u64,
+    /// Forward jumps of the sequence number by more than one (occurrences).
+    pub seq_gaps: u64,
+    /// Packets skipped by those jumps (a loss estimate before retransmission).
+    pub seq_missing: u64,
+    /// RTP timestamp went backwards (wrapping compare).
+    pub ts_backwards: u64,
+    /// Publisher names seen in payloads, in order of first appearance.
+    pub sources: Vec<String>,
+    /// Complete frames per publisher name.
+    pub frames_by_source: BTreeMap<String, u64>,
+    /// Video packets whose abs-capture-time differs from the capture time in the payload.
+    pub abs_capture_mismatch: u64,
+    /// Video packets without abs-capture-time.
+    pub abs_capture_missing: u64,
+    /// End-to-end latency samples in µs, one per complete frame: receive time
+    /// minus abs-capture-time for video, minus the payload's capture time for
+    /// audio. Capped (see `ParticipantConfig::keep_latency_samples`).
+    pub latency_us: Vec<u64>,
+    /// Latency samples taken (also those past the cap).
+    pub latency_count: u64,
+    /// SSRCs seen on this slot, in order of first appearance.
+    pub ssrcs: Vec<u32>,
+    /// Last extended sequence number.
+    pub last_seq: Option<u64>,
+    /// Last RTP timestamp.
+    pub last_ts: Option<u32>,
+    /// Publisher name of the last verified packet.
+    pub last_source: Option<String>,
+    /// Keyframes received (first packet of a keyframe).
+    pub keyframes: u64,
+    /// CLOCK_MONOTONIC ns of the first packet on this slot.
+    pub first_packet_ns: Option<u64>,
+}
+
+impl SlotStats {
+    /// Largest latency sample, if any.
+    pub fn max_latency_us(&self) -> Option<u64> {
+        self.latency_us.iter().copied().max()
+    }
+}
+
+/// Everything a participant observed so far (a copy).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Snapshot {
+    /// ICE + DTLS connected (str0m `Event::Connected`) and not disconnected since.
+    pub connected: bool,
+    /// The data channel is open.
+    pub channel_open: bool,
+    /// Receive slots by mid.
+    pub slots: BTreeMap<String, SlotStats>,
+    /// Every data-channel message, parsed as JSON (a non-JSON message is kept
+    /// as a JSON string), in order of arrival.
+    pub events: Vec<serde_json::Value>,
+    /// PLI/FIR received for our published tracks.
+    pub keyframe_requests: u64,
+    /// Mids of our published video tracks.
+    pub video_mids: Vec<String>,
+    /// Mids of our published audio tracks.
+    pub audio_mids: Vec<String>,
+    /// ICE round-trip times (STUN binding request → success response), µs. Capped.
+    pub ice_rtt_us: Vec<u64>,
+    /// Video frames sent.
+    pub sent_video_frames: u64,
+    /// Video keyframes sent.
+    pub sent_keyframes: u64,
+    /// RTP packets sent (video + audio).
+    pub sent_packets: u64,
+    /// Audio packets sent.
+    pub sent_audio_packets: u64,
+    /// Times the send schedule ran more than 5 ms late (the client is overloaded).
+    pub send_slips: u64,
+    /// NACKs this participant sent (str0m ingress stats, summed over mids).
+    pub nacks_sent: u64,
+    /// RTP packets for an SSRC we could not map to a slot.
+    pub unknown_packets: u64,
+    /// Datagrams str0m refused (`handle_input` error) or that did not parse.
+    pub bad_datagrams: u64,
+    /// Set when the str0m instance died; the reason.
+    pub failed: Option<String>,
+}
+
+impl Snapshot {
+    /// Complete frames received from publisher `name` over all slots.
+    pub fn frames_from(&self, name: &str) -> u64 {
+        self.slots
+            .values()
+            .filter_map(|s| s.frames_by_source.get(name))
+            .sum()
+    }
+
+    /// Complete frames received over all slots of `kind` ("video"/"audio").
+    pub fn frames_of_kind(&self, kind: &str) -> u64 {
+        self.slots
+            .values()
+            .filter(|s| s.kind == kind)
+            .map(|s| s.frames)
+            .sum()
+    }
+
+    /// Total corrupt payloads over all slots.
+    pub fn corrupt(&self) -> u64 {
+        self.slots.values().map(|s| s.corrupt).sum()
+    }
+
+    /// All data-channel events of a given `type`.
+    pub fn events_of_type(&self, ty: &str) -> Vec<&serde_json::Value> {
+        self.events
+            .iter()
+            .filter(|e| e.get("type").and_then(|t| t.as_str()) == Some(ty))
+            .collect()
+    }
+}
+
+/// Media kind of a sample.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Video.
+    Video,
+    /// Audio.
+    Audio,
+}
+
+/// Hooks for aggregating measurements across many participants on one
+/// thread (the load generator). All methods default to doing nothing.
+pub trait Observer: Send {
+    /// A complete frame arrived; `latency_us` is receive − capture.
+    fn frame(&mut self, _kind: Kind, _latency_us: u64) {}
+    /// An RTP packet arrived (`ok` = payload verified).
+    fn packet(&mut self, _kind: Kind, _bytes: usize, _ok: bool) {}
+    /// A STUN binding round trip completed.
+    fn ice_rtt(&mut self, _rtt_us: u64) {}
+    /// The send schedule ran late by `late_us`.
+    fn send_slip(&mut self, _late_us: u64) {}
+    /// RTP packets sent.
+    fn sent(&mut self, _kind: Kind, _packets: u64) {}
+    /// First media packet for participant `tag` arrived (join completed).
+    fn first_media(&mut self, _tag: u64, _mono_ns: u64) {}
+    /// Called once per driver loop iteration.
+    fn tick(&mut self, _now: std::time::Instant) {}
+}
+
+/// An observer that ignores everything.
+#[derive(Debug, Default)]
+pub struct NoObserver;
+
+impl Observer for NoObserver {}
