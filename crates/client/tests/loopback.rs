@@ -5,6 +5,8 @@
 //! abs-capture-time, payload verification and the data channel without the
 //! real server.
 
+#![allow(clippy::collapsible_if)]
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::sync::mpsc::{Receiver, Sender, channel};
