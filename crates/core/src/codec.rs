@@ -29,7 +29,8 @@ fn h264_keyframe_start(payload: &[u8]) -> bool {
         24 => {
             // STAP-A: [hdr] then repeated [size u16][nal...].
             let mut rest = payload.get(1..).unwrap_or_default();
-            while let (Some(&hi), Some(&lo), Some(&nal)) = (rest.first(), rest.get(1), rest.get(2)) {
+            while let (Some(&hi), Some(&lo), Some(&nal)) = (rest.first(), rest.get(1), rest.get(2))
+            {
                 let size = usize::from(u16::from_be_bytes([hi, lo]));
                 {
                     if matches!(nal & 0x1f, 5 | 7) {
@@ -138,7 +139,10 @@ mod tests {
         assert!(!is_keyframe_start(Codec::Vp8, &[0x10, 0x01]));
         assert!(!is_keyframe_start(Codec::Vp8, &[0x00, 0x00]));
         // X=1, I=1 with 15-bit picture id, then keyframe header.
-        assert!(is_keyframe_start(Codec::Vp8, &[0x90, 0x80, 0x81, 0x02, 0x00]));
+        assert!(is_keyframe_start(
+            Codec::Vp8,
+            &[0x90, 0x80, 0x81, 0x02, 0x00]
+        ));
         assert!(!is_keyframe_start(Codec::Vp8, &[0x90, 0x80, 0x81]));
         assert!(!is_keyframe_start(Codec::Vp8, &[]));
     }

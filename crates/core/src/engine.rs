@@ -414,10 +414,10 @@ impl Engine {
             }
             Event::ChannelOpen(cid, _label) => self.on_channel_open(id, cid),
             Event::ChannelData(d) => {
-                if !d.binary {
-                    if let Ok(req) = serde_json::from_slice::<ClientRequest>(&d.data) {
-                        self.on_client_request(id, req);
-                    }
+                if !d.binary
+                    && let Ok(req) = serde_json::from_slice::<ClientRequest>(&d.data)
+                {
+                    self.on_client_request(id, req);
                 }
             }
             Event::MediaAdded(m) => {
@@ -466,7 +466,11 @@ impl Engine {
         let spec = match cached {
             Some(s) => s,
             None => {
-                let Some(spec) = p.rtc.codec_config().find(|pp| pp.pt() == pt).map(|pp| pp.spec())
+                let Some(spec) = p
+                    .rtc
+                    .codec_config()
+                    .find(|pp| pp.pt() == pt)
+                    .map(|pp| pp.spec())
                 else {
                     self.io.counters.dropped_no_codec += 1;
                     return;
@@ -562,7 +566,9 @@ impl Engine {
                     continue;
                 };
                 let clock = media.spec.clock_rate.get();
-                let Some((seq, ts)) = slot.rewriter.rewrite(media.seq, media.timestamp, clock, now)
+                let Some((seq, ts)) = slot
+                    .rewriter
+                    .rewrite(media.seq, media.timestamp, clock, now)
                 else {
                     self.io.counters.dropped_stale += 1;
                     continue;
@@ -837,10 +843,10 @@ impl Engine {
         let Ok(text) = serde_json::to_string(ev) else {
             return;
         };
-        if let Some(mut ch) = p.rtc.channel(cid) {
-            if ch.write(false, text.as_bytes()).is_err() {
-                self.io.counters.rtc_errors += 1;
-            }
+        if let Some(mut ch) = p.rtc.channel(cid)
+            && ch.write(false, text.as_bytes()).is_err()
+        {
+            self.io.counters.rtc_errors += 1;
         }
         self.drain(id);
     }

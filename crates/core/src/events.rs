@@ -27,19 +27,10 @@ pub struct SlotJson {
 #[derive(Serialize, Debug, Clone, PartialEq, Eq)]
 #[serde(tag = "type", rename_all = "lowercase")]
 pub enum RoomEvent {
-    Welcome {
-        participant: String,
-        room: String,
-    },
-    Roster {
-        participants: Vec<MemberJson>,
-    },
-    Slots {
-        slots: Vec<SlotJson>,
-    },
-    Speaker {
-        participant: Option<String>,
-    },
+    Welcome { participant: String, room: String },
+    Roster { participants: Vec<MemberJson> },
+    Slots { slots: Vec<SlotJson> },
+    Speaker { participant: Option<String> },
 }
 
 /// What a client may ask for on the data channel.

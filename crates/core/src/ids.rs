@@ -20,7 +20,9 @@ impl FromStr for ParticipantId {
     type Err = ();
     fn from_str(s: &str) -> Result<Self, ()> {
         let hex = s.strip_prefix('p').ok_or(())?;
-        u64::from_str_radix(hex, 16).map(ParticipantId).map_err(|_| ())
+        u64::from_str_radix(hex, 16)
+            .map(ParticipantId)
+            .map_err(|_| ())
     }
 }
 

@@ -185,7 +185,10 @@ fn initial_lines(rtc: &mut Rtc, answer: &str) -> Result<NewLines, OfferError> {
         }
     }
     let mut lines = NewLines::default();
-    for mid in answer.lines().filter_map(|l| l.trim_end().strip_prefix("a=mid:")) {
+    for mid in answer
+        .lines()
+        .filter_map(|l| l.trim_end().strip_prefix("a=mid:"))
+    {
         let Some(media) = rtc.media(Mid::from(mid)) else {
             continue; // the data channel's m-line
         };
@@ -213,15 +216,21 @@ fn check_codecs(sdp: &str, settings: &RtcSettings) -> Result<(), OfferError> {
     let mut section: Option<(String, bool, bool)> = None; // (kind, active, has codec)
     let mut fail: Option<String> = None;
     let mut finish = |s: Option<(String, bool, bool)>| {
-        if let Some((kind, active, has)) = s {
-            if active && !has && fail.is_none() {
-                let want = if kind == "audio" { "opus" } else { video.as_str() };
-                fail = Some(format!(
-                    "an {kind} m-line offers no {} (this server forwards {} video and Opus audio)",
-                    want.to_ascii_uppercase(),
-                    settings.video_codec.name()
-                ));
-            }
+        if let Some((kind, active, has)) = s
+            && active
+            && !has
+            && fail.is_none()
+        {
+            let want = if kind == "audio" {
+                "opus"
+            } else {
+                video.as_str()
+            };
+            fail = Some(format!(
+                "an {kind} m-line offers no {} (this server forwards {} video and Opus audio)",
+                want.to_ascii_uppercase(),
+                settings.video_codec.name()
+            ));
         }
     };
     for line in sdp.lines() {
@@ -242,14 +251,18 @@ fn check_codecs(sdp: &str, settings: &RtcSettings) -> Result<(), OfferError> {
                     .and_then(|e| e.split('/').next())
                     .unwrap_or_default()
                     .to_ascii_lowercase();
-                let want = if kind == "audio" { "opus" } else { video.as_str() };
+                let want = if kind == "audio" {
+                    "opus"
+                } else {
+                    video.as_str()
+                };
                 if enc == want {
                     *has = true;
                 }
-            } else if line == "a=inactive" {
-                if let Some(s) = section.as_mut() {
-                    s.1 = false;
-                }
+            } else if line == "a=inactive"
+                && let Some(s) = section.as_mut()
+            {
+                s.1 = false;
             }
         }
     }
@@ -319,7 +332,8 @@ mod tests {
         assert!(e.message.contains("empty"));
         let e = accept_offer(&settings(), Instant::now(), "hello", addr).unwrap_err();
         assert_eq!(e.code, "bad_offer");
-        let e = accept_offer(&settings(), Instant::now(), "v=0\r\nm=video x\r\n", addr).unwrap_err();
+        let e =
+            accept_offer(&settings(), Instant::now(), "v=0\r\nm=video x\r\n", addr).unwrap_err();
         assert_eq!(e.code, "bad_offer");
     }
 

@@ -117,12 +117,16 @@ impl RoomView {
     }
 
     /// Records an audio packet's level; cheap enough for every audio packet.
-    pub fn note_audio(&mut self, from: ParticipantId, level: Option<i8>, vad: Option<bool>, now: Instant) {
+    pub fn note_audio(
+        &mut self,
+        from: ParticipantId,
+        level: Option<i8>,
+        vad: Option<bool>,
+        now: Instant,
+    ) {
         let speaking = level.is_some_and(|l| l > SPEECH_LEVEL) && vad != Some(false);
-        if speaking {
-            if let Some(m) = self.members.iter_mut().find(|m| m.info.id == from) {
-                m.last_spoke = Some(now);
-            }
+        if speaking && let Some(m) = self.members.iter_mut().find(|m| m.info.id == from) {
+            m.last_spoke = Some(now);
         }
     }
 

@@ -124,11 +124,23 @@ mod tests {
     fn continuous_across_a_source_change() {
         let t0 = Instant::now();
         let mut r = Rewriter::default();
-        assert_eq!(r.rewrite(500, 90_000, 90_000, t0), Some((FIRST_SEQ, 90_000)));
-        assert_eq!(r.rewrite(501, 93_000, 90_000, t0), Some((FIRST_SEQ + 1, 93_000)));
+        assert_eq!(
+            r.rewrite(500, 90_000, 90_000, t0),
+            Some((FIRST_SEQ, 90_000))
+        );
+        assert_eq!(
+            r.rewrite(501, 93_000, 90_000, t0),
+            Some((FIRST_SEQ + 1, 93_000))
+        );
         // Reordered packet keeps its relative position.
-        assert_eq!(r.rewrite(503, 99_000, 90_000, t0), Some((FIRST_SEQ + 3, 99_000)));
-        assert_eq!(r.rewrite(502, 96_000, 90_000, t0), Some((FIRST_SEQ + 2, 96_000)));
+        assert_eq!(
+            r.rewrite(503, 99_000, 90_000, t0),
+            Some((FIRST_SEQ + 3, 99_000))
+        );
+        assert_eq!(
+            r.rewrite(502, 96_000, 90_000, t0),
+            Some((FIRST_SEQ + 2, 96_000))
+        );
         // New source with unrelated numbering, 100 ms later.
         r.rebase();
         let t1 = t0 + Duration::from_millis(100);
@@ -137,7 +149,10 @@ mod tests {
         assert_eq!(ts, 99_000 + 9_000);
         // An older packet of the new source would go backwards: dropped.
         assert_eq!(r.rewrite(39_999, 4, 90_000, t1), None);
-        assert_eq!(r.rewrite(40_001, 3_007, 90_000, t1), Some((FIRST_SEQ + 5, 111_000)));
+        assert_eq!(
+            r.rewrite(40_001, 3_007, 90_000, t1),
+            Some((FIRST_SEQ + 5, 111_000))
+        );
     }
 
     #[test]

@@ -37,7 +37,11 @@ pub struct Config {
     pub shards: Option<usize>,
 
     /// Admission control: participants one shard may host.
-    #[arg(long, env = "CORELAY_MAX_PARTICIPANTS_PER_SHARD", default_value_t = 500)]
+    #[arg(
+        long,
+        env = "CORELAY_MAX_PARTICIPANTS_PER_SHARD",
+        default_value_t = 500
+    )]
     pub max_participants_per_shard: usize,
 
     /// Admission control: a shard busier than this fraction of its time
@@ -101,7 +105,9 @@ fn primary_ip() -> Option<IpAddr> {
                 let fam = (*ifa.ifa_addr).sa_family as libc::c_int;
                 if fam == libc::AF_INET {
                     let sin = &*(ifa.ifa_addr as *const libc::sockaddr_in);
-                    found = Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr))));
+                    found = Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(
+                        sin.sin_addr.s_addr,
+                    ))));
                     break;
                 }
             }

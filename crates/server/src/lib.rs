@@ -9,7 +9,7 @@ pub mod control;
 pub mod shard;
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use corelay_core::{RtcSettings, VideoCodec};
@@ -57,7 +57,8 @@ pub fn run(cfg: Config) -> Result<(), Box<dyn std::error::Error>> {
         joins.push(j);
     }
     drop(to_control);
-    let state = Arc::new(Mutex::new(State::new(
+    #[allow(clippy::disallowed_types, reason = "the control thread's state lock")]
+    let state = Arc::new(std::sync::Mutex::new(State::new(
         settings,
         Limits {
             max_participants_per_shard: cfg.max_participants_per_shard,

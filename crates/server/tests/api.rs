@@ -26,7 +26,12 @@ fn bad_offers_get_400_with_a_reason() {
     assert_eq!(st, 400);
     assert_eq!(json(&body)["code"], "bad_offer");
 
-    let (st, _, body) = server.request("POST", path, SDP, "v=0\r\no=- 1 1 IN IP4 0.0.0.0\r\ns=-\r\nt=0 0\r\nm=video 9 UDP/TLS/RTP/SAVPF 96\r\n");
+    let (st, _, body) = server.request(
+        "POST",
+        path,
+        SDP,
+        "v=0\r\no=- 1 1 IN IP4 0.0.0.0\r\ns=-\r\nt=0 0\r\nm=video 9 UDP/TLS/RTP/SAVPF 96\r\n",
+    );
     assert_eq!(st, 400, "{body}");
     assert_eq!(json(&body)["code"], "bad_offer");
 
@@ -62,7 +67,12 @@ fn unknown_resources_and_stale_etags() {
     let (st, _, body) = server.request("GET", "/api/v1/rooms/nope", &[], "");
     assert_eq!(st, 404);
     assert_eq!(json(&body)["code"], "not_found");
-    let (st, _, _) = server.request("DELETE", "/api/v1/rooms/nope/participants/p000000000001", &[], "");
+    let (st, _, _) = server.request(
+        "DELETE",
+        "/api/v1/rooms/nope/participants/p000000000001",
+        &[],
+        "",
+    );
     assert_eq!(st, 404);
     let (st, _, _) = server.request("GET", "/no/such/path", &[], "");
     assert_eq!(st, 404);
@@ -70,14 +80,27 @@ fn unknown_resources_and_stale_etags() {
     let p = join(&server, "etag", "e");
     let loc = p.location().to_string();
     // Wrong ETag: 412. No If-Match: 428.
-    let (st, _, body) = server.request("PATCH", &loc, &[("content-type", "application/sdp"), ("if-match", "\"stale\"")], "v=0");
+    let (st, _, body) = server.request(
+        "PATCH",
+        &loc,
+        &[
+            ("content-type", "application/sdp"),
+            ("if-match", "\"stale\""),
+        ],
+        "v=0",
+    );
     assert_eq!(st, 412, "{body}");
     assert_eq!(json(&body)["code"], "etag_mismatch");
     let (st, _, _) = server.request("PATCH", &loc, SDP, "v=0");
     assert_eq!(st, 428);
     // The right ETag with a broken offer: 400, and the participant is unharmed.
     let etag = p.etag().to_string();
-    let (st, _, body) = server.request("PATCH", &loc, &[("content-type", "application/sdp"), ("if-match", &etag)], "garbage");
+    let (st, _, body) = server.request(
+        "PATCH",
+        &loc,
+        &[("content-type", "application/sdp"), ("if-match", &etag)],
+        "garbage",
+    );
     assert_eq!(st, 400, "{body}");
     // DELETE, then it is gone.
     let (st, _, _) = server.request("DELETE", &loc, &[], "");
@@ -91,23 +114,30 @@ fn garbage_datagrams_are_dropped_and_counted_while_the_call_flows() {
     let server = Server::start(1, &[]);
     let a = join(&server, "junk", "a");
     let b = join(&server, "junk", "b");
-    let (ok, _) = a.wait_until(Duration::from_secs(20), |s| video_sources(s, 30) == vec!["b".to_string()]);
+    let (ok, _) = a.wait_until(Duration::from_secs(20), |s| {
+        video_sources(s, 30) == vec!["b".to_string()]
+    });
     assert!(ok);
     let before_frames = a.snapshot().slots.values().map(|s| s.frames).sum::<u64>();
-    let before = server.stats_total("dropped_malformed") + server.stats_total("dropped_unknown_source");
+    let before =
+        server.stats_total("dropped_malformed") + server.stats_total("dropped_unknown_source");
 
     let shard = format!("127.0.0.1:{}", server.udp_base);
     let stranger = UdpSocket::bind("127.0.0.1:0").unwrap();
     let mut junk: Vec<Vec<u8>> = vec![
-        vec![],                                    // empty
-        vec![0x00, 0x01, 0x00],                    // truncated STUN
-        vec![0x80, 0x60, 0x00],                    // truncated RTP
-        vec![0x81, 0xc9],                          // truncated RTCP
-        vec![22, 0xfe, 0xfd, 0, 0],                // truncated DTLS record
-        vec![0xff; 40],                            // nothing we know
+        vec![],                     // empty
+        vec![0x00, 0x01, 0x00],     // truncated STUN
+        vec![0x80, 0x60, 0x00],     // truncated RTP
+        vec![0x81, 0xc9],           // truncated RTCP
+        vec![22, 0xfe, 0xfd, 0, 0], // truncated DTLS record
+        vec![0xff; 40],             // nothing we know
     ];
     for i in 0..50u8 {
-        junk.push((0..(i as usize * 7 % 300 + 1)).map(|_| fastrand::u8(..)).collect());
+        junk.push(
+            (0..(i as usize * 7 % 300 + 1))
+                .map(|_| fastrand::u8(..))
+                .collect(),
+        );
     }
     let mut sent = 0u64;
     for j in &junk {
@@ -120,18 +150,30 @@ fn garbage_datagrams_are_dropped_and_counted_while_the_call_flows() {
     b.send_raw([vec![23, 0xfe, 0xfd], vec![0; 10], vec![0, 20], vec![7; 20]].concat());
 
     let stats = server.wait_stats(Duration::from_secs(3), |s| {
-        s["total"]["dropped_malformed"].as_u64().unwrap() + s["total"]["dropped_unknown_source"].as_u64().unwrap() >= before + 12
+        s["total"]["dropped_malformed"].as_u64().unwrap()
+            + s["total"]["dropped_unknown_source"].as_u64().unwrap()
+            >= before + 12
     });
     let after = stats["total"]["dropped_malformed"].as_u64().unwrap()
         + stats["total"]["dropped_unknown_source"].as_u64().unwrap();
-    assert!(after >= before + 12, "only {} of {sent} junk datagrams counted: {stats}", after - before);
+    assert!(
+        after >= before + 12,
+        "only {} of {sent} junk datagrams counted: {stats}",
+        after - before
+    );
     // The call keeps flowing, intact.
     let (ok, s) = a.wait_until(Duration::from_secs(10), |s| {
         s.slots.values().map(|x| x.frames).sum::<u64>() > before_frames + 30
     });
     assert!(ok, "media stopped after junk");
     assert_clean("a", &s);
-    assert!(server.get_json("/api/v1/rooms/junk")["participants"].as_array().unwrap().len() == 2);
+    assert!(
+        server.get_json("/api/v1/rooms/junk")["participants"]
+            .as_array()
+            .unwrap()
+            .len()
+            == 2
+    );
 }
 
 #[test]
@@ -162,5 +204,8 @@ fn health_and_rooms_listing() {
     assert_eq!(p["slots"].as_array().unwrap().len(), 6);
     let (st, hs, _) = server.request("GET", "/", &[], "");
     assert_eq!(st, 200);
-    assert!(hs.iter().any(|(k, v)| k == "content-type" && v.starts_with("text/html")));
+    assert!(
+        hs.iter()
+            .any(|(k, v)| k == "content-type" && v.starts_with("text/html"))
+    );
 }

@@ -20,12 +20,26 @@ fn four_participants_receive_each_other() {
         let (ok, s) = p.wait_until(WAIT, |s| {
             video_sources(s, 30) == want && audio_sources(s, 50) == want
         });
-        assert!(ok, "{} did not receive video+audio from {want:?}: {:#?}", all[i], s.slots);
+        assert!(
+            ok,
+            "{} did not receive video+audio from {want:?}: {:#?}",
+            all[i], s.slots
+        );
         assert_clean(all[i], &s);
         // The roster on the data channel names everyone.
-        let roster = s.events.iter().rev().find(|e| e["type"] == "roster").expect("roster event");
+        let roster = s
+            .events
+            .iter()
+            .rev()
+            .find(|e| e["type"] == "roster")
+            .expect("roster event");
         assert_eq!(roster["participants"].as_array().unwrap().len(), 4);
-        let slots = s.events.iter().rev().find(|e| e["type"] == "slots").expect("slots event");
+        let slots = s
+            .events
+            .iter()
+            .rev()
+            .find(|e| e["type"] == "slots")
+            .expect("slots event");
         let filled = slots["slots"]
             .as_array()
             .unwrap()
@@ -34,7 +48,11 @@ fn four_participants_receive_each_other() {
             .count();
         assert_eq!(filled, 3);
         // End-to-end latency samples exist and are sane.
-        let lat: Vec<u64> = s.slots.values().flat_map(|st| st.latency_us.iter().copied()).collect();
+        let lat: Vec<u64> = s
+            .slots
+            .values()
+            .flat_map(|st| st.latency_us.iter().copied())
+            .collect();
         assert!(!lat.is_empty());
         assert!(lat.iter().all(|&l| l < 1_000_000), "latency over 1 s");
     }
@@ -62,11 +80,19 @@ fn one_room_across_two_shards() {
     for (i, p) in ps.iter().enumerate() {
         let others: Vec<&str> = all.iter().copied().filter(|n| *n != all[i]).collect();
         let want = names(&others);
-        let (ok, s) = p.wait_until(WAIT, |s| video_sources(s, 30) == want && audio_sources(s, 30) == want);
-        assert!(ok, "{} did not receive from {want:?}: {:#?}", all[i], s.slots);
+        let (ok, s) = p.wait_until(WAIT, |s| {
+            video_sources(s, 30) == want && audio_sources(s, 30) == want
+        });
+        assert!(
+            ok,
+            "{} did not receive from {want:?}: {:#?}",
+            all[i], s.slots
+        );
         assert_clean(all[i], &s);
     }
-    let stats = server.wait_stats(Duration::from_secs(2), |s| s["total"]["cross_shard_in"].as_u64() > Some(0));
+    let stats = server.wait_stats(Duration::from_secs(2), |s| {
+        s["total"]["cross_shard_in"].as_u64() > Some(0)
+    });
     assert!(stats["total"]["cross_shard_out"].as_u64().unwrap() > 0);
     assert!(stats["total"]["cross_shard_in"].as_u64().unwrap() > 0);
 }
@@ -74,8 +100,14 @@ fn one_room_across_two_shards() {
 #[test]
 fn two_rooms_on_two_shards_stay_apart() {
     let server = Server::start(2, &[]);
-    let a: Vec<_> = ["a1", "a2"].iter().map(|n| join(&server, "ra", n)).collect();
-    let b: Vec<_> = ["b1", "b2"].iter().map(|n| join(&server, "rb", n)).collect();
+    let a: Vec<_> = ["a1", "a2"]
+        .iter()
+        .map(|n| join(&server, "ra", n))
+        .collect();
+    let b: Vec<_> = ["b1", "b2"]
+        .iter()
+        .map(|n| join(&server, "rb", n))
+        .collect();
     let rooms = server.get_json("/api/v1/rooms");
     let shard_of = |room: &str| {
         rooms["rooms"]
@@ -87,16 +119,28 @@ fn two_rooms_on_two_shards_stay_apart() {
             .clone()
     };
     assert_eq!(shard_of("ra").as_array().unwrap().len(), 1);
-    assert_ne!(shard_of("ra"), shard_of("rb"), "two rooms should be spread over two shards");
+    assert_ne!(
+        shard_of("ra"),
+        shard_of("rb"),
+        "two rooms should be spread over two shards"
+    );
     for (p, other) in a.iter().zip(["a2", "a1"]).chain(b.iter().zip(["b2", "b1"])) {
         let (ok, s) = p.wait_until(WAIT, |s| video_sources(s, 30) == vec![other.to_string()]);
         assert!(ok, "expected only {other}: {:#?}", s.slots);
         for st in s.slots.values() {
-            assert!(st.sources.iter().all(|src| src == other), "cross-room media: {:?}", st.sources);
+            assert!(
+                st.sources.iter().all(|src| src == other),
+                "cross-room media: {:?}",
+                st.sources
+            );
         }
     }
     let stats = server.get_json("/api/v1/stats");
-    assert_eq!(stats["total"]["cross_shard_out"].as_u64().unwrap(), 0, "{stats}");
+    assert_eq!(
+        stats["total"]["cross_shard_out"].as_u64().unwrap(),
+        0,
+        "{stats}"
+    );
 }
 
 #[test]
@@ -118,18 +162,38 @@ fn a_freed_slot_is_refilled_continuously_with_a_keyframe() {
     let before = second.snapshot().keyframe_requests;
     first.leave().unwrap();
     let (ok, s) = viewer.wait_until(WAIT, |s| {
-        s.slots.values().any(|st| st.last_source.as_deref() == Some("second") && st.frames_by_source.get("second").copied().unwrap_or(0) >= 30)
+        s.slots.values().any(|st| {
+            st.last_source.as_deref() == Some("second")
+                && st.frames_by_source.get("second").copied().unwrap_or(0) >= 30
+        })
     });
     assert!(ok, "slot was not refilled with second: {:#?}", s.slots);
     let st = s.slots.values().next().unwrap();
     assert_eq!(st.sources, vec!["first".to_string(), "second".to_string()]);
-    assert_eq!(st.ssrcs.len(), 1, "the slot must stay one stream (one SSRC): {:?}", st.ssrcs);
+    assert_eq!(
+        st.ssrcs.len(),
+        1,
+        "the slot must stay one stream (one SSRC): {:?}",
+        st.ssrcs
+    );
     assert_clean("viewer", &s);
     let (ok, s2) = second.wait_until(WAIT, |s| s.keyframe_requests > before);
-    assert!(ok, "the new source got no keyframe request ({} before, {} after)", before, s2.keyframe_requests);
+    assert!(
+        ok,
+        "the new source got no keyframe request ({} before, {} after)",
+        before, s2.keyframe_requests
+    );
     // The slot event names the new source.
-    let last = s.events.iter().rev().find(|e| e["type"] == "slots").unwrap();
-    assert_eq!(last["slots"][0]["participant"], serde_json::json!(second.id()));
+    let last = s
+        .events
+        .iter()
+        .rev()
+        .find(|e| e["type"] == "slots")
+        .unwrap();
+    assert_eq!(
+        last["slots"][0]["participant"],
+        serde_json::json!(second.id())
+    );
 }
 
 #[test]
@@ -137,7 +201,8 @@ fn admission_refuses_the_third_participant_with_503() {
     let server = Server::start(1, &["--max-participants-per-shard", "2"]);
     let _a = join(&server, "full", "a");
     let _b = join(&server, "full", "b");
-    let err = match corelay_client::join(corelay_client::JoinSpec::new(server.base(), "full", "c")) {
+    let err = match corelay_client::join(corelay_client::JoinSpec::new(server.base(), "full", "c"))
+    {
         Ok(_) => panic!("third participant was admitted"),
         Err(e) => e,
     };
@@ -162,13 +227,24 @@ fn a_vanished_participant_is_removed_and_its_slot_freed() {
         if room["participants"].as_array().map(|p| p.len()) == Some(1) {
             break;
         }
-        assert!(std::time::Instant::now() < deadline, "vanished participant still listed: {room}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "vanished participant still listed: {room}"
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
     let (ok, s) = a.wait_until(Duration::from_secs(5), |s| {
-        s.events.iter().rev().find(|e| e["type"] == "slots").is_some_and(|e| {
-            e["slots"].as_array().unwrap().iter().all(|x| x["participant"].is_null())
-        })
+        s.events
+            .iter()
+            .rev()
+            .find(|e| e["type"] == "slots")
+            .is_some_and(|e| {
+                e["slots"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .all(|x| x["participant"].is_null())
+            })
     });
     assert!(ok, "slot not freed: {:?}", s.events.last());
 }

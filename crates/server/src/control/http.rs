@@ -61,7 +61,10 @@ pub fn router(state: Shared) -> Router {
 /// WHIP/WHEP players and other origins' pages call this API from browsers.
 async fn cors(mut res: Response) -> Response {
     let h = res.headers_mut();
-    h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, HeaderValue::from_static("*"));
+    h.insert(
+        header::ACCESS_CONTROL_ALLOW_ORIGIN,
+        HeaderValue::from_static("*"),
+    );
     h.insert(
         header::ACCESS_CONTROL_EXPOSE_HEADERS,
         HeaderValue::from_static("Location, ETag, Retry-After"),
@@ -88,7 +91,12 @@ async fn method_not_allowed(method: axum::http::Method) -> Response {
         );
         return res;
     }
-    ApiError::new(405, "method_not_allowed", format!("{method} is not allowed here")).into_response()
+    ApiError::new(
+        405,
+        "method_not_allowed",
+        format!("{method} is not allowed here"),
+    )
+    .into_response()
 }
 
 async fn index() -> Html<&'static str> {
@@ -154,7 +162,10 @@ fn sdp_body(headers: &HeaderMap, body: &Bytes) -> Result<String, ApiError> {
 fn created(location: String, etag: String, answer: String) -> Response {
     let mut res = (StatusCode::CREATED, answer).into_response();
     let h = res.headers_mut();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/sdp"));
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/sdp"),
+    );
     if let Ok(v) = HeaderValue::from_str(&location) {
         h.insert(header::LOCATION, v);
     }
@@ -189,7 +200,14 @@ async fn join_participant(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    do_join(&state, &room, q.name.as_deref(), &headers, &body, Flavor::Participant)
+    do_join(
+        &state,
+        &room,
+        q.name.as_deref(),
+        &headers,
+        &body,
+        Flavor::Participant,
+    )
 }
 
 async fn whip(
@@ -199,7 +217,14 @@ async fn whip(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    do_join(&state, &room, q.name.as_deref(), &headers, &body, Flavor::Whip)
+    do_join(
+        &state,
+        &room,
+        q.name.as_deref(),
+        &headers,
+        &body,
+        Flavor::Whip,
+    )
 }
 
 async fn whep(
@@ -209,7 +234,14 @@ async fn whep(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    do_join(&state, &room, q.name.as_deref(), &headers, &body, Flavor::Whep)
+    do_join(
+        &state,
+        &room,
+        q.name.as_deref(),
+        &headers,
+        &body,
+        Flavor::Whep,
+    )
 }
 
 async fn patch_participant(
@@ -225,7 +257,10 @@ async fn patch_participant(
     let (answer, etag) = renegotiate(&state, &room, &id, if_match, sdp).await?;
     let mut res = (StatusCode::OK, answer).into_response();
     let h = res.headers_mut();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/sdp"));
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/sdp"),
+    );
     if let Ok(v) = HeaderValue::from_str(&etag) {
         h.insert(header::ETAG, v);
     }

@@ -8,6 +8,10 @@
 //! The state sits behind one `Mutex` that only this thread's tasks (HTTP
 //! handlers and the shard-event pump) take, never across an await: the lock
 //! is uncontended by construction and the shards never see it.
+#![allow(
+    clippy::disallowed_types,
+    reason = "the control thread's own state lock; shards never take it (see above)"
+)]
 
 pub mod assets;
 pub mod http;
@@ -288,7 +292,12 @@ impl State {
         let id = ParticipantId(self.next_participant);
         self.next_participant += 1;
         let name = name
-            .map(|n| n.chars().filter(|c| !c.is_control()).take(64).collect::<String>())
+            .map(|n| {
+                n.chars()
+                    .filter(|c| !c.is_control())
+                    .take(64)
+                    .collect::<String>()
+            })
             .filter(|n| !n.is_empty())
             .unwrap_or_else(|| format!("guest-{:04x}", id.0 & 0xffff));
         let next_room = &mut self.next_room;
@@ -366,7 +375,12 @@ impl State {
     }
 
     /// Looks up a participant for the API: it must be in `room` and of `flavor`.
-    fn find(&self, room: &str, id: &str, flavor: Flavor) -> Result<(ParticipantId, &Member), ApiError> {
+    fn find(
+        &self,
+        room: &str,
+        id: &str,
+        flavor: Flavor,
+    ) -> Result<(ParticipantId, &Member), ApiError> {
         let not_found = || ApiError::not_found(format!("no participant {id} in room {room}"));
         let pid: ParticipantId = id.parse().map_err(|_| not_found())?;
         let m = self

@@ -24,17 +24,20 @@ pub struct Mesh {
 impl Mesh {
     pub fn new(n: usize) -> Self {
         Mesh {
-            queues: (0..n * n).map(|_| ArrayQueue::new(QUEUE_CAPACITY)).collect(),
+            queues: (0..n * n)
+                .map(|_| ArrayQueue::new(QUEUE_CAPACITY))
+                .collect(),
             wake: (0..n).map(|_| Notify::new()).collect(),
             n,
         }
     }
 
-    /// Enqueues without waiting; gives the message back when the queue is full.
-    pub fn push(&self, from: usize, to: usize, msg: PeerMsg) -> Result<(), PeerMsg> {
+    /// Enqueues without waiting; false (and the message dropped) when the
+    /// queue is full.
+    pub fn push(&self, from: usize, to: usize, msg: PeerMsg) -> bool {
         match self.queues.get(from * self.n + to) {
-            Some(q) if to != from => q.push(msg),
-            _ => Err(msg),
+            Some(q) if to != from => q.push(msg).is_ok(),
+            _ => false,
         }
     }
 

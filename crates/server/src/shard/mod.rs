@@ -11,6 +11,15 @@
 //! talks to peers through the [`mesh::Mesh`] (values only) and to the control
 //! thread through channels.
 
+#![deny(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    clippy::unreachable,
+    clippy::todo
+)]
+
 pub mod mesh;
 pub mod udp;
 
@@ -267,7 +276,9 @@ impl Driver {
                 name,
                 accepted,
                 roster,
-            } => self.engine.add_participant(now, id, room, name, *accepted, roster),
+            } => self
+                .engine
+                .add_participant(now, id, room, name, *accepted, roster),
             Command::Remove { id } => {
                 self.engine.remove_participant(now, id);
             }
@@ -299,7 +310,7 @@ impl Driver {
             self.touched_peers.clear();
             self.touched_peers.resize(64, false);
             for (to, msg) in out.peers.drain(..) {
-                if self.mesh.push(self.index, to, msg).is_err() {
+                if !self.mesh.push(self.index, to, msg) {
                     dropped += 1;
                 } else if let Some(t) = self.touched_peers.get_mut(to) {
                     *t = true;

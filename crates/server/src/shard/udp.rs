@@ -39,6 +39,12 @@ pub struct RecvBatch {
 // rebuilt before every call; the batch is used by one thread at a time.
 unsafe impl Send for RecvBatch {}
 
+impl Default for RecvBatch {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl RecvBatch {
     pub fn new() -> Self {
         RecvBatch {
@@ -56,20 +62,27 @@ impl RecvBatch {
     /// Reads up to [`BATCH`] datagrams without blocking. `Ok(0)` never happens:
     /// an empty socket is `Err(WouldBlock)`.
     pub fn recv(&mut self, socket: &impl AsRawFd) -> io::Result<usize> {
-        for i in 0..BATCH {
-            self.iovs[i] = libc::iovec {
-                iov_base: self.bufs[i].as_mut_ptr().cast(),
+        let slots = self
+            .bufs
+            .iter_mut()
+            .zip(self.names.iter_mut())
+            .zip(self.cmsgs.iter_mut())
+            .zip(self.iovs.iter_mut())
+            .zip(self.hdrs.iter_mut());
+        for ((((buf, name), cmsg), iov), hdr) in slots {
+            *iov = libc::iovec {
+                iov_base: buf.as_mut_ptr().cast(),
                 iov_len: BUF_SIZE,
             };
-            let h = &mut self.hdrs[i].msg_hdr;
-            h.msg_name = (&mut self.names[i] as *mut libc::sockaddr_storage).cast();
+            let h = &mut hdr.msg_hdr;
+            h.msg_name = (name as *mut libc::sockaddr_storage).cast();
             h.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-            h.msg_iov = &mut self.iovs[i];
+            h.msg_iov = iov;
             h.msg_iovlen = 1;
-            h.msg_control = self.cmsgs[i].as_mut_ptr().cast();
+            h.msg_control = cmsg.as_mut_ptr().cast();
             h.msg_controllen = CMSG_SPACE;
             h.msg_flags = 0;
-            self.hdrs[i].msg_len = 0;
+            hdr.msg_len = 0;
         }
         // SAFETY: every header points into buffers owned by `self` that outlive
         // the call; the count matches the array length.
@@ -135,8 +148,7 @@ fn sockaddr_to_std(s: &libc::sockaddr_storage) -> Option<SocketAddr> {
         }
         libc::AF_INET6 => {
             // SAFETY: the family says this storage holds a sockaddr_in6.
-            let a: &libc::sockaddr_in6 =
-                unsafe { &*(s as *const _ as *const libc::sockaddr_in6) };
+            let a: &libc::sockaddr_in6 = unsafe { &*(s as *const _ as *const libc::sockaddr_in6) };
             Some(SocketAddr::V6(SocketAddrV6::new(
                 Ipv6Addr::from(a.sin6_addr.s6_addr),
                 u16::from_be(a.sin6_port),
@@ -194,6 +206,12 @@ pub struct SendBatch {
 // See RecvBatch: pointers are rebuilt per call and point at caller data.
 unsafe impl Send for SendBatch {}
 
+impl Default for SendBatch {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl SendBatch {
     pub fn new() -> Self {
         SendBatch {
@@ -215,18 +233,24 @@ impl SendBatch {
         let mut it = items.into_iter().peekable();
         while it.peek().is_some() {
             let mut n = 0;
-            for (dst, data) in it.by_ref().take(BATCH) {
+            // Slots first: zip must not pull an item it has no slot for.
+            let slots = self
+                .names
+                .iter_mut()
+                .zip(self.iovs.iter_mut())
+                .zip(self.hdrs.iter_mut());
+            for (((name, iov), hdr), (dst, data)) in slots.zip(it.by_ref()) {
                 // SAFETY: zeroed storage is a valid starting value.
-                self.names[n] = unsafe { MaybeUninit::zeroed().assume_init() };
-                let namelen = std_to_sockaddr(dst, &mut self.names[n]);
-                self.iovs[n] = libc::iovec {
+                *name = unsafe { MaybeUninit::zeroed().assume_init() };
+                let namelen = std_to_sockaddr(dst, name);
+                *iov = libc::iovec {
                     iov_base: data.as_ptr() as *mut libc::c_void,
                     iov_len: data.len(),
                 };
-                let h = &mut self.hdrs[n].msg_hdr;
-                h.msg_name = (&mut self.names[n] as *mut libc::sockaddr_storage).cast();
+                let h = &mut hdr.msg_hdr;
+                h.msg_name = (name as *mut libc::sockaddr_storage).cast();
                 h.msg_namelen = namelen;
-                h.msg_iov = &mut self.iovs[n];
+                h.msg_iov = iov;
                 h.msg_iovlen = 1;
                 h.msg_control = std::ptr::null_mut();
                 h.msg_controllen = 0;
@@ -235,12 +259,15 @@ impl SendBatch {
             }
             let mut off = 0;
             while off < n {
+                let Some(pending) = self.hdrs.get_mut(off..n) else {
+                    break;
+                };
                 // SAFETY: headers off..n point at live caller buffers and our
                 // own names/iovecs.
                 let r = unsafe {
                     libc::sendmmsg(
                         socket.as_raw_fd(),
-                        self.hdrs[off..n].as_mut_ptr(),
+                        pending.as_mut_ptr(),
                         (n - off) as libc::c_uint,
                         libc::MSG_DONTWAIT,
                     )
@@ -285,6 +312,7 @@ pub fn enable_rx_timestamps(socket: &UdpSocket) -> io::Result<()> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::panic, clippy::indexing_slicing)]
 mod tests {
     use super::*;
 

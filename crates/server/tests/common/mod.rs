@@ -17,7 +17,11 @@ pub struct Server {
 
 /// A free TCP port and a run of `n` free UDP ports (best effort: probe then release).
 fn free_ports(n: usize) -> (u16, u16) {
-    let http = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let http = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     for _ in 0..200 {
         let base = fastrand::u16(20_000..60_000);
         let ok = (0..n as u16).all(|i| UdpSocket::bind(("0.0.0.0", base + i)).is_ok());
@@ -33,7 +37,14 @@ impl Server {
         let (http_port, udp_base) = free_ports(shards);
         let http = format!("127.0.0.1:{http_port}");
         let child = Command::new(env!("CARGO_BIN_EXE_corelay"))
-            .args(["--http", &http, "--public-ip", "127.0.0.1", "--bind-ip", "127.0.0.1"])
+            .args([
+                "--http",
+                &http,
+                "--public-ip",
+                "127.0.0.1",
+                "--bind-ip",
+                "127.0.0.1",
+            ])
             .args(["--udp-port", &udp_base.to_string()])
             .args(["--shards", &shards.to_string(), "--no-pin", "--log", "warn"])
             .args(extra)
@@ -103,11 +114,17 @@ impl Server {
     }
 
     pub fn stats_total(&self, field: &str) -> u64 {
-        self.get_json("/api/v1/stats")["total"][field].as_u64().unwrap()
+        self.get_json("/api/v1/stats")["total"][field]
+            .as_u64()
+            .unwrap()
     }
 
     /// Waits up to `timeout` for a shard report in which `pred` holds.
-    pub fn wait_stats(&self, timeout: Duration, pred: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+    pub fn wait_stats(
+        &self,
+        timeout: Duration,
+        pred: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
         let deadline = Instant::now() + timeout;
         loop {
             let s = self.get_json("/api/v1/stats");
@@ -145,7 +162,12 @@ pub fn join(server: &Server, room: &str, name: &str) -> ParticipantHandle {
     corelay_client::join(JoinSpec::new(server.base(), room, name)).expect("join")
 }
 
-pub fn join_with(server: &Server, room: &str, name: &str, f: impl FnOnce(&mut JoinSpec)) -> ParticipantHandle {
+pub fn join_with(
+    server: &Server,
+    room: &str,
+    name: &str,
+    f: impl FnOnce(&mut JoinSpec),
+) -> ParticipantHandle {
     let mut spec = JoinSpec::new(server.base(), room, name);
     f(&mut spec);
     corelay_client::join(spec).expect("join")
@@ -180,10 +202,19 @@ pub fn assert_clean(who: &str, s: &Snapshot) {
     for (mid, st) in &s.slots {
         assert_eq!(st.corrupt, 0, "{who} slot {mid}: corrupt payloads: {st:?}");
         assert_eq!(st.out_of_order, 0, "{who} slot {mid}: out of order: {st:?}");
-        assert_eq!(st.ts_backwards, 0, "{who} slot {mid}: timestamp went back: {st:?}");
+        assert_eq!(
+            st.ts_backwards, 0,
+            "{who} slot {mid}: timestamp went back: {st:?}"
+        );
         if st.kind == "video" && st.packets > 0 {
-            assert_eq!(st.abs_capture_mismatch, 0, "{who} slot {mid}: abs-capture-time changed");
-            assert_eq!(st.abs_capture_missing, 0, "{who} slot {mid}: abs-capture-time missing");
+            assert_eq!(
+                st.abs_capture_mismatch, 0,
+                "{who} slot {mid}: abs-capture-time changed"
+            );
+            assert_eq!(
+                st.abs_capture_missing, 0,
+                "{who} slot {mid}: abs-capture-time missing"
+            );
         }
     }
 }
