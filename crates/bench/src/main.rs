@@ -1,1 +1,339 @@
-fn main() {}
+//! corelay-bench: load generator and measurement client for corelay (or any
+//! SFU that speaks corelay's participant API). See docs/benchmarks.md.
+
+// Nested `if let` reads better than long let-chains here (same choice as str0m).
+#![allow(clippy::collapsible_if)]
+
+mod metrics;
+mod packetize;
+mod report;
+mod run;
+mod scenario;
+mod svg;
+mod util;
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use serde_json::json;
+
+use crate::util::parse_duration;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "corelay-bench",
+    version,
+    about = "Load generator and measurement client for corelay"
+)]
+struct Cli {
+    #[command(flatten)]
+    common: CommonArgs,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Args, Debug, Clone)]
+struct CommonArgs {
+    /// Server base URL (participant API).
+    #[arg(
+        long,
+        global = true,
+        default_value = "http://127.0.0.1:7070",
+        env = "CORELAY_BENCH_URL"
+    )]
+    url: String,
+    /// Directory for summary.json, timeseries.csv, plots, report.txt.
+    #[arg(long, global = true, default_value = "bench-out")]
+    out: PathBuf,
+    /// Client driver threads (one per client core).
+    #[arg(long, global = true, default_value_t = 1)]
+    threads: usize,
+    /// Server process id, for its CPU figures from /proc.
+    #[arg(long, global = true)]
+    server_pid: Option<u32>,
+    /// Packetized frame file to replay (default: assets/media/video-360p30.frames if present, else synthetic).
+    #[arg(long, global = true)]
+    media: Option<PathBuf>,
+    /// Use synthetic video even if the frame file exists.
+    #[arg(long, global = true)]
+    synthetic: bool,
+    /// Pin driver threads to these CPUs (comma-separated).
+    #[arg(long, global = true, value_delimiter = ',')]
+    pin: Vec<usize>,
+    /// HTTP joiner threads.
+    #[arg(long, global = true, default_value_t = 4)]
+    joiners: usize,
+    /// Video codec to offer.
+    #[arg(long, global = true, value_enum, default_value_t = CodecArg::H264)]
+    codec: CodecArg,
+    /// Local IP for participant sockets.
+    #[arg(long, global = true, default_value = "127.0.0.1")]
+    bind_ip: IpAddr,
+    /// Do not poll the server's /api/v1/stats.
+    #[arg(long, global = true)]
+    no_server_stats: bool,
+    /// Random seed (join times, start offsets).
+    #[arg(long, global = true, default_value_t = 1)]
+    seed: u64,
+    /// No progress line.
+    #[arg(long, global = true)]
+    quiet: bool,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy)]
+enum CodecArg {
+    H264,
+    Vp8,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// The article's benchmark: rooms of N fully interactive participants, a new room every interval.
+    Rooms(RoomsArgs),
+    /// The conference of reference 004: rooms of 10, one rotating speaker, silent participants on Opus DTX.
+    Speakers(SpeakersArgs),
+    /// Convert an H.264 Annex-B stream into a packetized frame file.
+    Packetize(PacketizeArgs),
+}
+
+#[derive(Args, Debug)]
+struct RoomsArgs {
+    /// Participants per room.
+    #[arg(long, default_value_t = 4)]
+    room_size: usize,
+    /// A new room every ...
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    room_interval: Duration,
+    /// Each room's joins are spread uniformly over ...
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    join_spread: Duration,
+    /// Stop adding rooms at ...
+    #[arg(long, default_value_t = 10)]
+    max_rooms: usize,
+    /// Hold after the last join for ...
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    duration: Duration,
+    /// Publish audio too (the article is video only).
+    #[arg(long)]
+    audio: bool,
+    /// Video receive slots (default: room size - 1).
+    #[arg(long)]
+    video_slots: Option<usize>,
+}
+
+#[derive(Args, Debug)]
+struct SpeakersArgs {
+    /// Participants in total.
+    #[arg(long, default_value_t = 100)]
+    participants: usize,
+    /// Participants per room.
+    #[arg(long, default_value_t = 10)]
+    room_size: usize,
+    /// Each speaker talks for ...
+    #[arg(long, default_value = "4s", value_parser = parse_duration)]
+    speaker_interval: Duration,
+    /// The next speaker starts this much before the current one stops.
+    #[arg(long, default_value = "600ms", value_parser = parse_duration)]
+    overlap: Duration,
+    /// Joins spread uniformly over ...
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    join_spread: Duration,
+    /// Hold after the last join for ...
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    duration: Duration,
+    /// Video receive slots (default: room size - 1, every camera visible).
+    #[arg(long)]
+    video_slots: Option<usize>,
+    /// Audio receive slots.
+    #[arg(long, default_value_t = 3)]
+    audio_slots: usize,
+}
+
+#[derive(Args, Debug)]
+struct PacketizeArgs {
+    /// H.264 Annex-B elementary stream.
+    #[arg(long)]
+    input: PathBuf,
+    /// Frame file to write.
+    #[arg(long)]
+    output: PathBuf,
+    /// Frames per second of the stream.
+    #[arg(long, default_value_t = 30)]
+    fps: u32,
+    /// Largest RTP payload.
+    #[arg(long, default_value_t = 1200)]
+    mtu: usize,
+}
+
+fn default_media() -> Option<PathBuf> {
+    let candidates = [
+        PathBuf::from("assets/media/video-360p30.frames"),
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../assets/media/video-360p30.frames"),
+    ];
+    candidates.into_iter().find(|p| p.is_file())
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let c = &cli.common;
+    let common = run::Common {
+        url: c.url.trim_end_matches('/').to_string(),
+        out: c.out.clone(),
+        threads: c.threads.max(1),
+        server_pid: c.server_pid,
+        media: if c.synthetic {
+            None
+        } else {
+            c.media.clone().or_else(default_media)
+        },
+        pin: c.pin.clone(),
+        joiners: c.joiners.max(1),
+        codec: match c.codec {
+            CodecArg::H264 => corelay_client::VideoCodec::H264,
+            CodecArg::Vp8 => corelay_client::VideoCodec::Vp8,
+        },
+        bind_ip: c.bind_ip,
+        server_stats: !c.no_server_stats,
+        seed: c.seed,
+        progress: !c.quiet,
+    };
+    let code = match cli.cmd {
+        Cmd::Packetize(a) => packetize(&a),
+        Cmd::Rooms(a) => {
+            let vs = a.video_slots.unwrap_or(a.room_size.saturating_sub(1));
+            let plan = scenario::rooms(
+                a.room_size,
+                a.room_interval,
+                a.join_spread,
+                a.max_rooms,
+                a.duration,
+                c.seed,
+            );
+            let shape = run::Shape {
+                video: true,
+                audio: a.audio,
+                video_slots: vs,
+                audio_slots: if a.audio {
+                    a.room_size.saturating_sub(1)
+                } else {
+                    0
+                },
+                dtx: false,
+            };
+            let config = json!({
+                "room_size": a.room_size, "room_interval_s": a.room_interval.as_secs_f64(),
+                "join_spread_s": a.join_spread.as_secs_f64(), "max_rooms": a.max_rooms,
+                "duration_s": a.duration.as_secs_f64(), "audio": a.audio, "video_slots": vs,
+            });
+            execute(&common, plan, shape, config, vs)
+        }
+        Cmd::Speakers(a) => {
+            let vs = a.video_slots.unwrap_or(a.room_size.saturating_sub(1));
+            let sp = scenario::SpeakerPlan {
+                interval: a.speaker_interval,
+                overlap: a.overlap,
+            };
+            let plan = scenario::speakers(
+                a.participants,
+                a.room_size,
+                a.join_spread,
+                a.duration,
+                sp,
+                c.seed,
+            );
+            let shape = run::Shape {
+                video: true,
+                audio: true,
+                video_slots: vs,
+                audio_slots: a.audio_slots,
+                dtx: true,
+            };
+            let config = json!({
+                "participants": a.participants, "room_size": a.room_size,
+                "speaker_interval_s": a.speaker_interval.as_secs_f64(), "overlap_s": a.overlap.as_secs_f64(),
+                "join_spread_s": a.join_spread.as_secs_f64(), "duration_s": a.duration.as_secs_f64(),
+                "video_slots": vs, "audio_slots": a.audio_slots,
+            });
+            execute(&common, plan, shape, config, vs)
+        }
+    };
+    std::process::exit(code);
+}
+
+fn execute(
+    common: &run::Common,
+    plan: scenario::Plan,
+    shape: run::Shape,
+    mut config: serde_json::Value,
+    vs: usize,
+) -> i32 {
+    if let Some(o) = config.as_object_mut() {
+        o.insert("url".into(), json!(common.url));
+        o.insert("threads".into(), json!(common.threads));
+        o.insert("server_pid".into(), json!(common.server_pid));
+        o.insert("codec".into(), json!(format!("{:?}", common.codec)));
+        o.insert("seed".into(), json!(common.seed));
+    }
+    eprintln!(
+        "corelay-bench {}: {} participants in {} rooms, last join at {:.1}s, leaving at {:.1}s; media: {}",
+        plan.scenario,
+        plan.joins.len(),
+        plan.room_sizes.len(),
+        plan.last_join.as_secs_f64(),
+        plan.end.as_secs_f64(),
+        common
+            .media
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|| "synthetic".into())
+    );
+    let outcome = match run::run(common, plan, shape) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("corelay-bench: {e}");
+            return 2;
+        }
+    };
+    match report::write_all(&outcome, &common.out, config, vs) {
+        Ok(s) => {
+            print!("{}", report::table(&s));
+            println!("outputs in {}", common.out.display());
+            0
+        }
+        Err(e) => {
+            eprintln!("corelay-bench: writing outputs: {e}");
+            2
+        }
+    }
+}
+
+fn packetize(a: &PacketizeArgs) -> i32 {
+    let data = match std::fs::read(&a.input) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("{}: {e}", a.input.display());
+            return 2;
+        }
+    };
+    let name = a
+        .input
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("input");
+    match packetize::frame_file(&data, a.fps, a.mtu, name) {
+        Ok(text) => {
+            if let Err(e) = std::fs::write(&a.output, &text) {
+                eprintln!("{}: {e}", a.output.display());
+                return 2;
+            }
+            eprintln!("{}", text.lines().take(2).collect::<Vec<_>>().join("\n"));
+            0
+        }
+        Err(e) => {
+            eprintln!("packetize: {e}");
+            2
+        }
+    }
+}

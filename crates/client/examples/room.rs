@@ -11,14 +11,21 @@ use corelay_client::{JoinSpec, join};
 
 fn main() {
     let mut args = std::env::args().skip(1);
-    let url = args.next().unwrap_or_else(|| "http://127.0.0.1:7070".into());
+    let url = args
+        .next()
+        .unwrap_or_else(|| "http://127.0.0.1:7070".into());
     let room = args.next().unwrap_or_else(|| "demo".into());
     let names = ["alice", "bob", "carol", "dave"];
     let mut handles = Vec::new();
     for n in names {
         match join(JoinSpec::new(&url, &room, n)) {
             Ok(h) => {
-                println!("{n}: joined as {} ({}) from {}", h.id(), h.location(), h.local_addr());
+                println!(
+                    "{n}: joined as {} ({}) from {}",
+                    h.id(),
+                    h.location(),
+                    h.local_addr()
+                );
                 handles.push((n, h));
             }
             Err(e) => {
@@ -46,7 +53,15 @@ fn main() {
             let max = l.last().copied().unwrap_or(0);
             println!(
                 "  slot {mid:>4} {:5}: {:4} pkts {:4} frames corrupt={} ooo={} gaps={} src={:?} lat p50={}us max={}us",
-                st.kind, st.packets, st.frames, st.corrupt, st.out_of_order, st.seq_gaps, st.sources, p50, max
+                st.kind,
+                st.packets,
+                st.frames,
+                st.corrupt,
+                st.out_of_order,
+                st.seq_gaps,
+                st.sources,
+                p50,
+                max
             );
         }
         for e in s.events.iter().take(3) {

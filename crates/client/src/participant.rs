@@ -113,7 +113,7 @@ impl ParticipantConfig {
             speaking: true,
             dtx: false,
             keep_latency_samples: 100_000,
-            stun_interval: Duration::from_millis(800),
+            stun_interval: Duration::from_millis(500),
             seed: fastrand::u64(..),
             tag: 0,
         }

@@ -1,0 +1,657 @@
+//! Turning an [`Outcome`] into summary.json, timeseries.csv, plots and the
+//! stdout table.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::metrics::{Interval, Percentiles, new_hist, rec};
+use crate::run::{Outcome, Sample, failures_by_status};
+use crate::svg::{Chart, Line, XAxis, percentile_points, render};
+use crate::util::cpu_delta;
+
+/// CPU over a window, in cores.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct CpuFigures {
+    /// Server process, user + system.
+    pub server_cores: Option<f64>,
+    /// Server user.
+    pub server_user_cores: Option<f64>,
+    /// Server system.
+    pub server_sys_cores: Option<f64>,
+    /// Busiest server thread.
+    pub server_max_thread_cores: Option<f64>,
+    /// Its name.
+    pub server_max_thread: Option<String>,
+    /// Server's own busy fraction (max over shards, last sample in window).
+    pub server_busy: Option<f64>,
+    /// Client process, user + system.
+    pub client_cores: Option<f64>,
+    /// Client user.
+    pub client_user_cores: Option<f64>,
+    /// Client system.
+    pub client_sys_cores: Option<f64>,
+    /// Busiest client driver thread.
+    pub client_max_driver_cores: Option<f64>,
+}
+
+fn r3(v: f64) -> f64 {
+    (v * 1000.0).round() / 1000.0
+}
+
+/// Sample closest to second `s` (at or after it when possible).
+fn sample_at(samples: &[Sample], s: f64) -> Option<&Sample> {
+    samples
+        .iter()
+        .find(|x| x.t >= s - 0.05)
+        .or_else(|| samples.last())
+}
+
+/// CPU between seconds `from` and `to`.
+pub fn cpu_between(samples: &[Sample], from: f64, to: f64) -> CpuFigures {
+    let (Some(a), Some(b)) = (sample_at(samples, from), sample_at(samples, to)) else {
+        return CpuFigures::default();
+    };
+    let dt = b.t - a.t;
+    if dt <= 0.0 {
+        return CpuFigures::default();
+    }
+    let mut c = CpuFigures::default();
+    if let (Some(x), Some(y)) = (&a.server, &b.server) {
+        let (t, u, s, m, name) = cpu_delta(x, y, dt);
+        c.server_cores = Some(r3(t));
+        c.server_user_cores = Some(r3(u));
+        c.server_sys_cores = Some(r3(s));
+        c.server_max_thread_cores = Some(r3(m));
+        c.server_max_thread = Some(name);
+    }
+    c.server_busy = b.server_busy.map(r3);
+    if let (Some(x), Some(y)) = (&a.client, &b.client) {
+        let (t, u, s, _, _) = cpu_delta(x, y, dt);
+        c.client_cores = Some(r3(t));
+        c.client_user_cores = Some(r3(u));
+        c.client_sys_cores = Some(r3(s));
+    }
+    let mut best = 0.0f64;
+    for (i, &ns) in b.driver_cpu_ns.iter().enumerate() {
+        let before = a.driver_cpu_ns.get(i).copied().unwrap_or(0);
+        best = best.max(ns.saturating_sub(before) as f64 / 1e9 / dt);
+    }
+    c.client_max_driver_cores = Some(r3(best));
+    c
+}
+
+/// One row of the time series.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    /// Second since start.
+    pub second: u64,
+    /// Connected participants.
+    pub active: usize,
+    /// Video packets received per second (= forwarded to us).
+    pub rx_video_pps: u64,
+    /// Audio packets received per second.
+    pub rx_audio_pps: u64,
+    /// Packets sent per second.
+    pub tx_pps: u64,
+    /// Video frames received.
+    pub video_frames: u64,
+    /// e2e P50, ms.
+    pub e2e_p50_ms: f64,
+    /// e2e P90, ms.
+    pub e2e_p90_ms: f64,
+    /// e2e P99, ms.
+    pub e2e_p99_ms: f64,
+    /// e2e max, ms.
+    pub e2e_max_ms: f64,
+    /// ICE RTT P50, ms.
+    pub rtt_p50_ms: f64,
+    /// ICE RTT P99, ms.
+    pub rtt_p99_ms: f64,
+    /// Server CPU, cores.
+    pub server_cpu: Option<f64>,
+    /// Client CPU, cores.
+    pub client_cpu: Option<f64>,
+    /// Server forwarded packets per second (its own counter).
+    pub server_fwd_pps: Option<f64>,
+    /// Send-schedule slips.
+    pub slips: u64,
+    /// Corrupt payloads.
+    pub corrupt: u64,
+}
+
+/// The time series.
+pub fn rows(o: &Outcome) -> Vec<Row> {
+    let last = o.plan.end.as_secs();
+    let empty = Interval::new(0);
+    let mut out = Vec::new();
+    for s in 0..last {
+        let i = o.series.seconds.get(&s).unwrap_or(&empty);
+        let a = sample_at(&o.samples, s as f64);
+        let b = sample_at(&o.samples, (s + 1) as f64);
+        let cpu = match (a, b) {
+            (Some(a), Some(b)) if b.t > a.t => Some(cpu_between(&o.samples, a.t, b.t)),
+            _ => None,
+        };
+        let fwd = match (a, b) {
+            (Some(a), Some(b)) if b.t > a.t => match (a.server_forwarded, b.server_forwarded) {
+                (Some(x), Some(y)) => Some(r3(y.saturating_sub(x) as f64 / (b.t - a.t))),
+                _ => None,
+            },
+            _ => None,
+        };
+        let ms = |h: &hdrhistogram::Histogram<u64>, q: f64| {
+            if h.is_empty() {
+                0.0
+            } else {
+                r3(h.value_at_quantile(q) as f64 / 1000.0)
+            }
+        };
+        out.push(Row {
+            second: s,
+            active: b.map(|x| x.active).unwrap_or(0),
+            rx_video_pps: i.rx_video_packets,
+            rx_audio_pps: i.rx_audio_packets,
+            tx_pps: i.tx_video_packets + i.tx_audio_packets,
+            video_frames: i.video_frames,
+            e2e_p50_ms: ms(&i.video_lat, 0.5),
+            e2e_p90_ms: ms(&i.video_lat, 0.9),
+            e2e_p99_ms: ms(&i.video_lat, 0.99),
+            e2e_max_ms: if i.video_lat.is_empty() {
+                0.0
+            } else {
+                r3(i.video_lat.max() as f64 / 1000.0)
+            },
+            rtt_p50_ms: ms(&i.ice_rtt, 0.5),
+            rtt_p99_ms: ms(&i.ice_rtt, 0.99),
+            server_cpu: cpu.as_ref().and_then(|c| c.server_cores),
+            client_cpu: cpu.as_ref().and_then(|c| c.client_cores),
+            server_fwd_pps: fwd,
+            slips: i.slips,
+            corrupt: i.corrupt,
+        });
+    }
+    out
+}
+
+/// Who received whom: for every room, every joined member should get frames
+/// from every other joined member (when it has enough video slots).
+pub fn pairs(o: &Outcome, video_slots: usize) -> Value {
+    let mut expected = 0u64;
+    let mut ok = 0u64;
+    let mut missing = Vec::new();
+    let mut by_room: std::collections::BTreeMap<usize, Vec<usize>> = Default::default();
+    for (k, (j, _)) in o.joined.iter().enumerate() {
+        by_room.entry(j.room).or_default().push(k);
+    }
+    let applicable = o.plan.room_sizes.iter().all(|&n| video_slots + 1 >= n);
+    if !applicable {
+        return json!({"applicable": false, "reason": "fewer video slots than other room members"});
+    }
+    for members in by_room.values() {
+        for &a in members {
+            for &b in members {
+                if a == b {
+                    continue;
+                }
+                expected += 1;
+                let (ja, sa) = &o.joined[a];
+                let (jb, _) = &o.joined[b];
+                if sa.frames_from(&jb.name) > 0 {
+                    ok += 1;
+                } else if missing.len() < 50 {
+                    missing.push(format!("{} <- {}", ja.name, jb.name));
+                }
+            }
+        }
+    }
+    json!({"applicable": true, "expected": expected, "ok": ok, "missing": missing})
+}
+
+/// Everything, as the summary.json value.
+pub fn summary(o: &Outcome, config: Value, video_slots: usize) -> Value {
+    let (from, to) = o.window;
+    let w = o.series.window(from, to);
+    let all = o.series.window(0, u64::MAX);
+    let secs = (to - from) as f64;
+    let cpu = cpu_between(&o.samples, from as f64, to as f64);
+    let mut jt = new_hist();
+    for &v in &o.join_times_us {
+        rec(&mut jt, v);
+    }
+    let mut sig = new_hist();
+    for &v in &o.signaling_times_us {
+        rec(&mut sig, v);
+    }
+    let mut packets = 0u64;
+    let mut missing = 0u64;
+    let mut nacks = 0u64;
+    let mut corrupt = 0u64;
+    let mut ooo = 0u64;
+    let mut ts_back = 0u64;
+    let mut keyframe_requests = 0u64;
+    let mut slips = 0u64;
+    let mut frames_rx_video = 0u64;
+    let mut frames_rx_audio = 0u64;
+    let mut not_connected = 0u64;
+    for (_, s) in &o.joined {
+        nacks += s.nacks_sent;
+        keyframe_requests += s.keyframe_requests;
+        slips += s.send_slips;
+        if !s.connected {
+            not_connected += 1;
+        }
+        for st in s.slots.values() {
+            packets += st.packets;
+            missing += st.seq_missing;
+            corrupt += st.corrupt;
+            ooo += st.out_of_order;
+            ts_back += st.ts_backwards;
+            if st.kind == "video" {
+                frames_rx_video += st.frames;
+            } else {
+                frames_rx_audio += st.frames;
+            }
+        }
+    }
+    let rx_pps = if secs > 0.0 {
+        (w.rx_video_packets + w.rx_audio_packets) as f64 / secs
+    } else {
+        0.0
+    };
+    let tx_pps = if secs > 0.0 {
+        (w.tx_video_packets + w.tx_audio_packets) as f64 / secs
+    } else {
+        0.0
+    };
+    let server_fwd = match (
+        sample_at(&o.samples, from as f64),
+        sample_at(&o.samples, to as f64),
+    ) {
+        (Some(a), Some(b)) if b.t > a.t => match (a.server_forwarded, b.server_forwarded) {
+            (Some(x), Some(y)) => Some(r3(y.saturating_sub(x) as f64 / (b.t - a.t))),
+            _ => None,
+        },
+        _ => None,
+    };
+    let sent_frames_window = w.tx_video_packets.max(1);
+    let mut warnings: Vec<String> = Vec::new();
+    let threads = o
+        .samples
+        .last()
+        .map(|s| s.driver_cpu_ns.len())
+        .unwrap_or(1)
+        .max(1);
+    let mut client_bound = false;
+    if let Some(c) = cpu.client_max_driver_cores {
+        if c > 0.85 {
+            client_bound = true;
+            warnings.push(format!(
+                "a client driver thread used {c:.2} cores: the CLIENT is (close to) the bottleneck, not the server"
+            ));
+        }
+    }
+    if w.slips as f64 > 0.01 * (sent_frames_window as f64 / 2.0) || w.max_slip_us > 50_000 {
+        client_bound = true;
+        warnings.push(format!(
+            "the client's send schedule slipped {} times in the window (worst {:.1} ms late): the CLIENT is overloaded",
+            w.slips,
+            w.max_slip_us as f64 / 1000.0
+        ));
+    }
+    if o.late_joins > 0 {
+        warnings.push(format!(
+            "{} joins started more than 1 s late (HTTP joiners too slow)",
+            o.late_joins
+        ));
+    }
+    if o.client_tx_errors > 0 {
+        warnings.push(format!(
+            "{} datagrams could not be sent by the client",
+            o.client_tx_errors
+        ));
+    }
+    if cpu.server_cores.is_none() {
+        warnings.push("no server CPU figures (pass --server-pid)".into());
+    }
+    if corrupt > 0 {
+        warnings.push(format!("{corrupt} payloads failed verification"));
+    }
+    let _ = threads;
+    json!({
+        "scenario": o.plan.scenario,
+        "config": config,
+        "media": o.media_desc,
+        "elapsed_s": r3(o.elapsed.as_secs_f64()),
+        "window": {"from_s": from, "to_s": to, "seconds": to - from},
+        "participants": {
+            "planned": o.plan.joins.len(),
+            "joined": o.joined.len(),
+            "failed": o.failures.len(),
+            "failed_by_status": failures_by_status(&o.failures),
+            "not_connected_at_end": not_connected,
+            "leave_failures": o.leave_failures,
+            "rooms": o.plan.room_sizes.len(),
+        },
+        "e2e_latency_us": Percentiles::of(&w.video_lat),
+        "e2e_latency_all_us": Percentiles::of(&all.video_lat),
+        "audio_latency_us": Percentiles::of(&w.audio_lat),
+        "ice_rtt_us": Percentiles::of(&w.ice_rtt),
+        "ice_rtt_all_us": Percentiles::of(&all.ice_rtt),
+        "join_time_us": Percentiles::of(&jt),
+        "signaling_time_us": Percentiles::of(&sig),
+        "received": {
+            "packets": packets,
+            "video_frames": frames_rx_video,
+            "audio_frames": frames_rx_audio,
+            "corrupt": corrupt,
+            "out_of_order": ooo,
+            "ts_backwards": ts_back,
+            "seq_missing": missing,
+            "loss_ratio": if packets + missing > 0 { missing as f64 / (packets + missing) as f64 } else { 0.0 },
+            "nacks_sent": nacks,
+            "keyframe_requests_received": keyframe_requests,
+        },
+        "pairs": pairs(o, video_slots),
+        "throughput": {
+            "client_rx_pps": r3(rx_pps),
+            "client_tx_pps": r3(tx_pps),
+            "server_forwarded_pps": server_fwd,
+            "client_rx_mbps": r3(if secs > 0.0 { w.rx_bytes as f64 * 8.0 / secs / 1e6 } else { 0.0 }),
+        },
+        "cpu": cpu,
+        "send_slips": slips,
+        "max_slip_us": w.max_slip_us,
+        "client_bound": client_bound,
+        "warnings": warnings,
+    })
+}
+
+fn fmt_p(p: &Value, scale: f64, unit: &str) -> String {
+    let g = |k: &str| p.get(k).and_then(|v| v.as_f64()).unwrap_or(0.0) / scale;
+    format!(
+        "{:>8} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2}  {unit}",
+        p.get("count").and_then(|v| v.as_u64()).unwrap_or(0),
+        g("p50"),
+        g("p90"),
+        g("p99"),
+        g("p999"),
+        g("p9999"),
+        g("max")
+    )
+}
+
+/// The human table.
+pub fn table(s: &Value) -> String {
+    let mut t = String::new();
+    let w = &s["window"];
+    let _ = writeln!(
+        t,
+        "\n== corelay-bench {}: window {}s..{}s ({} s) ==",
+        s["scenario"].as_str().unwrap_or("?"),
+        w["from_s"],
+        w["to_s"],
+        w["seconds"]
+    );
+    let p = &s["participants"];
+    let _ = writeln!(
+        t,
+        "participants: {} planned, {} joined, {} failed {}, rooms {}",
+        p["planned"], p["joined"], p["failed"], p["failed_by_status"], p["rooms"]
+    );
+    let _ = writeln!(
+        t,
+        "{:<22} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
+        "", "count", "P50", "P90", "P99", "P99.9", "P99.99", "max"
+    );
+    let _ = writeln!(
+        t,
+        "{:<22} {}",
+        "e2e latency (video)",
+        fmt_p(&s["e2e_latency_us"], 1000.0, "ms")
+    );
+    let _ = writeln!(
+        t,
+        "{:<22} {}",
+        "e2e latency (audio)",
+        fmt_p(&s["audio_latency_us"], 1000.0, "ms")
+    );
+    let _ = writeln!(
+        t,
+        "{:<22} {}",
+        "ICE RTT",
+        fmt_p(&s["ice_rtt_us"], 1000.0, "ms")
+    );
+    let _ = writeln!(
+        t,
+        "{:<22} {}",
+        "join (POST->media)",
+        fmt_p(&s["join_time_us"], 1000.0, "ms")
+    );
+    let _ = writeln!(
+        t,
+        "{:<22} {}",
+        "signaling (POST->201)",
+        fmt_p(&s["signaling_time_us"], 1000.0, "ms")
+    );
+    let c = &s["cpu"];
+    let f = |v: &Value| {
+        v.as_f64()
+            .map(|x| format!("{x:.2}"))
+            .unwrap_or_else(|| "n/a".into())
+    };
+    let _ = writeln!(
+        t,
+        "CPU (cores): server {} (user {}, sys {}, busiest thread {} {}), client {} (busiest driver {})",
+        f(&c["server_cores"]),
+        f(&c["server_user_cores"]),
+        f(&c["server_sys_cores"]),
+        f(&c["server_max_thread_cores"]),
+        c["server_max_thread"].as_str().unwrap_or(""),
+        f(&c["client_cores"]),
+        f(&c["client_max_driver_cores"]),
+    );
+    let th = &s["throughput"];
+    let _ = writeln!(
+        t,
+        "throughput: received {} pkt/s ({} Mbit/s), sent {} pkt/s, server forwarded {} pkt/s",
+        th["client_rx_pps"], th["client_rx_mbps"], th["client_tx_pps"], th["server_forwarded_pps"]
+    );
+    let r = &s["received"];
+    let _ = writeln!(
+        t,
+        "received: {} video frames, {} audio frames, corrupt {}, out-of-order {}, loss {:.5} ({} missing), NACKs sent {}",
+        r["video_frames"],
+        r["audio_frames"],
+        r["corrupt"],
+        r["out_of_order"],
+        r["loss_ratio"].as_f64().unwrap_or(0.0),
+        r["seq_missing"],
+        r["nacks_sent"]
+    );
+    let pr = &s["pairs"];
+    if pr["applicable"].as_bool() == Some(true) {
+        let _ = writeln!(
+            t,
+            "pairs: {}/{} publisher->subscriber pairs received frames",
+            pr["ok"], pr["expected"]
+        );
+    }
+    if let Some(ws) = s["warnings"].as_array() {
+        for w in ws {
+            let _ = writeln!(t, "WARNING: {}", w.as_str().unwrap_or(""));
+        }
+    }
+    if s["client_bound"].as_bool() == Some(true) {
+        let _ = writeln!(
+            t,
+            "!!! CLIENT-BOUND RUN: these figures describe the load generator, not the server !!!"
+        );
+    }
+    t
+}
+
+fn csv_opt(v: Option<f64>) -> String {
+    v.map(|x| format!("{x}")).unwrap_or_default()
+}
+
+/// Write every output into `dir`; returns the summary.
+pub fn write_all(
+    o: &Outcome,
+    dir: &Path,
+    config: Value,
+    video_slots: usize,
+) -> Result<Value, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let s = summary(o, config, video_slots);
+    let w = |name: &str, body: &str| -> Result<(), String> {
+        std::fs::write(dir.join(name), body)
+            .map_err(|e| format!("{}: {e}", dir.join(name).display()))
+    };
+    w(
+        "summary.json",
+        &serde_json::to_string_pretty(&s).map_err(|e| e.to_string())?,
+    )?;
+    let rs = rows(o);
+    let mut csv = String::from(
+        "second,active,rx_video_pps,rx_audio_pps,tx_pps,video_frames,e2e_p50_ms,e2e_p90_ms,e2e_p99_ms,e2e_max_ms,rtt_p50_ms,rtt_p99_ms,server_cpu,client_cpu,server_fwd_pps,slips,corrupt\n",
+    );
+    for r in &rs {
+        let _ = writeln!(
+            csv,
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            r.second,
+            r.active,
+            r.rx_video_pps,
+            r.rx_audio_pps,
+            r.tx_pps,
+            r.video_frames,
+            r.e2e_p50_ms,
+            r.e2e_p90_ms,
+            r.e2e_p99_ms,
+            r.e2e_max_ms,
+            r.rtt_p50_ms,
+            r.rtt_p99_ms,
+            csv_opt(r.server_cpu),
+            csv_opt(r.client_cpu),
+            csv_opt(r.server_fwd_pps),
+            r.slips,
+            r.corrupt
+        );
+    }
+    w("timeseries.csv", &csv)?;
+
+    // Percentile spectra (CSV + SVG).
+    let (from, to) = o.window;
+    let win = o.series.window(from, to);
+    let mut pcsv = String::from("percentile,e2e_ms,ice_rtt_ms,audio_e2e_ms\n");
+    for q in [
+        0.0, 0.5, 0.75, 0.9, 0.95, 0.99, 0.995, 0.999, 0.9995, 0.9999, 0.99999, 1.0,
+    ] {
+        let v = |h: &hdrhistogram::Histogram<u64>| {
+            if h.is_empty() {
+                String::new()
+            } else {
+                format!("{}", h.value_at_quantile(q) as f64 / 1000.0)
+            }
+        };
+        let _ = writeln!(
+            pcsv,
+            "{},{},{},{}",
+            q * 100.0,
+            v(&win.video_lat),
+            v(&win.ice_rtt),
+            v(&win.audio_lat)
+        );
+    }
+    w("percentiles.csv", &pcsv)?;
+    let title_sfx = format!("{} ({}s window)", o.plan.scenario, to - from);
+    w(
+        "e2e_latency_percentiles.svg",
+        &render(&Chart {
+            title: format!("End-to-end latency by percentile, {title_sfx}"),
+            x_label: "percentile".into(),
+            y_label: "latency (ms)".into(),
+            x_axis: XAxis::Percentile,
+            lines: vec![
+                Line {
+                    name: "video e2e".into(),
+                    points: percentile_points(&win.video_lat, 1000.0),
+                },
+                Line {
+                    name: "audio e2e".into(),
+                    points: percentile_points(&win.audio_lat, 1000.0),
+                },
+            ],
+        }),
+    )?;
+    w(
+        "ice_rtt_percentiles.svg",
+        &render(&Chart {
+            title: format!("ICE round-trip time by percentile, {title_sfx}"),
+            x_label: "percentile".into(),
+            y_label: "RTT (ms)".into(),
+            x_axis: XAxis::Percentile,
+            lines: vec![Line {
+                name: "ICE RTT".into(),
+                points: percentile_points(&win.ice_rtt, 1000.0),
+            }],
+        }),
+    )?;
+    let series = |f: &dyn Fn(&Row) -> Option<f64>| -> Vec<(f64, f64)> {
+        rs.iter()
+            .filter_map(|r| f(r).map(|v| (r.second as f64, v)))
+            .collect()
+    };
+    let has = |r: &Row| r.video_frames > 0;
+    w(
+        "latency_over_time.svg",
+        &render(&Chart {
+            title: format!("End-to-end latency per second, {}", o.plan.scenario),
+            x_label: "time (s)".into(),
+            y_label: "latency (ms)".into(),
+            x_axis: XAxis::Linear,
+            lines: vec![
+                Line {
+                    name: "P50".into(),
+                    points: series(&|r| has(r).then_some(r.e2e_p50_ms)),
+                },
+                Line {
+                    name: "P99".into(),
+                    points: series(&|r| has(r).then_some(r.e2e_p99_ms)),
+                },
+                Line {
+                    name: "max".into(),
+                    points: series(&|r| has(r).then_some(r.e2e_max_ms)),
+                },
+            ],
+        }),
+    )?;
+    w(
+        "cpu_over_time.svg",
+        &render(&Chart {
+            title: format!("CPU and load, {}", o.plan.scenario),
+            x_label: "time (s)".into(),
+            y_label: "cores / (participants/100)".into(),
+            x_axis: XAxis::Linear,
+            lines: vec![
+                Line {
+                    name: "server cores".into(),
+                    points: series(&|r| r.server_cpu),
+                },
+                Line {
+                    name: "client cores".into(),
+                    points: series(&|r| r.client_cpu),
+                },
+                Line {
+                    name: "participants/100".into(),
+                    points: series(&|r| Some(r.active as f64 / 100.0)),
+                },
+            ],
+        }),
+    )?;
+    w("report.txt", &table(&s))?;
+    Ok(s)
+}

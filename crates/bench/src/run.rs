@@ -1,0 +1,594 @@
+//! The runner: driver threads (one per client core) carrying the
+//! participants, a small pool of joiner threads doing HTTP, and the main
+//! thread that follows the plan, samples CPU once a second, prints progress
+//! and finally writes the report.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use corelay_client::driver::{Command, Driver};
+use corelay_client::{
+    JoinError, ParticipantConfig, Recording, Snapshot, VideoCodec, VideoSource, clock, signal,
+};
+
+use crate::metrics::{Report, Series, ThreadObserver};
+use crate::scenario::Plan;
+use crate::util::{ProcCpu, read_proc_cpu};
+
+/// Options shared by every scenario.
+#[derive(Debug, Clone)]
+pub struct Common {
+    /// Server base URL.
+    pub url: String,
+    /// Output directory.
+    pub out: PathBuf,
+    /// Client driver threads.
+    pub threads: usize,
+    /// Server process id, for CPU readings.
+    pub server_pid: Option<u32>,
+    /// Frame file to replay (None: synthetic 400 kbps).
+    pub media: Option<PathBuf>,
+    /// Pin driver thread i to CPU pin[i % len].
+    pub pin: Vec<usize>,
+    /// HTTP joiner threads.
+    pub joiners: usize,
+    /// Video codec to offer.
+    pub codec: VideoCodec,
+    /// Local address for participant sockets.
+    pub bind_ip: IpAddr,
+    /// Poll the server's /api/v1/stats once per second.
+    pub server_stats: bool,
+    /// Seed.
+    pub seed: u64,
+    /// Print the progress line.
+    pub progress: bool,
+}
+
+/// Per-participant media options the scenario decides.
+#[derive(Debug, Clone)]
+pub struct Shape {
+    /// Publish video.
+    pub video: bool,
+    /// Publish audio.
+    pub audio: bool,
+    /// recvonly video m-lines.
+    pub video_slots: usize,
+    /// recvonly audio m-lines.
+    pub audio_slots: usize,
+    /// Use DTX while silent.
+    pub dtx: bool,
+}
+
+/// What happened to one participant.
+pub struct Joined {
+    /// Tag.
+    pub tag: u64,
+    /// Room index.
+    pub room: usize,
+    /// Member index.
+    pub member: usize,
+    /// Name.
+    pub name: String,
+    /// Location to DELETE.
+    pub location: String,
+    /// Driver index.
+    pub driver: usize,
+    /// Shared snapshot.
+    pub shared: Arc<Mutex<Snapshot>>,
+    /// When it was POSTed (mono ns).
+    pub post_ns: u64,
+    /// When the POST finished (mono ns).
+    pub answered_ns: u64,
+    /// Current speaking state.
+    pub speaking: bool,
+}
+
+enum JobResult {
+    Joined(Box<Joined>),
+    Failed { tag: u64, err: JoinError },
+    Left { ok: bool },
+}
+
+enum Job {
+    Join {
+        plan: crate::scenario::JoinPlan,
+        room_name: String,
+        cfg: Box<ParticipantConfig>,
+        driver: usize,
+    },
+    Leave {
+        tag: u64,
+        location: String,
+        driver: usize,
+    },
+}
+
+/// One CPU/stats sample, taken once per second by the main thread.
+#[derive(Debug, Clone, Default)]
+pub struct Sample {
+    /// Seconds since start (fractional).
+    pub t: f64,
+    /// Participants connected at the time.
+    pub active: usize,
+    /// Server process CPU.
+    pub server: Option<ProcCpu>,
+    /// Client process CPU.
+    pub client: Option<ProcCpu>,
+    /// Per driver thread CPU ns.
+    pub driver_cpu_ns: Vec<u64>,
+    /// Server's own counters: forwarded packets (cumulative).
+    pub server_forwarded: Option<u64>,
+    /// Server's own busy fraction, max over shards.
+    pub server_busy: Option<f64>,
+}
+
+/// Everything the report needs.
+pub struct Outcome {
+    /// The plan that ran.
+    pub plan: Plan,
+    /// Merged per-second measurements.
+    pub series: Series,
+    /// Samples (CPU etc.).
+    pub samples: Vec<Sample>,
+    /// Joined participants and their final snapshots.
+    pub joined: Vec<(Joined, Snapshot)>,
+    /// Join failures: (tag, HTTP status or None, body).
+    pub failures: Vec<(u64, Option<u16>, String)>,
+    /// DELETEs that failed.
+    pub leave_failures: usize,
+    /// Join time per participant: first media − POST, µs.
+    pub join_times_us: Vec<u64>,
+    /// Signaling time per participant: POST − answer, µs.
+    pub signaling_times_us: Vec<u64>,
+    /// Seconds (since start) of the measurement window [from, to).
+    pub window: (u64, u64),
+    /// Wall time of the run.
+    pub elapsed: Duration,
+    /// Joins that started more than 1 s late (joiner pool too slow).
+    pub late_joins: usize,
+    /// Datagrams the client could not send.
+    pub client_tx_errors: u64,
+    /// Frame file used.
+    pub media_desc: String,
+}
+
+fn raise_nofile() {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: valid rlimit pointers.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 && r.rlim_cur < r.rlim_max {
+            r.rlim_cur = r.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &r);
+        }
+    }
+}
+
+fn server_counters(url: &str) -> Option<(u64, f64)> {
+    let v = signal::get_json(url, "/api/v1/stats").ok()?;
+    let fwd = v.get("total")?.get("forwarded")?.as_u64()?;
+    let busy = v
+        .get("shards")
+        .and_then(|s| s.as_array())
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.get("busy").and_then(|b| b.as_f64()))
+                .fold(0.0, f64::max)
+        })
+        .unwrap_or(0.0);
+    Some((fwd, busy))
+}
+
+/// Run a plan to completion.
+pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String> {
+    raise_nofile();
+    let (video, media_desc) = match &common.media {
+        Some(p) => {
+            let r = Recording::load(p)?;
+            let desc = format!(
+                "{} ({} frames, {:.0} kbps RTP payload, looped)",
+                p.display(),
+                r.frames.len(),
+                r.bitrate_bps() / 1000.0
+            );
+            (VideoSource::Recorded(Arc::new(r)), desc)
+        }
+        None => (
+            VideoSource::default(),
+            "synthetic 400 kbps 30 fps, keyframe every 3 s".to_string(),
+        ),
+    };
+    let frames_in_source = match &video {
+        VideoSource::Recorded(r) => r.frames.len() as u64,
+        VideoSource::Synthetic { .. } => 90,
+    };
+
+    let start = Instant::now();
+    let (rep_tx, rep_rx) = channel::<Report>();
+    let mut drivers = Vec::new();
+    for i in 0..common.threads.max(1) {
+        let pin = (!common.pin.is_empty()).then(|| common.pin[i % common.pin.len()]);
+        let obs = ThreadObserver::new(start, rep_tx.clone());
+        let d = Driver::spawn(&format!("bench-{i}"), Box::new(obs), pin)
+            .map_err(|e| format!("driver thread: {e}"))?;
+        drivers.push(Arc::new(d));
+    }
+    drop(rep_tx);
+
+    // Joiner pool.
+    let (job_tx, job_rx) = channel::<Job>();
+    let job_rx = Arc::new(Mutex::new(job_rx));
+    let (res_tx, res_rx) = channel::<JobResult>();
+    let mut joiners = Vec::new();
+    for i in 0..common.joiners.max(1) {
+        let rx = job_rx.clone();
+        let tx = res_tx.clone();
+        let drivers = drivers.clone();
+        let url = common.url.clone();
+        let bind = common.bind_ip;
+        let h = std::thread::Builder::new()
+            .name(format!("joiner-{i}"))
+            .spawn(move || joiner(rx, tx, drivers, url, bind))
+            .map_err(|e| format!("joiner thread: {e}"))?;
+        joiners.push(h);
+    }
+    drop(res_tx);
+
+    let run_id = format!(
+        "{:x}",
+        fastrand::Rng::with_seed(common.seed ^ u64::from(std::process::id())).u32(..)
+    );
+    let mut rng = fastrand::Rng::with_seed(common.seed);
+    let mut next_join = 0usize;
+    let mut joined: HashMap<u64, Joined> = HashMap::new();
+    let mut failures = Vec::new();
+    let mut series = Series::default();
+    let mut samples: Vec<Sample> = Vec::new();
+    let mut late_joins = 0usize;
+    // Sample just after each second boundary, so every driver thread has
+    // reported the second that just ended.
+    let mut next_sample = start + Duration::from_millis(150);
+    let mut first_media: HashMap<u64, u64> = HashMap::new();
+    let sizes = plan.room_sizes.clone();
+
+    let total_planned = plan.joins.len();
+    // Main loop: bounded by the plan's end (plus nothing: it exits there).
+    loop {
+        let now = Instant::now();
+        let el = now - start;
+        if el >= plan.end {
+            break;
+        }
+        while next_join < plan.joins.len() && plan.joins[next_join].at <= el {
+            let jp = plan.joins[next_join].clone();
+            next_join += 1;
+            if el > jp.at + Duration::from_secs(1) {
+                late_joins += 1;
+            }
+            let mut cfg = ParticipantConfig::new(jp.name.clone());
+            cfg.codec = common.codec;
+            cfg.publish_video = shape.video;
+            cfg.publish_audio = shape.audio;
+            cfg.video_slots = shape.video_slots;
+            cfg.audio_slots = shape.audio_slots;
+            cfg.data_channel = true;
+            cfg.video = video.clone();
+            cfg.video_offset = rng.u64(0..frames_in_source.max(1));
+            cfg.dtx = shape.dtx;
+            cfg.speaking = match plan.speakers {
+                Some(sp) => sp.speaking(jp.member, sizes.get(jp.room).copied().unwrap_or(1), el),
+                None => true,
+            };
+            cfg.keep_latency_samples = 0;
+            cfg.seed = rng.u64(..);
+            cfg.tag = jp.tag;
+            let driver = (jp.tag as usize) % drivers.len();
+            let room_name = format!("bench-{run_id}-r{}", jp.room);
+            let _ = job_tx.send(Job::Join {
+                plan: jp,
+                room_name,
+                cfg: Box::new(cfg),
+                driver,
+            });
+        }
+        while let Ok(r) = res_rx.try_recv() {
+            match r {
+                JobResult::Joined(j) => {
+                    joined.insert(j.tag, *j);
+                }
+                JobResult::Failed { tag, err } => failures.push((tag, err.status, err.body)),
+                JobResult::Left { .. } => {}
+            }
+        }
+        if let Some(sp) = plan.speakers {
+            for j in joined.values_mut() {
+                let want = sp.speaking(j.member, sizes.get(j.room).copied().unwrap_or(1), el);
+                if want != j.speaking {
+                    j.speaking = want;
+                    drivers[j.driver].send(Command::Speaking(j.tag, want));
+                }
+            }
+        }
+        if now >= next_sample {
+            next_sample += Duration::from_secs(1);
+            while let Ok(r) = rep_rx.try_recv() {
+                for &(tag, ns) in &r.interval.first_media {
+                    first_media.entry(tag).or_insert(ns);
+                }
+                series.add(&r);
+            }
+            let active = joined
+                .values()
+                .filter(|j| j.shared.lock().map(|s| s.connected).unwrap_or(false))
+                .count();
+            let (fwd, busy) = match common
+                .server_stats
+                .then(|| server_counters(&common.url))
+                .flatten()
+            {
+                Some((f, b)) => (Some(f), Some(b)),
+                None => (None, None),
+            };
+            let s = Sample {
+                t: el.as_secs_f64(),
+                active,
+                server: common.server_pid.and_then(read_proc_cpu),
+                client: read_proc_cpu(std::process::id()),
+                driver_cpu_ns: drivers
+                    .iter()
+                    .map(|d| d.stats().cpu_ns.load(Ordering::Relaxed))
+                    .collect(),
+                server_forwarded: fwd,
+                server_busy: busy,
+            };
+            if common.progress {
+                progress_line(
+                    &plan,
+                    &series,
+                    &samples,
+                    &s,
+                    joined.len(),
+                    failures.len(),
+                    total_planned,
+                );
+            }
+            samples.push(s);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let end_el = start.elapsed();
+
+    // Final snapshots, then leave (DELETE) in parallel on the joiner pool.
+    while let Ok(r) = res_rx.try_recv() {
+        match r {
+            JobResult::Joined(j) => {
+                joined.insert(j.tag, *j);
+            }
+            JobResult::Failed { tag, err } => failures.push((tag, err.status, err.body)),
+            JobResult::Left { .. } => {}
+        }
+    }
+    let mut finals = Vec::new();
+    for (_, j) in joined.drain() {
+        let snap = j.shared.lock().map(|s| s.clone()).unwrap_or_default();
+        finals.push((j, snap));
+    }
+    finals.sort_by_key(|(j, _)| j.tag);
+    let mut pending = 0usize;
+    for (j, _) in &finals {
+        if job_tx
+            .send(Job::Leave {
+                tag: j.tag,
+                location: j.location.clone(),
+                driver: j.driver,
+            })
+            .is_ok()
+        {
+            pending += 1;
+        }
+    }
+    drop(job_tx);
+    let mut leave_failures = 0usize;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    // Joins still in flight may also report; count only Left results.
+    while pending > 0 && Instant::now() < deadline {
+        match res_rx.recv_timeout(Duration::from_millis(200)) {
+            Ok(JobResult::Left { ok, .. }) => {
+                pending -= 1;
+                if !ok {
+                    leave_failures += 1;
+                }
+            }
+            Ok(JobResult::Joined(j)) => {
+                // Joined after the end: leave it right away.
+                let _ = signal::delete(&common.url, &j.location);
+                drivers[j.driver].send(Command::Remove(j.tag));
+            }
+            Ok(JobResult::Failed { tag, err }) => failures.push((tag, err.status, err.body)),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            Err(_) => break,
+        }
+    }
+    leave_failures += pending;
+    for h in joiners {
+        let _ = h.join();
+    }
+    let client_tx_errors = drivers
+        .iter()
+        .map(|d| d.stats().tx_errors.load(Ordering::Relaxed))
+        .sum();
+    drop(drivers); // shuts the threads down (they flush a last report on tick only)
+    for r in rep_rx.try_iter() {
+        for &(tag, ns) in &r.interval.first_media {
+            first_media.entry(tag).or_insert(ns);
+        }
+        series.add(&r);
+    }
+
+    let mut join_times_us = Vec::new();
+    let signaling_times_us = finals
+        .iter()
+        .map(|(j, _)| j.answered_ns.saturating_sub(j.post_ns) / 1000)
+        .collect();
+    for (j, _) in &finals {
+        if let Some(ns) = first_media.get(&j.tag) {
+            join_times_us.push(ns.saturating_sub(j.post_ns) / 1000);
+        }
+    }
+    // Measurement window: from 2 s after the last join to the end.
+    let from = (plan.last_join.as_secs_f64().ceil() as u64) + 2;
+    let to = plan.end.as_secs();
+    let window = if to > from + 1 {
+        (from, to)
+    } else {
+        (0, to.max(1))
+    };
+    Ok(Outcome {
+        plan,
+        series,
+        samples,
+        joined: finals,
+        failures,
+        leave_failures,
+        join_times_us,
+        signaling_times_us,
+        window,
+        elapsed: end_el,
+        late_joins,
+        client_tx_errors,
+        media_desc,
+    })
+}
+
+fn joiner(
+    rx: Arc<Mutex<Receiver<Job>>>,
+    tx: Sender<JobResult>,
+    drivers: Vec<Arc<Driver>>,
+    url: String,
+    bind: IpAddr,
+) {
+    loop {
+        let job = {
+            let Ok(g) = rx.lock() else { return };
+            match g.recv() {
+                Ok(j) => j,
+                Err(_) => return,
+            }
+        };
+        match job {
+            Job::Join {
+                plan,
+                room_name,
+                cfg,
+                driver,
+            } => {
+                let speaking = cfg.speaking;
+                let post_ns = clock::mono_ns();
+                match corelay_client::connect(&url, &room_name, bind, *cfg) {
+                    Ok(c) => {
+                        let shared = c.participant.shared();
+                        let answered_ns = clock::mono_ns();
+                        let Some(d) = drivers.get(driver) else { return };
+                        d.send(Command::Add {
+                            id: plan.tag,
+                            participant: c.participant,
+                            socket: c.socket,
+                        });
+                        let _ = tx.send(JobResult::Joined(Box::new(Joined {
+                            tag: plan.tag,
+                            room: plan.room,
+                            member: plan.member,
+                            name: plan.name,
+                            location: c.joined.location,
+                            driver,
+                            shared,
+                            post_ns,
+                            answered_ns,
+                            speaking,
+                        })));
+                    }
+                    Err(err) => {
+                        let _ = tx.send(JobResult::Failed { tag: plan.tag, err });
+                    }
+                }
+            }
+            Job::Leave {
+                tag,
+                location,
+                driver,
+            } => {
+                let ok = signal::delete(&url, &location).is_ok();
+                if let Some(d) = drivers.get(driver) {
+                    d.send(Command::Remove(tag));
+                }
+                let _ = tx.send(JobResult::Left { ok });
+            }
+        }
+    }
+}
+
+fn progress_line(
+    plan: &Plan,
+    series: &Series,
+    samples: &[Sample],
+    s: &Sample,
+    joined: usize,
+    failed: usize,
+    planned: usize,
+) {
+    let done = (s.t.floor() as u64).checked_sub(1);
+    let last = done.and_then(|d| series.seconds.get(&d));
+    let (pps, p50, p99, max) = match last {
+        Some(i) => (
+            i.rx_video_packets + i.rx_audio_packets,
+            i.video_lat.value_at_quantile(0.5) as f64 / 1000.0,
+            i.video_lat.value_at_quantile(0.99) as f64 / 1000.0,
+            i.video_lat.max() as f64 / 1000.0,
+        ),
+        None => (0, 0.0, 0.0, 0.0),
+    };
+    let (mut scpu, mut ccpu) = (None, None);
+    if let Some(prev) = samples.last() {
+        let dt = s.t - prev.t;
+        if let (Some(a), Some(b)) = (&prev.server, &s.server) {
+            scpu = Some(crate::util::cpu_delta(a, b, dt).0);
+        }
+        if let (Some(a), Some(b)) = (&prev.client, &s.client) {
+            ccpu = Some(crate::util::cpu_delta(a, b, dt).0);
+        }
+    }
+    let rooms_started = plan
+        .joins
+        .iter()
+        .filter(|j| j.at.as_secs_f64() <= s.t)
+        .map(|j| j.room)
+        .collect::<std::collections::BTreeSet<_>>()
+        .len();
+    eprintln!(
+        "[{:5.0}s] rooms {rooms_started}/{}  participants {} active / {joined} joined / {planned} planned (failed {failed})  rx {pps} pkt/s  e2e p50 {p50:.2} p99 {p99:.2} max {max:.2} ms  cpu server {} client {} cores",
+        s.t,
+        plan.room_sizes.len(),
+        s.active,
+        scpu.map(|v| format!("{v:.2}"))
+            .unwrap_or_else(|| "-".into()),
+        ccpu.map(|v| format!("{v:.2}"))
+            .unwrap_or_else(|| "-".into()),
+    );
+}
+
+/// Failures grouped by status ("503", "400", "error" when there was no HTTP answer).
+pub fn failures_by_status(f: &[(u64, Option<u16>, String)]) -> BTreeMap<String, u64> {
+    let mut m = BTreeMap::new();
+    for (_, st, _) in f {
+        let k = st.map(|s| s.to_string()).unwrap_or_else(|| "error".into());
+        *m.entry(k).or_insert(0) += 1;
+    }
+    m
+}
