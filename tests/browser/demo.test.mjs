@@ -7,7 +7,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import {
-  ROOT, debugState, joinDemo, launchBrowser, newPage, sleep, slotOf, snapshotAll,
+  OUT, ROOT, debugState, joinDemo, launchBrowser, newPage, sleep, slotOf, snapshotAll,
   startServer, uniqueRoom, waitInPage, waitMediaFlowing, waitTiles,
 } from './harness.mjs';
 
@@ -109,13 +109,20 @@ describe('demo page', () => {
     await waitInPage(page, () => {
       const el = document.querySelector('.tile[data-mid] .stats');
       return el && !el.hidden && /\d+x\d+/.test(el.textContent) && /bit\/s/.test(el.textContent)
-        && /loss/.test(el.textContent) && /rtt \d+ ms/.test(el.textContent) && el.textContent;
+        && /loss/.test(el.textContent) && /rtt [\d.]+ ms/.test(el.textContent) && el.textContent;
     }, null, { what: 'the stats overlay', timeout: 10000 });
     await sleep(1500); // let bitrate/fps settle for the picture
-    const file = path.join(ROOT, 'docs/screenshots/grid.png');
-    fs.mkdirSync(path.dirname(file), { recursive: true });
+    // Always in the test output; into docs/screenshots/grid.png (the README's
+    // picture) when that is missing or CORELAY_UPDATE_SCREENSHOT=1, so that a
+    // test run does not dirty the working tree.
+    const file = path.join(OUT, 'grid.png');
     await page.screenshot({ path: file });
     assert.ok(fs.statSync(file).size > 10000);
+    const doc = path.join(ROOT, 'docs/screenshots/grid.png');
+    if (process.env.CORELAY_UPDATE_SCREENSHOT === '1' || !fs.existsSync(doc)) {
+      fs.mkdirSync(path.dirname(doc), { recursive: true });
+      fs.copyFileSync(file, doc);
+    }
     await page.click('#toggle-stats');
     assert.equal(await page.evaluate(() => document.querySelector('.tile[data-mid] .stats').hidden), true);
   });
@@ -156,13 +163,22 @@ describe('demo page', () => {
     console.log(`leave -> tile gone on both grids in ${took} ms`);
   });
 
+  step('the same page can join again after leaving', async () => {
+    ids.bob2 = await joinDemo(pages.bob, server.base, room, 'Bob again');
+    assert.notEqual(ids.bob2, ids.bob);
+    await waitTiles(pages.alice, [ids.carol, ids.bob2]);
+    await waitTiles(pages.bob, [ids.alice, ids.carol]);
+    const mid = await slotOf(pages.bob, ids.alice, 'video');
+    await waitMediaFlowing(pages.bob, mid, 'video');
+  });
+
   step('closing the tab removes the participant (pagehide + fetch keepalive)', async () => {
     // Navigating away fires pagehide; the DELETE goes out with keepalive.
     await pages.carol.goto('about:blank');
     await pages.carol.context().close();
-    await waitTiles(pages.alice, [], { timeout: 8000 });
+    await waitTiles(pages.alice, [ids.bob2], { timeout: 8000 });
     const info = await server.room(room);
-    assert.deepEqual((info?.participants ?? []).map((p) => p.id), [ids.alice]);
+    assert.deepEqual((info?.participants ?? []).map((p) => p.id).sort(), [ids.alice, ids.bob2].sort());
   });
 
   step('no script errors on any page', async () => {

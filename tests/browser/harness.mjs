@@ -155,6 +155,7 @@ export async function launchBrowser() {
 export async function newPage(browser, label) {
   const context = await browser.newContext({ viewport: { width: 1280, height: 760 } });
   await context.grantPermissions(['camera', 'microphone']);
+  if (process.env.CORELAY_LIVE_ASSETS === '1') await routeLiveAssets(context);
   const page = await context.newPage();
   page.label = label;
   page.errors = [];
@@ -166,6 +167,24 @@ export async function newPage(browser, label) {
     if (msg.type() === 'error') page.errors.push(line);
   });
   return page;
+}
+
+// CORELAY_LIVE_ASSETS=1: serve the pages from crates/server/assets in the
+// working tree instead of the copies embedded in the binary (iterate on the
+// page without rebuilding the server).
+async function routeLiveAssets(context) {
+  const dir = path.join(ROOT, 'crates/server/assets');
+  const types = { '.js': 'text/javascript; charset=utf-8', '.css': 'text/css; charset=utf-8', '.html': 'text/html; charset=utf-8' };
+  await context.route(/^http:\/\/127\.0\.0\.1:\d+\/(assets\/[^?]+|watch\/[^?/]+|\?.*|)$/, (route) => {
+    const u = new URL(route.request().url());
+    let file;
+    if (u.pathname.startsWith('/assets/')) file = u.pathname.slice('/assets/'.length);
+    else if (u.pathname.startsWith('/watch/')) file = 'watch.html';
+    else file = 'index.html';
+    const full = path.join(dir, path.basename(file));
+    if (!fs.existsSync(full)) return route.continue();
+    return route.fulfill({ status: 200, contentType: types[path.extname(full)], body: fs.readFileSync(full) });
+  });
 }
 
 // Poll fn (run in the page) until it returns a truthy value.

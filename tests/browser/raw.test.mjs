@@ -13,14 +13,14 @@ import {
 const RAW_PAGE = `<!doctype html><meta charset="utf-8"><link rel="icon" href="data:,"><title>raw</title>
 <script>
 window.raw = { events: [], slots: [], roster: [], state: 'new' };
-window.rawJoin = async (room, name) => {
+window.rawJoin = async (room, name, videoSlots = 3, audioSlots = 1) => {
   const raw = window.raw;
   const stream = await navigator.mediaDevices.getUserMedia({ video: { width: 320, height: 240 } });
   const pc = new RTCPeerConnection();
   raw.pc = pc;
   pc.addTransceiver(stream.getVideoTracks()[0], { direction: 'sendonly' });
-  for (let i = 0; i < 3; i++) pc.addTransceiver('video', { direction: 'recvonly' });
-  pc.addTransceiver('audio', { direction: 'recvonly' });
+  for (let i = 0; i < videoSlots; i++) pc.addTransceiver('video', { direction: 'recvonly' });
+  for (let i = 0; i < audioSlots; i++) pc.addTransceiver('audio', { direction: 'recvonly' });
   const dc = pc.createDataChannel('events');
   raw.dc = dc;
   dc.onmessage = (e) => {
@@ -159,8 +159,11 @@ test('a page using only the HTTP API and the data channel gets slots and decodes
     assert.equal(del, 204);
     await waitInPage(a, () => window.raw.slots.every((s) => s.participant === null), null, { what: 'slots to empty', timeout: 5000 });
     await waitInPage(a, () => window.raw.roster.length === 1, null, { what: 'roster to shrink', timeout: 5000 });
-    const again = await b.evaluate(async () => (await fetch(window.raw.location, { method: 'DELETE' })).status);
-    assert.equal(again, 404, 'second DELETE is 404');
+    // A second DELETE is 404 (from node: the page would log the 404 as an error).
+    const loc = await b.evaluate(() => window.raw.location);
+    const again = await fetch(`${server.base}${loc}`, { method: 'DELETE' });
+    assert.equal(again.status, 404, 'second DELETE is 404');
+    assert.equal((await again.json()).code, 'not_found');
     for (const p of pages) assert.deepEqual(p.errors, [], `${p.label} errors`);
   } catch (err) {
     await snapshotAll(pages, 'raw-failure');
@@ -186,4 +189,60 @@ test('API errors are JSON with the documented codes', async () => {
   assert.equal((await r.json()).code, 'not_found');
   r = await fetch(`${base}/healthz`);
   assert.deepEqual(await r.json(), { status: 'ok', shards: 1 });
+});
+
+test('a browser can renegotiate with PATCH + If-Match: a slot added later gets filled', async () => {
+  const room = uniqueRoom('patch');
+  const page = await rawPage('rawPatch');
+  const pub = await rawPage('rawPub');
+  try {
+    // Joins publishing one video and receiving nothing.
+    assert.equal(await page.evaluate((r) => window.rawJoin(r, 'P', 0, 0), room), 201);
+    await waitInPage(page, () => window.raw.pc.connectionState === 'connected' && window.raw.events.some((e) => e.type === 'welcome'),
+      null, { what: 'P to connect' });
+    const r = await page.evaluate(async () => {
+      const raw = window.raw;
+      const pc = raw.pc;
+      pc.addTransceiver('video', { direction: 'recvonly' });
+      await pc.setLocalDescription(await pc.createOffer());
+      const offer = pc.localDescription.sdp;
+      const patch = (headers) => fetch(raw.location, { method: 'PATCH', headers: { 'Content-Type': 'application/sdp', ...headers }, body: offer });
+      const out = {};
+      let res = await patch({});
+      out.noIfMatch = { status: res.status, body: await res.text() };
+      res = await patch({ 'If-Match': '"stale-etag"' });
+      out.stale = { status: res.status, body: await res.text() };
+      res = await patch({ 'If-Match': raw.etag });
+      out.ok = { status: res.status, etag: res.headers.get('ETag'), contentType: res.headers.get('Content-Type') };
+      const answer = await res.text();
+      out.answer = answer;
+      if (res.status === 200) await pc.setRemoteDescription({ type: 'answer', sdp: answer });
+      out.mids = pc.getTransceivers().map((t) => `${t.mid}:${t.receiver.track.kind}:${t.currentDirection}`);
+      out.etag = raw.etag;
+      return out;
+    });
+    assert.equal(r.noIfMatch.status, 428, `PATCH without If-Match: ${r.noIfMatch.body}`);
+    assert.equal(JSON.parse(r.noIfMatch.body).code, 'precondition_required');
+    assert.equal(r.stale.status, 412, `stale If-Match: ${r.stale.body}`);
+    assert.equal(JSON.parse(r.stale.body).code, 'etag_mismatch');
+    assert.equal(r.ok.status, 200, `PATCH: ${r.answer}`);
+    assert.match(r.ok.contentType || '', /^application\/sdp/);
+    assert.ok(r.ok.etag && r.ok.etag !== r.etag, 'a new ETag');
+    const answer = sections(r.answer);
+    assert.deepEqual(answer.map((x) => `${x.kind}:${x.direction}`), ['video:recvonly', 'application:sendrecv', 'video:sendonly']);
+    assert.equal(r.mids[1], `${answer[2].mid}:video:recvonly`, `transceivers: ${r.mids}`);
+
+    // A publisher joins: the new slot is filled and decodes.
+    assert.equal(await pub.evaluate((rm) => window.rawJoin(rm, 'Q', 0, 0), room), 201);
+    const qid = await pub.evaluate(() => window.raw.location.split('/').pop());
+    await waitInPage(page, ([m, q]) => window.raw.slots.some((s) => s.mid === m && s.participant === q),
+      [answer[2].mid, qid], { what: 'the new slot to be filled by Q' });
+    await waitMediaFlowing(page, answer[2].mid, 'video', { pcExpr: 'window.raw.pc' });
+    const unexpected = page.errors.filter((e) => !/status of (428|412)/.test(e));
+    assert.deepEqual(unexpected, []);
+  } catch (err) {
+    for (const p of [page, pub]) console.log(`--- ${p.label}: ${await debugState(p).catch(String)}\n${p.logs.slice(-20).join('\n')}`);
+    console.log(`--- server log:\n${server.tail(40)}`);
+    throw err;
+  }
 });

@@ -20,6 +20,7 @@ import array
 import asyncio
 import fractions
 import json
+import logging
 import math
 import sys
 import time
@@ -126,6 +127,28 @@ def http(method, url, body=None, content_type=None):
         return 0, {}, f"{type(e).__name__}: {e}"
 
 
+def copy_candidates(sdp):
+    """Diagnostic workaround: repeat the answer's a=candidate lines in every
+    m-section. aiortc takes a shared transport's remote candidates from the
+    *last* m-section using it, and an answer with candidates only in the first
+    bundled m-section then leaves it with none."""
+    lines = sdp.replace("\r\n", "\n").split("\n")
+    cands = [l for l in lines if l.startswith("a=candidate:")]
+    out, in_media, has = [], False, False
+    for l in lines:
+        if l.startswith("m="):
+            if in_media and not has:
+                out.extend(cands)
+            in_media, has = True, False
+        if l.startswith("a=candidate:"):
+            has = True
+        if l:
+            out.append(l)
+    if in_media and not has:
+        out.extend(cands)
+    return "\r\n".join(out) + "\r\n"
+
+
 def prefer_codec(transceiver, codec):
     caps = RTCRtpSender.getCapabilities(transceiver.kind)
     wanted = [c for c in caps.codecs if c.mimeType.lower() == f"{transceiver.kind}/{codec}"]
@@ -199,6 +222,8 @@ async def run(args):
     location = headers.get("Location") or headers.get("location")
     emit(event="joined", participant=location.rstrip("/").split("/")[-1], location=location,
          offer=pc.localDescription.sdp, answer=body)
+    if args.copy_candidates:
+        body = copy_candidates(body)
     await pc.setRemoteDescription(RTCSessionDescription(sdp=body, type="answer"))
 
     deadline = time.time() + args.seconds
@@ -224,7 +249,12 @@ def main():
     p.add_argument("--slots", type=int, default=3)
     p.add_argument("--audio", action="store_true", help="publish: also send a tone")
     p.add_argument("--seconds", type=float, default=20)
+    p.add_argument("--copy-candidates", action="store_true",
+                   help="repeat the answer's candidates in every m-section (works around aiortc's bundle handling)")
+    p.add_argument("--debug", action="store_true", help="aiortc/aioice debug logging to stderr")
     args = p.parse_args()
+    if args.debug:
+        logging.basicConfig(level=logging.DEBUG, stream=sys.stderr)
     sys.exit(asyncio.run(run(args)))
 
 

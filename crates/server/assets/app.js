@@ -308,6 +308,12 @@
           tile.addEventListener('dblclick', () => this.togglePin(tile));
           this.gridEl.append(tile);
         }
+        // A pin ends when its participant leaves the slot.
+        if (tile.dataset.pinned === 'true' && tile.dataset.participant !== slot.participant) delete tile.dataset.pinned;
+        if (this.pendingPin && this.pendingPin.mid === slot.mid && this.pendingPin.participant === slot.participant) {
+          tile.dataset.pinned = 'true';
+          this.pendingPin = null;
+        }
         tile.dataset.participant = slot.participant;
         tile.dataset.track = slot.track ?? '';
         tile.dataset.name = s.nameOf(slot.participant);
@@ -363,12 +369,29 @@
       }
     }
 
+    // Show `participant` for sure: pin the slot that already shows them, or
+    // else the last video slot that is not pinned yet.
+    pinParticipant(participant) {
+      const s = this.session;
+      const video = s.slots.filter((x) => x.kind === 'video');
+      const slot = video.find((x) => x.participant === participant)
+        || [...video].reverse().find((x) => this.tileFor(x.mid)?.dataset.pinned !== 'true')
+        || video[video.length - 1];
+      if (!slot) return null;
+      s.pin(slot.mid, participant);
+      const tile = this.tileFor(slot.mid);
+      if (tile && tile.dataset.participant === participant) tile.dataset.pinned = 'true';
+      this.pendingPin = { mid: slot.mid, participant };
+      return slot.mid;
+    }
+
     tiles() {
       return [...this.gridEl.querySelectorAll('.tile[data-mid]')].map((tile) => {
         const v = tile.querySelector('video');
         return {
           mid: tile.dataset.mid,
           participant: tile.dataset.participant,
+          pinned: tile.dataset.pinned === 'true',
           name: tile.dataset.name,
           track: tile.dataset.track,
           width: v.videoWidth,
@@ -424,7 +447,7 @@
         return [
           `${res} ${fps} fps ${codec}`,
           `${fmtBitrate(bps)}`,
-          `loss ${loss}  rtt ${Number.isFinite(rtt) ? Math.round(rtt * 1000) + ' ms' : '-'}`,
+          `loss ${loss}  rtt ${Number.isFinite(rtt) ? `${(rtt * 1000).toFixed(rtt < 0.01 ? 1 : 0)} ms` : '-'}`,
         ].join('\n');
       };
       for (const tile of this.gridEl.querySelectorAll('.tile[data-mid]')) {
@@ -510,7 +533,18 @@
       const li = document.createElement('li');
       li.textContent = p.name || p.id;
       li.dataset.participant = p.id;
-      if (p.id === session.participantId) li.classList.add('me');
+      if (p.id === session.participantId) {
+        li.classList.add('me');
+      } else if ((p.tracks || []).some((t) => t.kind === 'video')) {
+        // Click a name to pin that participant's video into a slot.
+        const btn = document.createElement('button');
+        btn.type = 'button';
+        btn.className = 'pin';
+        btn.title = `pin ${p.name || p.id}`;
+        btn.textContent = 'pin';
+        btn.addEventListener('click', () => grid?.pinParticipant(p.id));
+        li.append(' ', btn);
+      }
       return li;
     }));
     $('roster').hidden = false;
@@ -531,9 +565,11 @@
     let stream = null;
     try {
       if (!recvOnly) {
+        // ?video=WxH picks the camera resolution (default 640x360).
+        const [w, h] = (params.get('video') || '640x360').split('x').map((n) => parseInt(n, 10));
         stream = await navigator.mediaDevices.getUserMedia({
           audio: true,
-          video: { width: { ideal: 640 }, height: { ideal: 360 }, frameRate: { ideal: 30 } },
+          video: { width: { ideal: w || 640 }, height: { ideal: h || 360 }, frameRate: { ideal: 30 } },
         });
       }
     } catch (err) {
