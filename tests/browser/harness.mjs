@@ -92,7 +92,10 @@ export async function startServer({ name = 'server', extraArgs = [] } = {}) {
   fs.writeSync(log, `$ ${bin} ${args.join(' ')}\n`);
   const child = spawn(bin, args, {
     stdio: ['ignore', log, log],
-    env: { RUST_LOG: 'info', ...process.env },
+    // No Prometheus listener (its default address is fixed, 127.0.0.1:6060):
+    // servers of parallel runs would collide on it. An env var, not a flag, so
+    // that binaries without --metrics ignore it.
+    env: { CORELAY_METRICS: 'off', ...process.env },
   });
   let exited = null;
   child.on('exit', (code, signal) => { exited = { code, signal }; });
