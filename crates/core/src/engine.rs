@@ -36,6 +36,8 @@ const KEYFRAME_REQUEST_INTERVAL: Duration = Duration::from_millis(300);
 const ROOM_TICK: Duration = Duration::from_millis(250);
 /// Upper bound of outputs drained from one `Rtc` in one go (defensive).
 const MAX_DRAIN: usize = 100_000;
+/// How many already-due timeouts one drain feeds back to str0m.
+const MAX_REFEEDS: usize = 8;
 
 /// A message to a peer shard. A value: it owns everything it carries.
 #[derive(Debug)]
@@ -68,6 +70,10 @@ pub enum ShardEvent {
 #[derive(Default)]
 pub struct Outputs {
     pub transmits: Vec<Transmit>,
+    /// Kernel receive time of each media packet that reached at least one
+    /// subscriber in this step, and whether it came from a peer shard: the
+    /// shard turns these into forwarding latency once the datagrams are sent.
+    pub forwarded: Vec<(Duration, bool)>,
     pub peers: Vec<(usize, PeerMsg)>,
     pub control: Vec<ShardEvent>,
 }
@@ -83,6 +89,11 @@ struct Io {
     doomed: Vec<(ParticipantId, &'static str)>,
     /// Subscribers whose slot assignment changed and must be told.
     slots_dirty: Vec<ParticipantId>,
+    /// Tracks whose publisher must be asked for a keyframe.
+    keyframes_wanted: Vec<TrackKey>,
+    /// The `now` of the current entry point: what drains feed str0m when it
+    /// asks for a timeout that is already due.
+    now: Option<Instant>,
 }
 
 pub struct Engine {
@@ -95,6 +106,8 @@ pub struct Engine {
     /// Rate limit for keyframe requests sent to peer shards.
     remote_kf: HashMap<TrackKey, Instant>,
     next_tick: Option<Instant>,
+    /// Kernel receive time of the datagram being handled.
+    rx_stamp: Option<Duration>,
     io: Io,
 }
 
@@ -109,6 +122,7 @@ impl Engine {
             rooms: HashMap::new(),
             remote_kf: HashMap::new(),
             next_tick: None,
+            rx_stamp: None,
             io: Io::default(),
         }
     }
@@ -124,6 +138,14 @@ impl Engine {
     /// Counters the shard driver maintains (socket-level drops).
     pub fn counters_mut(&mut self) -> &mut Counters {
         &mut self.io.counters
+    }
+
+    /// Every local participant's latest transport figures.
+    pub fn participant_stats(&self) -> Vec<crate::metrics::ParticipantStats> {
+        self.participants
+            .values()
+            .map(|p| p.stats.clone())
+            .collect()
     }
 
     pub fn participant_count(&self) -> usize {
@@ -160,6 +182,7 @@ impl Engine {
         accepted: Accepted,
         roster: RoomUpdate,
     ) {
+        self.io.now = Some(now);
         let Accepted {
             rtc,
             ufrag,
@@ -181,6 +204,7 @@ impl Engine {
 
     /// Removes a participant (DELETE from the API). Sends DTLS close_notify.
     pub fn remove_participant(&mut self, now: Instant, id: ParticipantId) -> bool {
+        self.io.now = Some(now);
         let existed = self.participants.contains_key(&id);
         self.io.doomed.push((id, "left"));
         self.settle(now);
@@ -189,6 +213,7 @@ impl Engine {
 
     /// A new roster for a room with members on this shard.
     pub fn apply_room(&mut self, now: Instant, update: RoomUpdate) {
+        self.io.now = Some(now);
         let id = update.room;
         let shard = self.shard;
         let view = self
@@ -213,6 +238,7 @@ impl Engine {
         id: ParticipantId,
         sdp: &str,
     ) -> Result<String, OfferError> {
+        self.io.now = Some(now);
         let Some(p) = self.participants.get_mut(&id) else {
             return Err(OfferError {
                 code: "not_found",
@@ -233,6 +259,7 @@ impl Engine {
 
     /// Closes every connection (shutdown): DTLS close_notify to each participant.
     pub fn close_all(&mut self, now: Instant) {
+        self.io.now = Some(now);
         let ids: Vec<ParticipantId> = self.participants.keys().copied().collect();
         for id in ids {
             self.io.doomed.push((id, "shutdown"));
@@ -242,14 +269,18 @@ impl Engine {
 
     // ---------------------------------------------------------------- network
 
-    /// One datagram from the shard's socket.
+    /// One datagram from the shard's socket. `kernel_rx` is its kernel
+    /// receive time (CLOCK_REALTIME since the epoch) when the socket reports it.
     pub fn handle_datagram(
         &mut self,
         now: Instant,
+        kernel_rx: Option<Duration>,
         source: SocketAddr,
         destination: SocketAddr,
         data: &[u8],
     ) {
+        self.rx_stamp = kernel_rx;
+        self.io.now = Some(now);
         self.io.counters.rx_packets += 1;
         self.io.counters.rx_bytes += data.len() as u64;
         if !plausible(data) {
@@ -307,6 +338,7 @@ impl Engine {
 
     /// Timers due at `now`: str0m timeouts and the room tick.
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.io.now = Some(now);
         while let Some(&Reverse((t, id))) = self.io.timers.peek() {
             if t > now {
                 break;
@@ -342,6 +374,7 @@ impl Engine {
 
     /// A message from a peer shard.
     pub fn handle_peer(&mut self, now: Instant, msg: PeerMsg) {
+        self.io.now = Some(now);
         match msg {
             PeerMsg::Media { room, packet } => {
                 self.io.counters.cross_shard_in += 1;
@@ -379,6 +412,10 @@ impl Engine {
                 self.evict(now, id, reason);
                 continue;
             }
+            if let Some(track) = self.io.keyframes_wanted.pop() {
+                self.request_keyframe(now, track);
+                continue;
+            }
             if let Some(id) = self.io.slots_dirty.pop() {
                 if !self.io.slots_dirty.contains(&id) {
                     self.send_slots(id);
@@ -394,6 +431,9 @@ impl Engine {
             Event::RtpPacket(pkt) => self.on_rtp(now, id, pkt),
             Event::KeyframeRequest(req) => {
                 self.io.counters.keyframe_requests_received += 1;
+                if let Some(p) = self.participants.get_mut(&id) {
+                    p.stats.keyframe_requests_received += 1;
+                }
                 let source = self
                     .participants
                     .get(&id)
@@ -418,6 +458,36 @@ impl Engine {
                     && let Ok(req) = serde_json::from_slice::<ClientRequest>(&d.data)
                 {
                     self.on_client_request(id, req);
+                }
+            }
+            Event::PeerStats(st) => {
+                if let Some(p) = self.participants.get_mut(&id) {
+                    p.stats.ingress_loss = st.ingress_loss_fraction;
+                    p.stats.egress_loss = st.egress_loss_fraction;
+                    p.stats.rtt_ms = st.rtt.map(|d| d.as_secs_f64() * 1e3);
+                    p.stats.bytes_in = st.peer_bytes_rx;
+                    p.stats.bytes_out = st.peer_bytes_tx;
+                }
+            }
+            Event::MediaIngressStats(st) => {
+                if let Some(p) = self.participants.get_mut(&id) {
+                    let clock = match p.tracks.iter().find(|t| t.mid == st.mid).map(|t| t.kind) {
+                        Some(MediaKind::Audio) => 48.0,
+                        _ => 90.0,
+                    };
+                    let jitter = f64::from(st.jitter) / clock;
+                    p.stats.ingress_jitter_ms =
+                        Some(p.stats.ingress_jitter_ms.map_or(jitter, |j| j.max(jitter)));
+                    let d = p.nack_delta(st.mid, false, st.nacks);
+                    p.stats.nacks_sent += d;
+                    self.io.counters.nacks_sent += d;
+                }
+            }
+            Event::MediaEgressStats(st) => {
+                if let Some(p) = self.participants.get_mut(&id) {
+                    let d = p.nack_delta(st.mid, true, st.nacks);
+                    p.stats.nacks_received += d;
+                    self.io.counters.nacks_received += d;
                 }
             }
             Event::MediaAdded(m) => {
@@ -498,7 +568,13 @@ impl Engine {
             ext: E2eExt::from_ext(&pkt.header.ext_vals),
             payload: pkt.payload,
             received: pkt.timestamp,
+            kernel_rx: self.rx_stamp,
         };
+        if media.keyframe
+            && let Some(t) = p.tracks.get_mut(idx)
+        {
+            t.keyframe_pending = false;
+        }
         let room = p.room;
         self.forward(now, room, &media, true);
     }
@@ -530,6 +606,7 @@ impl Engine {
             }
         }
         let mut want_keyframe = false;
+        let mut reached = false;
         for &sub in &room.local {
             if sub == media.track.participant {
                 continue;
@@ -590,32 +667,43 @@ impl Engine {
                     .nackable(media.kind == MediaKind::Video),
                 );
                 self.io.counters.forwarded += 1;
+                reached = true;
                 // str0m: drain after every mutation, before the next one.
                 drain_rtc(&mut self.io, sub, rtc, timeout, scheduled);
             }
+        }
+        if let (true, Some(rx)) = (reached, media.kernel_rx) {
+            self.io.out.forwarded.push((rx, !origin));
         }
         if want_keyframe {
             self.request_keyframe(now, media.track);
         }
     }
 
-    /// Asks the publisher of `track` for a keyframe, rate-limited per track.
+    /// Asks the publisher of `track` for a keyframe, rate-limited per track: a
+    /// request inside the limit is remembered and sent when the limit allows
+    /// (the room tick), unless a keyframe arrives first.
     fn request_keyframe(&mut self, now: Instant, track: TrackKey) {
         if let Some(p) = self.participants.get_mut(&track.participant) {
             let Some(t) = p.tracks.iter_mut().find(|t| t.mid == track.mid) else {
                 return;
             };
-            if t.kind != MediaKind::Video
-                || t.last_keyframe_request
-                    .is_some_and(|l| now.saturating_duration_since(l) < KEYFRAME_REQUEST_INTERVAL)
+            if t.kind != MediaKind::Video {
+                return;
+            }
+            if t.last_keyframe_request
+                .is_some_and(|l| now.saturating_duration_since(l) < KEYFRAME_REQUEST_INTERVAL)
             {
+                t.keyframe_pending = true;
                 return;
             }
             t.last_keyframe_request = Some(now);
+            t.keyframe_pending = false;
             let mut api = p.rtc.direct_api();
             if let Some(rx) = api.stream_rx_by_mid(track.mid, None) {
                 rx.request_keyframe(KeyframeRequestKind::Pli);
                 self.io.counters.keyframe_requests_sent += 1;
+                tracing::debug!(publisher = %track.participant, mid = %track.mid, "keyframe requested");
             }
             self.drain(track.participant);
             return;
@@ -728,16 +816,11 @@ impl Engine {
         }
     }
 
+    /// Asks for a keyframe once the current step settles (never inside a drain).
     fn pending_keyframes(&mut self, track: TrackKey) {
-        // Deferred through the event queue so that it never runs inside a drain.
-        self.io.events.push_back((
-            track.participant,
-            Event::KeyframeRequest(str0m::media::KeyframeRequest {
-                mid: track.mid,
-                rid: None,
-                kind: KeyframeRequestKind::Pli,
-            }),
-        ));
+        if !self.io.keyframes_wanted.contains(&track) {
+            self.io.keyframes_wanted.push(track);
+        }
     }
 
     fn on_channel_open(&mut self, id: ParticipantId, cid: ChannelId) {
@@ -852,6 +935,22 @@ impl Engine {
     }
 
     fn tick_rooms(&mut self, now: Instant) {
+        let pending: Vec<TrackKey> = self
+            .participants
+            .values()
+            .flat_map(|p| {
+                p.tracks
+                    .iter()
+                    .filter(|t| t.keyframe_pending)
+                    .map(|t| TrackKey {
+                        participant: p.id,
+                        mid: t.mid,
+                    })
+            })
+            .collect();
+        for track in pending {
+            self.request_keyframe(now, track);
+        }
         let changed: Vec<RoomId> = self
             .rooms
             .iter_mut()
@@ -922,9 +1021,20 @@ fn drain_rtc(
     timeout: &mut Option<Instant>,
     scheduled: &mut Option<Instant>,
 ) {
+    // str0m asks for a timeout that is already due when it has queued media
+    // (its pacer releases packets on the next timeout): feed it right away so
+    // that forwarded packets leave in this same synchronous pass.
+    let mut refeeds = 0;
     for _ in 0..MAX_DRAIN {
         match rtc.poll_output() {
             Ok(Output::Timeout(t)) => {
+                if let Some(now) = io.now.filter(|n| t <= *n && refeeds < MAX_REFEEDS) {
+                    refeeds += 1;
+                    if rtc.handle_input(Input::Timeout(now)).is_err() {
+                        io.counters.rtc_errors += 1;
+                    }
+                    continue;
+                }
                 *timeout = Some(t);
                 if scheduled.is_none_or(|s| t < s) {
                     *scheduled = Some(t);

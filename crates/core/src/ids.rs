@@ -7,7 +7,7 @@ use std::str::FromStr;
 use str0m::media::Mid;
 
 /// A participant, unique for the life of the process. Rendered as `p` + 12 hex digits.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug, Default)]
 pub struct ParticipantId(pub u64);
 
 impl fmt::Display for ParticipantId {

@@ -6,7 +6,7 @@
 //! transport ones (TWCC, abs-send-time, mid/rid) belong to each leg.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use str0m::format::CodecSpec;
 use str0m::media::MediaKind;
@@ -62,6 +62,9 @@ pub struct MediaPacket {
     pub payload: Arc<[u8]>,
     /// When the datagram that carried it was received (str0m's receive time).
     pub received: Instant,
+    /// The kernel's receive time of that datagram (CLOCK_REALTIME since the
+    /// epoch, from SO_TIMESTAMPNS), for the forwarding-latency histograms.
+    pub kernel_rx: Option<Duration>,
 }
 
 /// The cross-shard copy of a [`MediaPacket`]: owns its bytes, shares nothing.
@@ -77,6 +80,7 @@ pub struct MediaCopy {
     pub ext: E2eExt,
     pub payload: Box<[u8]>,
     pub received: Instant,
+    pub kernel_rx: Option<Duration>,
 }
 
 impl MediaPacket {
@@ -92,6 +96,7 @@ impl MediaPacket {
             ext: self.ext,
             payload: Box::from(&self.payload[..]),
             received: self.received,
+            kernel_rx: self.kernel_rx,
         }
     }
 }
@@ -109,6 +114,7 @@ impl From<MediaCopy> for MediaPacket {
             ext: c.ext,
             payload: Arc::from(c.payload),
             received: c.received,
+            kernel_rx: c.kernel_rx,
         }
     }
 }

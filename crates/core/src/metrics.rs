@@ -3,6 +3,8 @@
 
 use serde::Serialize;
 
+use crate::ids::ParticipantId;
+
 /// Cumulative counters of one shard. Every field only grows.
 #[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
 pub struct Counters {
@@ -31,6 +33,10 @@ pub struct Counters {
     pub keyframe_requests_sent: u64,
     /// PLI/FIR received from subscribers.
     pub keyframe_requests_received: u64,
+    /// NACKs received from subscribers (answered from str0m's send buffer).
+    pub nacks_received: u64,
+    /// NACKs sent to publishers for packets lost on their way in.
+    pub nacks_sent: u64,
     pub participants_added: u64,
     pub participants_removed: u64,
     pub rtc_errors: u64,
@@ -59,9 +65,150 @@ impl Counters {
             cross_shard_dropped,
             keyframe_requests_sent,
             keyframe_requests_received,
+            nacks_received,
+            nacks_sent,
             participants_added,
             participants_removed,
             rtc_errors
         );
     }
+}
+
+/// Bucket upper edges (µs) for the latency histograms: fine below 100 µs, and
+/// every edge of the socket-dwell article (10, 50, 100, 500, 1000, 5000,
+/// 10000, 50000 µs). One more bucket (+Inf) follows the last edge.
+pub const LATENCY_EDGES_US: [u64; 17] = [
+    1, 2, 5, 10, 20, 30, 50, 75, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 20_000, 50_000,
+];
+
+/// A fixed-bucket latency histogram: plain integers, cumulative, `Copy`.
+/// Recording is a short linear scan and three adds: cheap enough per packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct LatencyHistogram {
+    /// `counts[i]` holds samples `<= LATENCY_EDGES_US[i]` (and above the
+    /// previous edge); the last entry holds everything above 50 ms.
+    pub counts: [u64; LATENCY_EDGES_US.len() + 1],
+    pub count: u64,
+    pub sum_us: u64,
+    pub max_us: u64,
+}
+
+impl Default for LatencyHistogram {
+    fn default() -> Self {
+        LatencyHistogram {
+            counts: [0; LATENCY_EDGES_US.len() + 1],
+            count: 0,
+            sum_us: 0,
+            max_us: 0,
+        }
+    }
+}
+
+impl LatencyHistogram {
+    pub fn record_us(&mut self, us: u64) {
+        let i = LATENCY_EDGES_US
+            .iter()
+            .position(|&e| us <= e)
+            .unwrap_or(LATENCY_EDGES_US.len());
+        if let Some(c) = self.counts.get_mut(i) {
+            *c += 1;
+        }
+        self.count += 1;
+        self.sum_us += us;
+        self.max_us = self.max_us.max(us);
+    }
+
+    pub fn add(&mut self, o: &LatencyHistogram) {
+        for (a, b) in self.counts.iter_mut().zip(o.counts.iter()) {
+            *a += b;
+        }
+        self.count += o.count;
+        self.sum_us += o.sum_us;
+        self.max_us = self.max_us.max(o.max_us);
+    }
+
+    pub fn mean_us(&self) -> f64 {
+        if self.count == 0 {
+            0.0
+        } else {
+            self.sum_us as f64 / self.count as f64
+        }
+    }
+
+    /// `(upper edge in seconds, samples in that bucket)` pairs, the last edge
+    /// +Inf. Per bucket, not cumulative: the Prometheus encoder accumulates.
+    pub fn buckets_seconds(&self) -> Vec<(f64, u64)> {
+        LATENCY_EDGES_US
+            .iter()
+            .map(|&e| e as f64 / 1e6)
+            .chain(std::iter::once(f64::INFINITY))
+            .zip(self.counts.iter().copied())
+            .collect()
+    }
+
+    /// The smallest bucket edge (µs) below which at least `q` of the samples lie.
+    pub fn quantile_edge_us(&self, q: f64) -> Option<u64> {
+        if self.count == 0 {
+            return None;
+        }
+        let want = (q * self.count as f64).ceil() as u64;
+        let mut acc = 0;
+        for (i, c) in self.counts.iter().enumerate() {
+            acc += c;
+            if acc >= want {
+                return Some(LATENCY_EDGES_US.get(i).copied().unwrap_or(u64::MAX));
+            }
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_buckets() {
+        let mut h = LatencyHistogram::default();
+        for us in [0, 1, 10, 11, 100, 4_000, 60_000] {
+            h.record_us(us);
+        }
+        assert_eq!(h.count, 7);
+        assert_eq!(h.counts[0], 2); // 0 and 1
+        assert_eq!(h.counts[3], 1); // 10
+        assert_eq!(h.counts[4], 1); // 11 -> <=20
+        assert_eq!(h.counts[8], 1); // 100
+        assert_eq!(h.counts[13], 1); // 4000 -> <=5000
+        assert_eq!(h.counts[17], 1); // over 50 ms
+        assert_eq!(h.max_us, 60_000);
+        let b = h.buckets_seconds();
+        assert_eq!(b.len(), LATENCY_EDGES_US.len() + 1);
+        assert_eq!(b.iter().map(|x| x.1).sum::<u64>(), 7);
+        assert_eq!(b[3], (10e-6, 1));
+        assert_eq!(b.last().unwrap(), &(f64::INFINITY, 1));
+        assert_eq!(h.quantile_edge_us(0.5), Some(20));
+        let mut t = LatencyHistogram::default();
+        t.add(&h);
+        t.add(&h);
+        assert_eq!(t.count, 14);
+    }
+}
+
+/// One participant's transport figures, from str0m's periodic statistics.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ParticipantStats {
+    #[serde(skip)]
+    pub id: ParticipantId,
+    /// Fraction of the publisher's packets lost on the way to us.
+    pub ingress_loss: Option<f32>,
+    /// Largest interarrival jitter over its published tracks, in ms.
+    pub ingress_jitter_ms: Option<f64>,
+    /// Fraction of our packets lost on the way to it (its receiver reports).
+    pub egress_loss: Option<f32>,
+    pub rtt_ms: Option<f64>,
+    pub nacks_received: u64,
+    pub nacks_sent: u64,
+    pub keyframe_requests_received: u64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
 }

@@ -99,6 +99,8 @@ impl std::fmt::Debug for Accepted {
 /// Builds the `Rtc` for one participant: ICE-lite, RTP mode, only the room's codecs.
 pub fn build_rtc(settings: &RtcSettings, now: Instant) -> Rtc {
     let mut cfg = Rtc::builder()
+        // Per-participant loss/jitter/RTT for /api/v1/stats, once a second.
+        .set_stats_interval(Some(std::time::Duration::from_secs(1)))
         .set_ice_lite(true)
         .set_rtp_mode(true)
         .clear_codecs()

@@ -13,6 +13,7 @@ use str0m::media::{MediaKind, Mid, Pt};
 use str0m::rtp::Ssrc;
 
 use crate::ids::{ParticipantId, RoomId};
+use crate::metrics::ParticipantStats;
 use crate::offer::MediaLine;
 use crate::slot::Slot;
 
@@ -23,6 +24,9 @@ pub struct PublishedTrack {
     /// Last payload type seen and its codec (publishers rarely switch).
     pub codec: Option<(Pt, CodecSpec)>,
     pub last_keyframe_request: Option<Instant>,
+    /// A request arrived within the rate limit: send it when the limit allows,
+    /// unless a keyframe arrives first.
+    pub keyframe_pending: bool,
 }
 
 pub struct Participant {
@@ -42,6 +46,11 @@ pub struct Participant {
     pub timeout: Option<Instant>,
     pub scheduled: Option<Instant>,
     pub connected: bool,
+    /// Latest transport figures (str0m statistics events).
+    pub stats: ParticipantStats,
+    /// Last cumulative NACK counts per (mid, egress?), to turn str0m's
+    /// cumulative per-stream figures into shard counter deltas.
+    pub nack_seen: Vec<(Mid, bool, u64)>,
 }
 
 impl Participant {
@@ -68,6 +77,11 @@ impl Participant {
             timeout: None,
             scheduled: None,
             connected: false,
+            stats: ParticipantStats {
+                id,
+                ..Default::default()
+            },
+            nack_seen: Vec::new(),
         };
         let _ = p.add_lines(tracks, slots);
         p
@@ -84,6 +98,7 @@ impl Participant {
                     kind: t.kind,
                     codec: None,
                     last_keyframe_request: None,
+                    keyframe_pending: false,
                 });
             }
         }
@@ -124,5 +139,26 @@ impl Participant {
         let i = self.tracks.iter().position(|t| t.mid == mid)?;
         self.ssrcs.push((ssrc, i));
         Some(i)
+    }
+}
+
+impl Participant {
+    /// Records a cumulative NACK figure for (mid, direction); returns the increase.
+    pub fn nack_delta(&mut self, mid: Mid, egress: bool, total: u64) -> u64 {
+        match self
+            .nack_seen
+            .iter_mut()
+            .find(|(m, e, _)| *m == mid && *e == egress)
+        {
+            Some((_, _, seen)) => {
+                let d = total.saturating_sub(*seen);
+                *seen = total.max(*seen);
+                d
+            }
+            None => {
+                self.nack_seen.push((mid, egress, total));
+                total
+            }
+        }
     }
 }

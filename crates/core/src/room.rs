@@ -14,8 +14,15 @@ use crate::offer::MediaLine;
 
 /// Audio louder than this (dBov, RFC 6464 as str0m reports it: 0 is loudest) counts as speech.
 const SPEECH_LEVEL: i8 = -50;
-/// How long after the last speech a participant stays the active speaker.
+/// Speech older than this does not count for the active speaker.
 const SPEAKER_HOLD: Duration = Duration::from_millis(1500);
+/// Weight of one audio packet in a member's speech activity (an exponential
+/// average over packets: ~20 packets, 400 ms of 20 ms Opus frames).
+const ACTIVITY_ALPHA: f32 = 0.05;
+/// A member becomes the speaker with at least this activity...
+const SPEAKER_MIN_ACTIVITY: f32 = 0.3;
+/// ...and, to take over from a current speaker who still talks, this much more.
+const SPEAKER_MARGIN: f32 = 0.2;
 
 /// A member of a room as the control thread describes it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -38,7 +45,13 @@ pub struct RoomUpdate {
 #[derive(Debug)]
 pub struct Member {
     pub info: MemberInfo,
+    /// Last audio packet that carried speech.
     pub last_spoke: Option<Instant>,
+    /// Recent speech activity in [0, 1] (share of recent packets with speech).
+    pub activity: f32,
+    /// When this member was last the active speaker: what slot ranking uses,
+    /// so that two people talking at once do not make slots flap.
+    pub last_dominant: Option<Instant>,
 }
 
 #[derive(Debug)]
@@ -77,6 +90,8 @@ impl RoomView {
             changed |= old.is_none_or(|o| o.info != info);
             members.push(Member {
                 last_spoke: old.and_then(|o| o.last_spoke),
+                activity: old.map_or(0.0, |o| o.activity),
+                last_dominant: old.and_then(|o| o.last_dominant),
                 info,
             });
         }
@@ -125,27 +140,54 @@ impl RoomView {
         now: Instant,
     ) {
         let speaking = level.is_some_and(|l| l > SPEECH_LEVEL) && vad != Some(false);
-        if speaking && let Some(m) = self.members.iter_mut().find(|m| m.info.id == from) {
-            m.last_spoke = Some(now);
+        if let Some(m) = self.members.iter_mut().find(|m| m.info.id == from) {
+            let x = if speaking { 1.0 } else { 0.0 };
+            m.activity += ACTIVITY_ALPHA * (x - m.activity);
+            if speaking {
+                m.last_spoke = Some(now);
+            }
         }
     }
 
-    /// Re-evaluates the active speaker; returns true when it changed.
+    /// Re-evaluates the active speaker (called every room tick); returns true
+    /// when it changed. A speaker keeps the floor while they talk unless
+    /// someone is clearly more active (hysteresis against flapping).
     pub fn update_speaker(&mut self, now: Instant) -> bool {
-        let current = self
+        let recent = |m: &Member| {
+            m.last_spoke
+                .is_some_and(|t| now.saturating_duration_since(t) < SPEAKER_HOLD)
+        };
+        let current = self.speaker.and_then(|id| {
+            self.members
+                .iter()
+                .find(|m| m.info.id == id)
+                .filter(|m| recent(m))
+                .map(|m| m.activity)
+        });
+        let candidate = self
             .members
             .iter()
-            .filter_map(|m| m.last_spoke.map(|t| (t, m.info.id)))
-            .filter(|(t, _)| now.saturating_duration_since(*t) < SPEAKER_HOLD)
-            .max_by_key(|(t, _)| *t)
-            .map(|(_, id)| id);
-        match current {
-            Some(id) if self.speaker != Some(id) => {
-                self.speaker = Some(id);
-                true
+            .filter(|m| recent(m) && m.activity >= SPEAKER_MIN_ACTIVITY)
+            .max_by(|a, b| a.activity.total_cmp(&b.activity))
+            .map(|m| (m.info.id, m.activity));
+        let changed = match (candidate, current) {
+            (Some((id, _)), None) => Some(id),
+            (Some((id, act)), Some(cur))
+                if Some(id) != self.speaker && act > cur + SPEAKER_MARGIN =>
+            {
+                Some(id)
             }
-            _ => false,
+            _ => None,
+        };
+        if let Some(id) = changed {
+            self.speaker = Some(id);
         }
+        if let Some(id) = self.speaker
+            && let Some(m) = self.members.iter_mut().find(|m| m.info.id == id)
+        {
+            m.last_dominant = Some(now);
+        }
+        changed.is_some()
     }
 
     /// Tracks of `kind` that `viewer` could receive, best first: most recent
@@ -158,7 +200,7 @@ impl RoomView {
             }
             for line in m.info.tracks.iter().filter(|l| l.kind == kind) {
                 ranked.push((
-                    m.last_spoke,
+                    m.last_dominant,
                     order,
                     TrackKey {
                         participant: m.info.id,
@@ -214,14 +256,29 @@ mod tests {
             ranked.iter().map(|t| t.participant.0).collect::<Vec<_>>(),
             vec![2, 3]
         );
-        // Participant 3 speaks: it ranks first and becomes the speaker.
+        // Participant 3 speaks for a while: it becomes the speaker and ranks first.
         let now = Instant::now();
-        r.note_audio(ParticipantId(3), Some(-20), Some(true), now);
-        r.note_audio(ParticipantId(2), Some(-100), None, now); // silence
+        for _ in 0..20 {
+            r.note_audio(ParticipantId(3), Some(-20), Some(true), now);
+            r.note_audio(ParticipantId(2), Some(-100), None, now); // silence
+        }
         assert!(r.update_speaker(now));
         assert_eq!(r.speaker, Some(ParticipantId(3)));
         assert!(!r.update_speaker(now));
         let ranked = r.ranked_tracks(ParticipantId(1), MediaKind::Video);
         assert_eq!(ranked[0].participant, ParticipantId(3));
+        // 2 starts talking too, as much as 3: no flapping, 3 keeps the floor.
+        for _ in 0..40 {
+            r.note_audio(ParticipantId(3), Some(-20), Some(true), now);
+            r.note_audio(ParticipantId(2), Some(-20), Some(true), now);
+        }
+        assert!(!r.update_speaker(now));
+        // 3 goes quiet: 2 takes over.
+        for _ in 0..40 {
+            r.note_audio(ParticipantId(3), Some(-100), Some(false), now);
+            r.note_audio(ParticipantId(2), Some(-20), Some(true), now);
+        }
+        assert!(r.update_speaker(now));
+        assert_eq!(r.speaker, Some(ParticipantId(2)));
     }
 }

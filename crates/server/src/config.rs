@@ -53,6 +53,18 @@ pub struct Config {
     #[arg(long, env = "CORELAY_VIDEO_CODEC", value_enum, default_value_t = CodecArg::H264)]
     pub video_codec: CodecArg,
 
+    /// Prometheus metrics listener (path /metrics). "off" disables it.
+    #[arg(long, env = "CORELAY_METRICS", default_value = "127.0.0.1:6060")]
+    pub metrics: String,
+
+    /// Testing only: stall a shard's loop every N datagrams (see --test-stall-ms).
+    #[arg(long, env = "CORELAY_TEST_STALL_EVERY", hide = true)]
+    pub test_stall_every: Option<u64>,
+
+    /// Testing only: how long each stall lasts, in milliseconds.
+    #[arg(long, env = "CORELAY_TEST_STALL_MS", hide = true, default_value_t = 5)]
+    pub test_stall_ms: u64,
+
     /// Do not pin shard threads to cores.
     #[arg(long, env = "CORELAY_NO_PIN")]
     pub no_pin: bool,

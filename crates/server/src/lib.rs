@@ -52,6 +52,9 @@ pub fn run(cfg: Config) -> Result<(), Box<dyn std::error::Error>> {
             mesh: mesh.clone(),
             to_control: to_control.clone(),
             core: (!cfg.no_pin && n <= cores).then_some(i % cores),
+            stall: cfg
+                .test_stall_every
+                .map(|every| (every, Duration::from_millis(cfg.test_stall_ms))),
         })?;
         handles.push(h);
         joins.push(j);
@@ -90,6 +93,22 @@ pub fn run(cfg: Config) -> Result<(), Box<dyn std::error::Error>> {
             }
         );
         let pump = tokio::spawn(control::pump(state.clone(), from_shards));
+        let metrics = if cfg.metrics == "off" {
+            None
+        } else {
+            let addr: SocketAddr = cfg
+                .metrics
+                .parse()
+                .map_err(|e| format!("--metrics {:?}: {e}", cfg.metrics))?;
+            let l = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| format!("cannot listen on {addr} for metrics: {e}"))?;
+            tracing::info!("Prometheus metrics on http://{}/metrics", l.local_addr()?);
+            let app = control::http::metrics_router(state.clone());
+            Some(tokio::spawn(async move {
+                let _ = axum::serve(l, app).await;
+            }))
+        };
         axum::serve(listener, control::http::router(state.clone()))
             .with_graceful_shutdown(shutdown_signal())
             .await?;
@@ -99,6 +118,9 @@ pub fn run(cfg: Config) -> Result<(), Box<dyn std::error::Error>> {
             let _ = tokio::time::timeout(Duration::from_secs(2), w).await;
         }
         pump.abort();
+        if let Some(m) = metrics {
+            m.abort();
+        }
         Ok::<(), Box<dyn std::error::Error>>(())
     })?;
     drop(state);

@@ -6,7 +6,10 @@ fn main() -> std::process::ExitCode {
     let cfg = corelay::config::Config::parse();
     let filter = tracing_subscriber::EnvFilter::try_new(&cfg.log)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt().with_env_filter(filter).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
     match corelay::run(cfg) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

@@ -157,8 +157,9 @@ fn a_freed_slot_is_refilled_continuously_with_a_keyframe() {
     let (ok, _) = viewer.wait_until(WAIT, |s| video_sources(s, 30) == vec!["first".to_string()]);
     assert!(ok, "viewer never saw first");
     let second = join(&server, "swap", "second");
-    // The slot keeps showing `first` while it is there.
-    std::thread::sleep(Duration::from_millis(500));
+    // The slot keeps showing `first` while it is there. (Wait out the keyframe
+    // requests of second's own join, so the one below is the switch's.)
+    std::thread::sleep(Duration::from_millis(1000));
     let before = second.snapshot().keyframe_requests;
     first.leave().unwrap();
     let (ok, s) = viewer.wait_until(WAIT, |s| {
@@ -180,8 +181,10 @@ fn a_freed_slot_is_refilled_continuously_with_a_keyframe() {
     let (ok, s2) = second.wait_until(WAIT, |s| s.keyframe_requests > before);
     assert!(
         ok,
-        "the new source got no keyframe request ({} before, {} after)",
-        before, s2.keyframe_requests
+        "the new source got no keyframe request ({} before, {} after); server: {}",
+        before,
+        s2.keyframe_requests,
+        server.get_json("/api/v1/stats")["total"]
     );
     // The slot event names the new source.
     let last = s

@@ -1,5 +1,9 @@
 //! WHIP publish and WHEP receive on the same participant machinery, and the
 //! data channel's pin request.
+#![allow(
+    clippy::disallowed_types,
+    reason = "test code: the client shares its snapshot with the test thread"
+)]
 
 mod common;
 

@@ -58,6 +58,26 @@ pub fn router(state: Shared) -> Router {
         .with_state(state)
 }
 
+/// The Prometheus listener (`--metrics`): `/metrics` only.
+pub fn metrics_router(state: Shared) -> Router {
+    Router::new()
+        .route("/metrics", get(prometheus))
+        .fallback(not_found)
+        .with_state(state)
+}
+
+async fn prometheus(State(state): State<Shared>) -> Response {
+    let snapshot = lock(&state).metrics_snapshot();
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        super::metrics::render(snapshot),
+    )
+        .into_response()
+}
+
 /// WHIP/WHEP players and other origins' pages call this API from browsers.
 async fn cors(mut res: Response) -> Response {
     let h = res.headers_mut();

@@ -15,12 +15,13 @@
 
 pub mod assets;
 pub mod http;
+pub mod metrics;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use corelay_core::metrics::Counters;
+use corelay_core::metrics::{Counters, LatencyHistogram, ParticipantStats};
 use corelay_core::offer::{MediaLine, accept_offer};
 use corelay_core::room::{MemberInfo, RoomUpdate};
 use corelay_core::{OfferError, ParticipantId, RoomId, RtcSettings, ShardEvent};
@@ -109,6 +110,8 @@ pub struct State {
     next_participant: u64,
     next_room: u64,
     admission_refusals: u64,
+    /// Latest per-participant transport figures from the shards.
+    detail: HashMap<ParticipantId, ParticipantStats>,
 }
 
 pub type Shared = Arc<Mutex<State>>;
@@ -144,6 +147,38 @@ pub struct RoomSummary {
     pub shards: Vec<usize>,
 }
 
+/// A latency histogram as the stats API shows it.
+#[derive(Serialize)]
+pub struct HistOut {
+    pub count: u64,
+    pub mean_us: f64,
+    pub max_us: u64,
+    /// Upper bucket edge (µs) under which half / 99% of the samples lie.
+    pub p50_us: Option<u64>,
+    pub p99_us: Option<u64>,
+    /// `[upper edge µs (null = +Inf), samples in this bucket]`.
+    pub buckets: Vec<(Option<u64>, u64)>,
+}
+
+impl From<&LatencyHistogram> for HistOut {
+    fn from(h: &LatencyHistogram) -> Self {
+        use corelay_core::metrics::LATENCY_EDGES_US;
+        HistOut {
+            count: h.count,
+            mean_us: h.mean_us(),
+            max_us: h.max_us,
+            p50_us: h.quantile_edge_us(0.5),
+            p99_us: h.quantile_edge_us(0.99),
+            buckets: h
+                .counts
+                .iter()
+                .enumerate()
+                .map(|(i, c)| (LATENCY_EDGES_US.get(i).copied(), *c))
+                .collect(),
+        }
+    }
+}
+
 #[derive(Serialize)]
 pub struct ShardOut {
     pub shard: usize,
@@ -153,6 +188,29 @@ pub struct ShardOut {
     pub busy: f64,
     pub loop_iterations: u64,
     pub counters: Counters,
+    pub socket_dwell: HistOut,
+    pub forward_latency: HistOut,
+    pub forward_cross_shard_latency: HistOut,
+    pub loop_iteration: HistOut,
+}
+
+#[derive(Serialize)]
+pub struct ParticipantOut {
+    pub id: String,
+    pub name: String,
+    pub shard: usize,
+    #[serde(flatten)]
+    pub stats: Option<ParticipantStats>,
+    /// Its shard's socket dwell and forwarding latency (mean, µs).
+    pub shard_dwell_mean_us: f64,
+    pub shard_forward_mean_us: f64,
+}
+
+#[derive(Serialize)]
+pub struct RoomStatsOut {
+    pub room: String,
+    pub shards: Vec<usize>,
+    pub participants: Vec<ParticipantOut>,
 }
 
 #[derive(Serialize)]
@@ -162,6 +220,7 @@ pub struct StatsOut {
     pub rooms: usize,
     pub participants: usize,
     pub admission_refusals: u64,
+    pub room_detail: Vec<RoomStatsOut>,
 }
 
 fn lines_out(lines: &[MediaLine]) -> Vec<TrackOut> {
@@ -204,6 +263,7 @@ impl State {
             next_participant: fastrand::u64(1 << 32..1 << 44),
             next_room: 1,
             admission_refusals: 0,
+            detail: HashMap::new(),
         }
     }
 
@@ -356,6 +416,7 @@ impl State {
             return Ok(());
         };
         let m = r.members.remove(pos);
+        self.detail.remove(&id);
         if let Some(s) = self.shards.get_mut(m.shard) {
             s.participants = s.participants.saturating_sub(1);
             if tell_shard {
@@ -475,9 +536,16 @@ impl State {
     /// Something a shard reported.
     pub fn on_shard(&mut self, msg: ToControl) {
         match msg {
-            ToControl::Report(r) => {
+            ToControl::Report(mut r) => {
+                if let Some(detail) = r.participants_detail.take() {
+                    for d in detail {
+                        if self.where_is.contains_key(&d.id) {
+                            self.detail.insert(d.id, d);
+                        }
+                    }
+                }
                 if let Some(s) = self.shards.get_mut(r.shard) {
-                    s.last = r;
+                    s.last = *r;
                 }
             }
             ToControl::Event(ShardEvent::Left { id, reason }) => {
@@ -556,11 +624,61 @@ impl State {
                     busy: s.last.busy,
                     loop_iterations: s.last.loop_iterations,
                     counters: s.last.counters,
+                    socket_dwell: (&s.last.dwell).into(),
+                    forward_latency: (&s.last.forward_local).into(),
+                    forward_cross_shard_latency: (&s.last.forward_cross).into(),
+                    loop_iteration: (&s.last.iteration).into(),
                 })
                 .collect(),
             total,
             rooms: self.rooms.len(),
             participants: self.where_is.len(),
+            admission_refusals: self.admission_refusals,
+            room_detail: self
+                .rooms
+                .iter()
+                .map(|(name, r)| {
+                    let mut shards: Vec<usize> = r.members.iter().map(|m| m.shard).collect();
+                    shards.sort_unstable();
+                    shards.dedup();
+                    RoomStatsOut {
+                        room: name.clone(),
+                        shards,
+                        participants: r
+                            .members
+                            .iter()
+                            .map(|m| {
+                                let last = self.shards.get(m.shard).map(|s| &s.last);
+                                ParticipantOut {
+                                    id: m.id.to_string(),
+                                    name: m.name.clone(),
+                                    shard: m.shard,
+                                    stats: self.detail.get(&m.id).cloned(),
+                                    shard_dwell_mean_us: last.map_or(0.0, |l| l.dwell.mean_us()),
+                                    shard_forward_mean_us: last
+                                        .map_or(0.0, |l| l.forward_local.mean_us()),
+                                }
+                            })
+                            .collect(),
+                    }
+                })
+                .collect(),
+        }
+    }
+
+    /// What a Prometheus scrape shows.
+    pub fn metrics_snapshot(&self) -> metrics::Snapshot {
+        metrics::Snapshot {
+            shards: self
+                .shards
+                .iter()
+                .map(|s| {
+                    let mut r = s.last.clone();
+                    r.participants_detail = None;
+                    (r, s.participants)
+                })
+                .collect(),
+            rooms: self.rooms.len(),
             admission_refusals: self.admission_refusals,
         }
     }

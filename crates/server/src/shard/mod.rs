@@ -28,7 +28,7 @@ use std::net::{SocketAddr, UdpSocket};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use corelay_core::metrics::Counters;
+use corelay_core::metrics::{Counters, LatencyHistogram, ParticipantStats};
 use corelay_core::room::RoomUpdate;
 use corelay_core::{Accepted, Engine, OfferError, ParticipantId, RoomId, RtcSettings, ShardEvent};
 use tokio::io::Interest;
@@ -77,12 +77,24 @@ pub struct Report {
     /// Fraction of wall time spent working (not waiting) since the last report.
     pub busy: f64,
     pub loop_iterations: u64,
+    /// Socket dwell: kernel receive time to our read (SO_TIMESTAMPNS).
+    pub dwell: LatencyHistogram,
+    /// Kernel receive time of a media packet to the return of the sendmmsg
+    /// that carried its forwarded copies, for packets forwarded on their
+    /// ingress shard...
+    pub forward_local: LatencyHistogram,
+    /// ...and for packets that crossed from a peer shard (one hop).
+    pub forward_cross: LatencyHistogram,
+    /// Work per event-loop wake-up.
+    pub iteration: LatencyHistogram,
+    /// Per-participant figures, sent once a second (None in between).
+    pub participants_detail: Option<Vec<ParticipantStats>>,
 }
 
 /// What a shard sends to the control thread.
 pub enum ToControl {
     Event(ShardEvent),
-    Report(Report),
+    Report(Box<Report>),
 }
 
 /// The control thread's handle on a shard.
@@ -102,6 +114,8 @@ pub struct ShardSpec {
     pub mesh: Arc<Mesh>,
     pub to_control: mpsc::UnboundedSender<ToControl>,
     pub core: Option<usize>,
+    /// Testing only: stall the loop for `.1` every `.0` datagrams.
+    pub stall: Option<(u64, Duration)>,
 }
 
 /// Binds shard `index`'s socket: its own port, large buffers, receive timestamps.
@@ -173,6 +187,24 @@ struct Driver {
     busy: Duration,
     iterations: u64,
     last_report: Instant,
+    reports: u64,
+    dwell: LatencyHistogram,
+    forward_local: LatencyHistogram,
+    forward_cross: LatencyHistogram,
+    iteration: LatencyHistogram,
+    stall: Option<(u64, Duration)>,
+    datagrams: u64,
+}
+
+/// CLOCK_REALTIME as a duration since the epoch: the clock SO_TIMESTAMPNS uses.
+fn realtime() -> Duration {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 async fn run(spec: ShardSpec, mut commands: mpsc::UnboundedReceiver<Command>) -> io::Result<()> {
@@ -189,6 +221,13 @@ async fn run(spec: ShardSpec, mut commands: mpsc::UnboundedReceiver<Command>) ->
         busy: Duration::ZERO,
         iterations: 0,
         last_report: Instant::now(),
+        reports: 0,
+        dwell: LatencyHistogram::default(),
+        forward_local: LatencyHistogram::default(),
+        forward_cross: LatencyHistogram::default(),
+        iteration: LatencyHistogram::default(),
+        stall: spec.stall,
+        datagrams: 0,
     };
     let socket = tokio::net::UdpSocket::from_std(spec.socket)?;
     let Some(wake) = peers.notified(d.index) else {
@@ -214,20 +253,20 @@ async fn run(spec: ShardSpec, mut commands: mpsc::UnboundedReceiver<Command>) ->
                     None => break,
                 }
                 d.flush(&socket);
-                d.busy += start.elapsed();
+                d.worked(start);
             }
             _ = tokio::time::sleep_until(deadline.into()) => {
                 let start = Instant::now();
                 d.engine.handle_timeout(start);
                 d.flush(&socket);
-                d.busy += start.elapsed();
+                d.worked(start);
             }
             _ = wake.notified() => {
                 let start = Instant::now();
                 let engine = &mut d.engine;
                 d.mesh.drain(d.index, PEER_BUDGET, |m| engine.handle_peer(start, m));
                 d.flush(&socket);
-                d.busy += start.elapsed();
+                d.worked(start);
             }
             ready = socket.readable() => {
                 ready?;
@@ -238,8 +277,18 @@ async fn run(spec: ShardSpec, mut commands: mpsc::UnboundedReceiver<Command>) ->
                     match socket.try_io(Interest::READABLE, || d.recv.recv(&socket)) {
                         Ok(_) => {
                             let now = Instant::now();
+                            let read_at = realtime();
                             for dg in d.recv.iter() {
-                                d.engine.handle_datagram(now, dg.source, d.advertised, dg.data);
+                                if let Some(k) = dg.kernel_rx {
+                                    d.dwell.record_us(micros(read_at.saturating_sub(k)));
+                                }
+                                if let Some((every, pause)) = d.stall {
+                                    d.datagrams += 1;
+                                    if d.datagrams.is_multiple_of(every.max(1)) {
+                                        std::thread::sleep(pause);
+                                    }
+                                }
+                                d.engine.handle_datagram(now, dg.kernel_rx, dg.source, d.advertised, dg.data);
                             }
                             d.flush(&socket);
                         }
@@ -252,7 +301,7 @@ async fn run(spec: ShardSpec, mut commands: mpsc::UnboundedReceiver<Command>) ->
                         }
                     }
                 }
-                d.busy += start.elapsed();
+                d.worked(start);
             }
         }
         d.iterations += 1;
@@ -268,6 +317,12 @@ async fn run(spec: ShardSpec, mut commands: mpsc::UnboundedReceiver<Command>) ->
 }
 
 impl Driver {
+    fn worked(&mut self, start: Instant) {
+        let spent = start.elapsed();
+        self.busy += spent;
+        self.iteration.record_us(micros(spent));
+    }
+
     fn command(&mut self, now: Instant, cmd: Command) {
         match cmd {
             Command::Add {
@@ -302,8 +357,18 @@ impl Driver {
                     .map(|t| (&t.destination, &t.contents[..])),
             );
             out.transmits.clear();
+            let sent_at = realtime();
+            for (rx, cross) in out.forwarded.drain(..) {
+                let h = if cross {
+                    &mut self.forward_cross
+                } else {
+                    &mut self.forward_local
+                };
+                h.record_us(micros(sent_at.saturating_sub(rx)));
+            }
             self.engine.counters_mut().dropped_send += res.dropped as u64;
         }
+        self.engine.outputs().forwarded.clear();
         let out = self.engine.outputs();
         let mut dropped = 0;
         if !out.peers.is_empty() {
@@ -345,8 +410,17 @@ impl Driver {
             rooms: self.engine.room_count(),
             busy,
             loop_iterations: self.iterations,
+            dwell: self.dwell,
+            forward_local: self.forward_local,
+            forward_cross: self.forward_cross,
+            iteration: self.iteration,
+            participants_detail: self
+                .reports
+                .is_multiple_of(4)
+                .then(|| self.engine.participant_stats()),
         };
-        let _ = self.to_control.send(ToControl::Report(report));
+        self.reports += 1;
+        let _ = self.to_control.send(ToControl::Report(Box::new(report)));
         self.busy = Duration::ZERO;
         self.last_report = now;
     }

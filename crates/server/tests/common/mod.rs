@@ -11,6 +11,7 @@ use corelay_client::{JoinSpec, ParticipantHandle, Snapshot};
 pub struct Server {
     pub child: Child,
     pub http: String,
+    pub metrics: String,
     pub udp_base: u16,
     pub shards: usize,
 }
@@ -36,6 +37,12 @@ impl Server {
     pub fn start(shards: usize, extra: &[&str]) -> Server {
         let (http_port, udp_base) = free_ports(shards);
         let http = format!("127.0.0.1:{http_port}");
+        let metrics_port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let metrics = format!("127.0.0.1:{metrics_port}");
         let child = Command::new(env!("CARGO_BIN_EXE_corelay"))
             .args([
                 "--http",
@@ -45,8 +52,14 @@ impl Server {
                 "--bind-ip",
                 "127.0.0.1",
             ])
-            .args(["--udp-port", &udp_base.to_string()])
-            .args(["--shards", &shards.to_string(), "--no-pin", "--log", "warn"])
+            .args(["--udp-port", &udp_base.to_string(), "--metrics", &metrics])
+            .args([
+                "--shards",
+                &shards.to_string(),
+                "--no-pin",
+                "--log",
+                &std::env::var("CORELAY_TEST_LOG").unwrap_or("warn".into()),
+            ])
             .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
@@ -55,6 +68,7 @@ impl Server {
         let s = Server {
             child,
             http,
+            metrics,
             udp_base,
             shards,
         };
@@ -111,6 +125,15 @@ impl Server {
             .collect();
         let body = res.body_mut().read_to_string().unwrap_or_default();
         (status, hs, body)
+    }
+
+    pub fn scrape(&self) -> String {
+        ureq::get(&format!("http://{}/metrics", self.metrics))
+            .call()
+            .unwrap()
+            .into_body()
+            .read_to_string()
+            .unwrap()
     }
 
     pub fn stats_total(&self, field: &str) -> u64 {

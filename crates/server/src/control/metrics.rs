@@ -1,0 +1,261 @@
+//! Prometheus exposition: the shards' figures (copied out as values every
+//! 250 ms) rendered by the control thread with `prometheus-client` at scrape
+//! time. Nothing on the packet path knows this module exists (DESIGN.md rule 5).
+
+use std::fmt::Write as _;
+
+use corelay_core::metrics::LatencyHistogram;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+
+use crate::shard::Report;
+
+/// Everything one scrape shows, owned.
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    pub shards: Vec<(Report, usize)>,
+    pub rooms: usize,
+    pub admission_refusals: u64,
+}
+
+impl Collector for Snapshot {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let gauge = |enc: &mut DescriptorEncoder,
+                     name: &str,
+                     help: &str,
+                     f: &dyn Fn(&Report, usize) -> f64|
+         -> Result<(), std::fmt::Error> {
+            let mut m = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
+            for (r, parts) in &self.shards {
+                let shard = r.shard.to_string();
+                m.encode_family(&[("shard", shard.as_str())])?
+                    .encode_gauge(&f(r, *parts))?;
+            }
+            Ok(())
+        };
+        let counter = |enc: &mut DescriptorEncoder,
+                       name: &str,
+                       help: &str,
+                       f: &dyn Fn(&Report) -> u64|
+         -> Result<(), std::fmt::Error> {
+            let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
+            for (r, _) in &self.shards {
+                let shard = r.shard.to_string();
+                m.encode_family(&[("shard", shard.as_str())])?
+                    .encode_counter::<NoLabelSet, _, u64>(&f(r), None)?;
+            }
+            Ok(())
+        };
+        let histogram = |enc: &mut DescriptorEncoder,
+                         name: &str,
+                         help: &str,
+                         f: &dyn Fn(&Report) -> &LatencyHistogram|
+         -> Result<(), std::fmt::Error> {
+            let mut m = enc.encode_descriptor(name, help, None, MetricType::Histogram)?;
+            for (r, _) in &self.shards {
+                let shard = r.shard.to_string();
+                let h = f(r);
+                m.encode_family(&[("shard", shard.as_str())])?
+                    .encode_histogram::<NoLabelSet>(
+                        h.sum_us as f64 / 1e6,
+                        h.count,
+                        &h.buckets_seconds(),
+                        None,
+                    )?;
+            }
+            Ok(())
+        };
+
+        {
+            let mut m = enc.encode_descriptor(
+                "corelay_rooms",
+                "Rooms with at least one participant.",
+                None,
+                MetricType::Gauge,
+            )?;
+            m.encode_gauge(&(self.rooms as i64))?;
+        }
+        {
+            let mut m = enc.encode_descriptor(
+                "corelay_admission_refusals",
+                "Joins refused by admission control (503).",
+                None,
+                MetricType::Counter,
+            )?;
+            m.encode_counter::<NoLabelSet, _, u64>(&self.admission_refusals, None)?;
+        }
+        gauge(
+            &mut enc,
+            "corelay_participants",
+            "Participants placed on the shard.",
+            &|_, p| p as f64,
+        )?;
+        gauge(
+            &mut enc,
+            "corelay_shard_rooms",
+            "Rooms with members on the shard.",
+            &|r, _| r.rooms as f64,
+        )?;
+        gauge(
+            &mut enc,
+            "corelay_shard_busy_ratio",
+            "Fraction of the last 250 ms the shard spent working.",
+            &|r, _| r.busy,
+        )?;
+        counter(
+            &mut enc,
+            "corelay_loop_iterations",
+            "Event-loop wake-ups.",
+            &|r| r.loop_iterations,
+        )?;
+        let c = &counter;
+        c(
+            &mut enc,
+            "corelay_packets_in",
+            "Datagrams read from the shard's socket.",
+            &|r| r.counters.rx_packets,
+        )?;
+        c(
+            &mut enc,
+            "corelay_bytes_in",
+            "Bytes read from the shard's socket.",
+            &|r| r.counters.rx_bytes,
+        )?;
+        c(
+            &mut enc,
+            "corelay_packets_out",
+            "Datagrams handed to the kernel.",
+            &|r| r.counters.tx_packets,
+        )?;
+        c(
+            &mut enc,
+            "corelay_bytes_out",
+            "Bytes handed to the kernel.",
+            &|r| r.counters.tx_bytes,
+        )?;
+        c(
+            &mut enc,
+            "corelay_packets_forwarded",
+            "RTP packets written to a subscriber's slot.",
+            &|r| r.counters.forwarded,
+        )?;
+        {
+            let mut m = enc.encode_descriptor(
+                "corelay_packets_dropped",
+                "Packets dropped, by reason.",
+                None,
+                MetricType::Counter,
+            )?;
+            for (r, _) in &self.shards {
+                let shard = r.shard.to_string();
+                let c = &r.counters;
+                for (reason, v) in [
+                    ("malformed", c.dropped_malformed),
+                    ("unknown_source", c.dropped_unknown_source),
+                    ("waiting_keyframe", c.dropped_waiting_keyframe),
+                    ("stale", c.dropped_stale),
+                    ("no_codec", c.dropped_no_codec),
+                    ("send_buffer_full", c.dropped_send),
+                    ("cross_shard_queue_full", c.cross_shard_dropped),
+                ] {
+                    m.encode_family(&[("shard", shard.as_str()), ("reason", reason)])?
+                        .encode_counter::<NoLabelSet, _, u64>(&v, None)?;
+                }
+            }
+        }
+        c(
+            &mut enc,
+            "corelay_cross_shard_out",
+            "Media packets sent to a peer shard (one hop).",
+            &|r| r.counters.cross_shard_out,
+        )?;
+        c(
+            &mut enc,
+            "corelay_cross_shard_in",
+            "Media packets received from a peer shard.",
+            &|r| r.counters.cross_shard_in,
+        )?;
+        c(
+            &mut enc,
+            "corelay_nacks_received",
+            "NACKs from subscribers, answered from the send buffer.",
+            &|r| r.counters.nacks_received,
+        )?;
+        c(
+            &mut enc,
+            "corelay_nacks_sent",
+            "NACKs sent to publishers.",
+            &|r| r.counters.nacks_sent,
+        )?;
+        c(
+            &mut enc,
+            "corelay_keyframe_requests_received",
+            "PLI/FIR received from subscribers.",
+            &|r| r.counters.keyframe_requests_received,
+        )?;
+        c(
+            &mut enc,
+            "corelay_keyframe_requests_sent",
+            "Keyframe requests (PLI) sent to publishers.",
+            &|r| r.counters.keyframe_requests_sent,
+        )?;
+        c(
+            &mut enc,
+            "corelay_participants_added",
+            "Participants that joined the shard.",
+            &|r| r.counters.participants_added,
+        )?;
+        c(
+            &mut enc,
+            "corelay_participants_removed",
+            "Participants that left the shard.",
+            &|r| r.counters.participants_removed,
+        )?;
+        c(
+            &mut enc,
+            "corelay_rtc_errors",
+            "Errors reported by str0m.",
+            &|r| r.counters.rtc_errors,
+        )?;
+        let h = &histogram;
+        h(
+            &mut enc,
+            "corelay_socket_dwell_seconds",
+            "Time a datagram waited in the socket queue: kernel receive (SO_TIMESTAMPNS) to read.",
+            &|r| &r.dwell,
+        )?;
+        h(
+            &mut enc,
+            "corelay_forward_latency_seconds",
+            "Kernel receive of a media packet to the return of the sendmmsg carrying its copies, same shard.",
+            &|r| &r.forward_local,
+        )?;
+        h(
+            &mut enc,
+            "corelay_forward_cross_shard_latency_seconds",
+            "As corelay_forward_latency_seconds, for packets that crossed from a peer shard.",
+            &|r| &r.forward_cross,
+        )?;
+        h(
+            &mut enc,
+            "corelay_loop_iteration_seconds",
+            "Work per event-loop wake-up.",
+            &|r| &r.iteration,
+        )?;
+        Ok(())
+    }
+}
+
+/// Renders the Prometheus text exposition format.
+pub fn render(snapshot: Snapshot) -> String {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(snapshot));
+    let mut out = String::new();
+    if prometheus_client::encoding::text::encode(&mut out, &registry).is_err() {
+        out.clear();
+        let _ = writeln!(out, "# encoding failed");
+    }
+    out
+}
