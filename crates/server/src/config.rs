@@ -57,6 +57,12 @@ pub struct Config {
     #[arg(long, env = "CORELAY_METRICS", default_value = "127.0.0.1:6060")]
     pub metrics: String,
 
+    /// Turn off the per-packet latency figures (socket dwell via SO_TIMESTAMPNS,
+    /// forwarding latency). They are on by default and cost little; this
+    /// exists to measure exactly how little.
+    #[arg(long, env = "CORELAY_NO_PACKET_METRICS")]
+    pub no_packet_metrics: bool,
+
     /// Testing only: stall a shard's loop every N datagrams (see --test-stall-ms).
     #[arg(long, env = "CORELAY_TEST_STALL_EVERY", hide = true)]
     pub test_stall_every: Option<u64>,

@@ -42,7 +42,7 @@ pub fn run(cfg: Config) -> Result<(), Box<dyn std::error::Error>> {
             .udp_port
             .checked_add(i as u16)
             .ok_or("--udp-port + shard count exceeds 65535")?;
-        let socket = bind(SocketAddr::new(cfg.bind_ip, port))
+        let socket = bind(SocketAddr::new(cfg.bind_ip, port), !cfg.no_packet_metrics)
             .map_err(|e| format!("cannot bind UDP {}:{port} for shard {i}: {e}", cfg.bind_ip))?;
         let (h, j) = spawn(ShardSpec {
             index: i,
@@ -52,6 +52,7 @@ pub fn run(cfg: Config) -> Result<(), Box<dyn std::error::Error>> {
             mesh: mesh.clone(),
             to_control: to_control.clone(),
             core: (!cfg.no_pin && n <= cores).then_some(i % cores),
+            packet_metrics: !cfg.no_packet_metrics,
             stall: cfg
                 .test_stall_every
                 .map(|every| (every, Duration::from_millis(cfg.test_stall_ms))),

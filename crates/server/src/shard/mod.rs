@@ -114,12 +114,15 @@ pub struct ShardSpec {
     pub mesh: Arc<Mesh>,
     pub to_control: mpsc::UnboundedSender<ToControl>,
     pub core: Option<usize>,
+    /// Record socket dwell and forwarding latency per packet.
+    pub packet_metrics: bool,
     /// Testing only: stall the loop for `.1` every `.0` datagrams.
     pub stall: Option<(u64, Duration)>,
 }
 
-/// Binds shard `index`'s socket: its own port, large buffers, receive timestamps.
-pub fn bind(addr: SocketAddr) -> io::Result<UdpSocket> {
+/// Binds shard `index`'s socket: its own port, large buffers, receive
+/// timestamps (unless `timestamps` is false).
+pub fn bind(addr: SocketAddr, timestamps: bool) -> io::Result<UdpSocket> {
     use socket2::{Domain, Protocol, Socket, Type};
     let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
     // Best effort: the kernel caps these at net.core.{r,w}mem_max.
@@ -128,7 +131,9 @@ pub fn bind(addr: SocketAddr) -> io::Result<UdpSocket> {
     s.set_nonblocking(true)?;
     s.bind(&addr.into())?;
     let s: UdpSocket = s.into();
-    udp::enable_rx_timestamps(&s)?;
+    if timestamps {
+        udp::enable_rx_timestamps(&s)?;
+    }
     Ok(s)
 }
 
@@ -194,6 +199,7 @@ struct Driver {
     iteration: LatencyHistogram,
     stall: Option<(u64, Duration)>,
     datagrams: u64,
+    packet_metrics: bool,
 }
 
 /// CLOCK_REALTIME as a duration since the epoch: the clock SO_TIMESTAMPNS uses.
@@ -228,6 +234,7 @@ async fn run(spec: ShardSpec, mut commands: mpsc::UnboundedReceiver<Command>) ->
         iteration: LatencyHistogram::default(),
         stall: spec.stall,
         datagrams: 0,
+        packet_metrics: spec.packet_metrics,
     };
     let socket = tokio::net::UdpSocket::from_std(spec.socket)?;
     let Some(wake) = peers.notified(d.index) else {
@@ -277,9 +284,9 @@ async fn run(spec: ShardSpec, mut commands: mpsc::UnboundedReceiver<Command>) ->
                     match socket.try_io(Interest::READABLE, || d.recv.recv(&socket)) {
                         Ok(_) => {
                             let now = Instant::now();
-                            let read_at = realtime();
+                            let read_at = if d.packet_metrics { realtime() } else { Duration::ZERO };
                             for dg in d.recv.iter() {
-                                if let Some(k) = dg.kernel_rx {
+                                if let (true, Some(k)) = (d.packet_metrics, dg.kernel_rx) {
                                     d.dwell.record_us(micros(read_at.saturating_sub(k)));
                                 }
                                 if let Some((every, pause)) = d.stall {
@@ -357,7 +364,11 @@ impl Driver {
                     .map(|t| (&t.destination, &t.contents[..])),
             );
             out.transmits.clear();
-            let sent_at = realtime();
+            let sent_at = if self.packet_metrics && !out.forwarded.is_empty() {
+                realtime()
+            } else {
+                Duration::ZERO
+            };
             for (rx, cross) in out.forwarded.drain(..) {
                 let h = if cross {
                     &mut self.forward_cross
