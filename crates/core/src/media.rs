@@ -47,9 +47,11 @@ impl E2eExt {
     }
 }
 
-/// Everything a subscriber leg needs to re-emit a packet.
+/// Everything a subscriber leg needs to re-emit a packet. `P` is how the
+/// payload is held: shared within a shard ([`MediaPacket`]), owned when it
+/// crosses to a peer shard ([`MediaCopy`]).
 #[derive(Clone, Debug)]
-pub struct MediaPacket {
+pub struct Media<P> {
     pub track: TrackKey,
     pub kind: MediaKind,
     pub spec: CodecSpec,
@@ -59,7 +61,7 @@ pub struct MediaPacket {
     pub marker: bool,
     pub keyframe: bool,
     pub ext: E2eExt,
-    pub payload: Arc<[u8]>,
+    pub payload: P,
     /// When the datagram that carried it was received (str0m's receive time).
     pub received: Instant,
     /// The kernel's receive time of that datagram (CLOCK_REALTIME since the
@@ -67,25 +69,16 @@ pub struct MediaPacket {
     pub kernel_rx: Option<Duration>,
 }
 
-/// The cross-shard copy of a [`MediaPacket`]: owns its bytes, shares nothing.
-#[derive(Debug)]
-pub struct MediaCopy {
-    pub track: TrackKey,
-    pub kind: MediaKind,
-    pub spec: CodecSpec,
-    pub seq: u64,
-    pub timestamp: u32,
-    pub marker: bool,
-    pub keyframe: bool,
-    pub ext: E2eExt,
-    pub payload: Box<[u8]>,
-    pub received: Instant,
-    pub kernel_rx: Option<Duration>,
-}
+/// A packet on its way through one shard: the payload is shared by every
+/// subscriber leg that re-emits it (no copy per subscriber).
+pub type MediaPacket = Media<Arc<[u8]>>;
 
-impl MediaPacket {
-    pub fn to_copy(&self) -> MediaCopy {
-        MediaCopy {
+/// The cross-shard copy: owns its bytes and shares nothing with the sender.
+pub type MediaCopy = Media<Box<[u8]>>;
+
+impl<P> Media<P> {
+    fn with_payload<Q>(self, f: impl FnOnce(P) -> Q) -> Media<Q> {
+        Media {
             track: self.track,
             kind: self.kind,
             spec: self.spec,
@@ -94,27 +87,22 @@ impl MediaPacket {
             marker: self.marker,
             keyframe: self.keyframe,
             ext: self.ext,
-            payload: Box::from(&self.payload[..]),
+            payload: f(self.payload),
             received: self.received,
             kernel_rx: self.kernel_rx,
         }
     }
 }
 
+impl MediaPacket {
+    /// The copy a peer shard gets (one allocation and copy of the payload).
+    pub fn to_copy(&self) -> MediaCopy {
+        self.clone().with_payload(|p| Box::from(&p[..]))
+    }
+}
+
 impl From<MediaCopy> for MediaPacket {
     fn from(c: MediaCopy) -> Self {
-        MediaPacket {
-            track: c.track,
-            kind: c.kind,
-            spec: c.spec,
-            seq: c.seq,
-            timestamp: c.timestamp,
-            marker: c.marker,
-            keyframe: c.keyframe,
-            ext: c.ext,
-            payload: Arc::from(c.payload),
-            received: c.received,
-            kernel_rx: c.kernel_rx,
-        }
+        c.with_payload(Arc::from)
     }
 }

@@ -4,10 +4,10 @@
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Extension, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, patch, post};
 use serde::Deserialize;
 
 use super::{ApiError, Flavor, Shared, assets, lock, renegotiate};
@@ -34,23 +34,28 @@ pub fn router(state: Shared) -> Router {
         .route("/api/v1/stats", get(stats))
         .route("/api/v1/rooms", get(rooms))
         .route("/api/v1/rooms/{room}", get(room))
-        .route(
-            "/api/v1/rooms/{room}/participants",
-            axum::routing::post(join_participant),
+        // One join and one leave handler serve all three dialects; the
+        // flavor travels as a request extension.
+        .merge(
+            Router::new()
+                .route("/api/v1/rooms/{room}/participants", post(join))
+                .route(
+                    "/api/v1/rooms/{room}/participants/{id}",
+                    patch(patch_participant).delete(leave),
+                )
+                .layer(Extension(Flavor::Participant)),
         )
-        .route(
-            "/api/v1/rooms/{room}/participants/{id}",
-            axum::routing::patch(patch_participant).delete(delete_participant),
+        .merge(
+            Router::new()
+                .route("/whip/{room}", post(join))
+                .route("/whip/{room}/{id}", patch(trickle).delete(leave))
+                .layer(Extension(Flavor::Whip)),
         )
-        .route("/whip/{room}", axum::routing::post(whip))
-        .route("/whep/{room}", axum::routing::post(whep))
-        .route(
-            "/whip/{room}/{id}",
-            axum::routing::patch(trickle).delete(delete_whip),
-        )
-        .route(
-            "/whep/{room}/{id}",
-            axum::routing::patch(trickle).delete(delete_whep),
+        .merge(
+            Router::new()
+                .route("/whep/{room}", post(join))
+                .route("/whep/{room}/{id}", patch(trickle).delete(leave))
+                .layer(Extension(Flavor::Whep)),
         )
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
@@ -195,16 +200,17 @@ fn created(location: String, etag: String, answer: String) -> Response {
     res
 }
 
-fn do_join(
-    state: &Shared,
-    room: &str,
-    name: Option<&str>,
-    headers: &HeaderMap,
-    body: &Bytes,
-    flavor: Flavor,
+/// POST of an SDP offer: joins `room` as a participant of `flavor`.
+async fn join(
+    State(state): State<Shared>,
+    Extension(flavor): Extension<Flavor>,
+    Path(room): Path<String>,
+    Query(q): Query<JoinQuery>,
+    headers: HeaderMap,
+    body: Bytes,
 ) -> Result<Response, ApiError> {
-    let sdp = sdp_body(headers, body)?;
-    let joined = lock(state).join(room, name, &sdp, flavor)?;
+    let sdp = sdp_body(&headers, &body)?;
+    let joined = lock(&state).join(&room, q.name.as_deref(), &sdp, flavor)?;
     let location = match flavor {
         Flavor::Participant => format!("/api/v1/rooms/{room}/participants/{}", joined.id),
         Flavor::Whip => format!("/whip/{room}/{}", joined.id),
@@ -213,55 +219,14 @@ fn do_join(
     Ok(created(location, joined.etag, joined.answer))
 }
 
-async fn join_participant(
+/// DELETE of a session's Location.
+async fn leave(
     State(state): State<Shared>,
-    Path(room): Path<String>,
-    Query(q): Query<JoinQuery>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Result<Response, ApiError> {
-    do_join(
-        &state,
-        &room,
-        q.name.as_deref(),
-        &headers,
-        &body,
-        Flavor::Participant,
-    )
-}
-
-async fn whip(
-    State(state): State<Shared>,
-    Path(room): Path<String>,
-    Query(q): Query<JoinQuery>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Result<Response, ApiError> {
-    do_join(
-        &state,
-        &room,
-        q.name.as_deref(),
-        &headers,
-        &body,
-        Flavor::Whip,
-    )
-}
-
-async fn whep(
-    State(state): State<Shared>,
-    Path(room): Path<String>,
-    Query(q): Query<JoinQuery>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Result<Response, ApiError> {
-    do_join(
-        &state,
-        &room,
-        q.name.as_deref(),
-        &headers,
-        &body,
-        Flavor::Whep,
-    )
+    Extension(flavor): Extension<Flavor>,
+    Path((room, id)): Path<(String, String)>,
+) -> Result<StatusCode, ApiError> {
+    lock(&state).leave_in(&room, &id, flavor)?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 async fn patch_participant(
@@ -285,30 +250,6 @@ async fn patch_participant(
         h.insert(header::ETAG, v);
     }
     Ok(res)
-}
-
-async fn delete_participant(
-    State(state): State<Shared>,
-    Path((room, id)): Path<(String, String)>,
-) -> Result<StatusCode, ApiError> {
-    lock(&state).leave_in(&room, &id, Flavor::Participant)?;
-    Ok(StatusCode::NO_CONTENT)
-}
-
-async fn delete_whip(
-    State(state): State<Shared>,
-    Path((room, id)): Path<(String, String)>,
-) -> Result<StatusCode, ApiError> {
-    lock(&state).leave_in(&room, &id, Flavor::Whip)?;
-    Ok(StatusCode::NO_CONTENT)
-}
-
-async fn delete_whep(
-    State(state): State<Shared>,
-    Path((room, id)): Path<(String, String)>,
-) -> Result<StatusCode, ApiError> {
-    lock(&state).leave_in(&room, &id, Flavor::Whep)?;
-    Ok(StatusCode::NO_CONTENT)
 }
 
 /// WHIP/WHEP PATCH (RFC 9725 §4.3): trickled candidates are accepted and not
