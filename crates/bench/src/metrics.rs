@@ -57,6 +57,8 @@ pub struct Interval {
     pub max_slip_us: u64,
     /// (participant tag, CLOCK_MONOTONIC ns) of first media received.
     pub first_media: Vec<(u64, u64)>,
+    /// (participant tag, CLOCK_MONOTONIC ns) of ICE + DTLS connected.
+    pub connected: Vec<(u64, u64)>,
 }
 
 impl Interval {
@@ -78,6 +80,7 @@ impl Interval {
             slips: 0,
             max_slip_us: 0,
             first_media: Vec::new(),
+            connected: Vec::new(),
         }
     }
 
@@ -97,6 +100,7 @@ impl Interval {
         self.slips += o.slips;
         self.max_slip_us = self.max_slip_us.max(o.max_slip_us);
         self.first_media.extend_from_slice(&o.first_media);
+        self.connected.extend_from_slice(&o.connected);
     }
 
     fn reset(&mut self, second: u64) {
@@ -115,6 +119,7 @@ impl Interval {
         self.slips = 0;
         self.max_slip_us = 0;
         self.first_media.clear();
+        self.connected.clear();
     }
 }
 
@@ -188,6 +193,10 @@ impl Observer for ThreadObserver {
 
     fn first_media(&mut self, tag: u64, mono_ns: u64) {
         self.cur.first_media.push((tag, mono_ns));
+    }
+
+    fn connected(&mut self, tag: u64, mono_ns: u64) {
+        self.cur.connected.push((tag, mono_ns));
     }
 
     fn tick(&mut self, now: Instant) {

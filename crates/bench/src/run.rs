@@ -145,6 +145,8 @@ pub struct Outcome {
     pub join_times_us: Vec<u64>,
     /// Signaling time per participant: POST − answer, µs.
     pub signaling_times_us: Vec<u64>,
+    /// POST to ICE + DTLS connected, µs.
+    pub connect_times_us: Vec<u64>,
     /// Seconds (since start) of the measurement window [from, to).
     pub window: (u64, u64),
     /// Wall time of the run.
@@ -256,6 +258,7 @@ pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String>
     // reported the second that just ended.
     let mut next_sample = start + Duration::from_millis(150);
     let mut first_media: HashMap<u64, u64> = HashMap::new();
+    let mut connected_at: HashMap<u64, u64> = HashMap::new();
     let sizes = plan.room_sizes.clone();
 
     let total_planned = plan.joins.len();
@@ -321,6 +324,9 @@ pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String>
             while let Ok(r) = rep_rx.try_recv() {
                 for &(tag, ns) in &r.interval.first_media {
                     first_media.entry(tag).or_insert(ns);
+                }
+                for &(tag, ns) in &r.interval.connected {
+                    connected_at.entry(tag).or_insert(ns);
                 }
                 series.add(&r);
             }
@@ -429,18 +435,43 @@ pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String>
         for &(tag, ns) in &r.interval.first_media {
             first_media.entry(tag).or_insert(ns);
         }
+        for &(tag, ns) in &r.interval.connected {
+            connected_at.entry(tag).or_insert(ns);
+        }
         series.add(&r);
     }
 
-    let mut join_times_us = Vec::new();
     let signaling_times_us = finals
         .iter()
         .map(|(j, _)| j.answered_ns.saturating_sub(j.post_ns) / 1000)
         .collect();
+    let connect_times_us = finals
+        .iter()
+        .filter_map(|(j, _)| {
+            connected_at
+                .get(&j.tag)
+                .map(|ns| ns.saturating_sub(j.post_ns) / 1000)
+        })
+        .collect();
+    // Join time: POST to first media. A participant can only receive once
+    // another member of its room is connected, so the clock starts at the
+    // later of its own POST and the first other member's connect.
+    let mut connects_by_room: HashMap<usize, Vec<(u64, u64)>> = HashMap::new();
     for (j, _) in &finals {
-        if let Some(ns) = first_media.get(&j.tag) {
-            join_times_us.push(ns.saturating_sub(j.post_ns) / 1000);
+        if let Some(&c) = connected_at.get(&j.tag) {
+            connects_by_room.entry(j.room).or_default().push((c, j.tag));
         }
+    }
+    let mut join_times_us = Vec::new();
+    for (j, _) in &finals {
+        let Some(&got) = first_media.get(&j.tag) else {
+            continue;
+        };
+        let other = connects_by_room
+            .get(&j.room)
+            .and_then(|v| v.iter().filter(|(_, t)| *t != j.tag).map(|(c, _)| *c).min());
+        let from = other.map_or(j.post_ns, |o| o.max(j.post_ns));
+        join_times_us.push(got.saturating_sub(from) / 1000);
     }
     // Measurement window: from 2 s after the last join to the end.
     let from = (plan.last_join.as_secs_f64().ceil() as u64) + 2;
@@ -459,6 +490,7 @@ pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String>
         leave_failures,
         join_times_us,
         signaling_times_us,
+        connect_times_us,
         window,
         elapsed: end_el,
         late_joins,

@@ -536,6 +536,7 @@ impl Participant {
             Event::Connected => {
                 self.connected = true;
                 lock(&self.shared).connected = true;
+                obs.connected(self.cfg.tag, mono_ns());
                 // Media starts now, on the publisher's own schedule.
                 if let Some(v) = &mut self.video {
                     v.start = Some(now);

@@ -155,6 +155,8 @@ pub trait Observer: Send {
     fn sent(&mut self, _kind: Kind, _packets: u64) {}
     /// First media packet for participant `tag` arrived (join completed).
     fn first_media(&mut self, _tag: u64, _mono_ns: u64) {}
+    /// ICE + DTLS came up for participant `tag`.
+    fn connected(&mut self, _tag: u64, _mono_ns: u64) {}
     /// Called once per driver loop iteration.
     fn tick(&mut self, _now: std::time::Instant) {}
 }
