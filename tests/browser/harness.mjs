@@ -159,6 +159,7 @@ export async function newPage(browser, label) {
   const context = await browser.newContext({ viewport: { width: 1280, height: 760 } });
   await context.grantPermissions(['camera', 'microphone']);
   if (process.env.CORELAY_LIVE_ASSETS === '1') await routeLiveAssets(context);
+  context.setDefaultTimeout(10000);
   const page = await context.newPage();
   page.label = label;
   page.errors = [];

@@ -64,3 +64,65 @@ test('a viewer on /watch/{room} decodes the room\'s video', async (t) => {
     throw err;
   }
 });
+
+// A browser as a WHIP publisher (sendonly video + audio, no data channel, the
+// way WHIP clients do it) and a browser on /watch/{room} decoding it.
+test('a WHIP publisher (no data channel) is decoded by the /watch viewer', async (t) => {
+  const room = uniqueRoom('whip');
+  const local = [];
+  try {
+    const pub = await newPage(browser, 'whip');
+    local.push(pub);
+    await pub.route(`${server.base}/whip-test`, (route) => route.fulfill({ status: 200, contentType: 'text/html', body: '<!doctype html><link rel="icon" href="data:,"><p>whip</p>' }));
+    await pub.goto(`${server.base}/whip-test`);
+    const res = await pub.evaluate(async (r) => {
+      const stream = await navigator.mediaDevices.getUserMedia({ video: { width: 320, height: 240 }, audio: true });
+      const pc = new RTCPeerConnection({ bundlePolicy: 'max-bundle' });
+      window.pc = pc;
+      for (const track of [...stream.getVideoTracks(), ...stream.getAudioTracks()]) pc.addTransceiver(track, { direction: 'sendonly' });
+      await pc.setLocalDescription(await pc.createOffer());
+      await new Promise((ok) => {
+        if (pc.iceGatheringState === 'complete') ok();
+        pc.onicegatheringstatechange = () => pc.iceGatheringState === 'complete' && ok();
+        setTimeout(ok, 5000);
+      });
+      const resp = await fetch(`/whip/${r}`, { method: 'POST', headers: { 'Content-Type': 'application/sdp' }, body: pc.localDescription.sdp });
+      const out = { status: resp.status, location: resp.headers.get('Location'), answer: await resp.text() };
+      if (resp.status !== 201) return out;
+      await pc.setRemoteDescription({ type: 'answer', sdp: out.answer });
+      // A trickle PATCH (ICE-lite server: accepted and ignored).
+      const frag = 'a=ice-ufrag:' + /a=ice-ufrag:(.*)/.exec(pc.localDescription.sdp)[1].trim() + '\r\n'
+        + 'a=ice-pwd:' + /a=ice-pwd:(.*)/.exec(pc.localDescription.sdp)[1].trim() + '\r\n'
+        + 'm=audio 9 UDP/TLS/RTP/SAVPF 0\r\na=mid:0\r\na=candidate:1 1 udp 2122260223 127.0.0.1 9 typ host\r\n';
+      const tr = await fetch(out.location, { method: 'PATCH', headers: { 'Content-Type': 'application/trickle-ice-sdpfrag' }, body: frag });
+      out.trickle = tr.status;
+      return out;
+    }, room);
+    assert.equal(res.status, 201, `WHIP POST: ${res.answer}`);
+    assert.match(res.location, new RegExp(`^/whip/${room}/[^/]+$`));
+    assert.equal(res.trickle, 204, 'trickle PATCH');
+    const whipId = res.location.split('/').pop();
+    await waitInPage(pub, () => window.pc.connectionState === 'connected', null, { what: 'the WHIP publisher to connect' });
+
+    const viewer = await newPage(browser, 'viewer2');
+    local.push(viewer);
+    await viewer.goto(`${server.base}/watch/${room}`);
+    await waitTiles(viewer, [whipId]);
+    const vmid = await slotOf(viewer, whipId, 'video');
+    const flow = await waitMediaFlowing(viewer, vmid, 'video');
+    assert.equal(flow.stats.frameWidth, 320);
+    const amid = await slotOf(viewer, whipId, 'audio');
+    await waitMediaFlowing(viewer, amid, 'audio');
+    t.diagnostic(`viewer decoded ${flow.now} frames from the WHIP publisher`);
+
+    const del = await pub.evaluate(async (loc) => (await fetch(loc, { method: 'DELETE' })).status, res.location);
+    assert.equal(del, 204);
+    await waitTiles(viewer, [], { timeout: 5000 });
+    for (const p of local) assert.deepEqual(p.errors, [], `${p.label} errors`);
+  } catch (err) {
+    await snapshotAll(local, 'whip-failure');
+    for (const p of local) console.log(`--- ${p.label}: ${await debugState(p).catch(String)}\n${p.logs.slice(-20).join('\n')}`);
+    console.log(`--- server log:\n${server.tail(60)}`);
+    throw err;
+  }
+});
