@@ -511,6 +511,9 @@ impl Engine {
                         tracks: p.track_lines(),
                         slots: p.slot_lines(),
                     });
+                    // New slots are announced (empty or filled) right away.
+                    self.io.slots_dirty.push(id);
+                    self.assign_slots(id);
                 }
             }
             _ => {}

@@ -173,7 +173,53 @@ pub fn answer_offer(
         .sdp_api()
         .accept_offer(offer)
         .map_err(|e| OfferError::bad(format!("the SDP offer was refused: {e}")))?;
-    Ok(answer.to_sdp_string())
+    Ok(candidates_everywhere(&answer.to_sdp_string()))
+}
+
+/// Repeats the answer's candidates, and `a=end-of-candidates`, in every
+/// m-section. str0m writes them in the first section only, which is enough
+/// under BUNDLE for browsers, but some stacks (aiortc) read a bundled
+/// transport's candidates from another section and would find none.
+fn candidates_everywhere(sdp: &str) -> String {
+    let candidates: Vec<&str> = sdp
+        .lines()
+        .filter(|l| l.starts_with("a=candidate:"))
+        .collect();
+    let mut out = String::with_capacity(sdp.len() + 512);
+    let mut section: Vec<&str> = Vec::new();
+    let mut in_media = false;
+    let flush = |out: &mut String, section: &mut Vec<&str>, media: bool| {
+        let has_cand = section.iter().any(|l| l.starts_with("a=candidate:"));
+        let has_end = section.iter().any(|l| *l == "a=end-of-candidates");
+        for l in section.drain(..) {
+            out.push_str(l);
+            out.push_str("\r\n");
+        }
+        if media {
+            if !has_cand {
+                for c in &candidates {
+                    out.push_str(c);
+                    out.push_str("\r\n");
+                }
+            }
+            if !has_end {
+                out.push_str("a=end-of-candidates\r\n");
+            }
+        }
+    };
+    for line in sdp.lines() {
+        let line = line.trim_end_matches('\r');
+        if line.is_empty() {
+            continue;
+        }
+        if line.starts_with("m=") {
+            flush(&mut out, &mut section, in_media);
+            in_media = true;
+        }
+        section.push(line);
+    }
+    flush(&mut out, &mut section, in_media);
+    out
 }
 
 /// Drains a freshly negotiated `Rtc` (str0m's invariant after a mutation) and
@@ -323,6 +369,13 @@ mod tests {
         assert!(acc.answer.contains("H264"));
         assert!(!acc.answer.contains("VP8"));
         assert!(acc.answer.contains("127.0.0.1 3478"));
+        // Every m-section carries the candidate and end-of-candidates.
+        let sections = acc.answer.split("\r\nm=").skip(1).collect::<Vec<_>>();
+        assert_eq!(sections.len(), 4);
+        for sec in sections {
+            assert!(sec.contains("a=candidate:"), "{sec}");
+            assert!(sec.contains("a=end-of-candidates"), "{sec}");
+        }
         assert!(!acc.ufrag.is_empty());
     }
 
