@@ -190,7 +190,7 @@ fn candidates_everywhere(sdp: &str) -> String {
     let mut in_media = false;
     let flush = |out: &mut String, section: &mut Vec<&str>, media: bool| {
         let has_cand = section.iter().any(|l| l.starts_with("a=candidate:"));
-        let has_end = section.iter().any(|l| *l == "a=end-of-candidates");
+        let has_end = section.contains(&"a=end-of-candidates");
         for l in section.drain(..) {
             out.push_str(l);
             out.push_str("\r\n");
