@@ -101,14 +101,22 @@ pub fn run(cfg: Config) -> Result<(), Box<dyn std::error::Error>> {
                 .metrics
                 .parse()
                 .map_err(|e| format!("--metrics {:?}: {e}", cfg.metrics))?;
-            let l = tokio::net::TcpListener::bind(addr)
-                .await
-                .map_err(|e| format!("cannot listen on {addr} for metrics: {e}"))?;
-            tracing::info!("Prometheus metrics on http://{}/metrics", l.local_addr()?);
-            let app = control::http::metrics_router(state.clone());
-            Some(tokio::spawn(async move {
-                let _ = axum::serve(l, app).await;
-            }))
+            // Metrics are secondary: a taken port must not keep media down.
+            match tokio::net::TcpListener::bind(addr).await {
+                Ok(l) => {
+                    tracing::info!("Prometheus metrics on http://{}/metrics", l.local_addr()?);
+                    let app = control::http::metrics_router(state.clone());
+                    Some(tokio::spawn(async move {
+                        let _ = axum::serve(l, app).await;
+                    }))
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        "metrics listener disabled: cannot listen on {addr}: {e} (set --metrics)"
+                    );
+                    None
+                }
+            }
         };
         axum::serve(listener, control::http::router(state.clone()))
             .with_graceful_shutdown(shutdown_signal())
