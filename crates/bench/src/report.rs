@@ -297,13 +297,27 @@ pub fn summary(o: &Outcome, config: Value, video_slots: usize) -> Value {
             ));
         }
     }
-    if w.slips as f64 > 0.01 * (sent_frames_window as f64 / 2.0) || w.max_slip_us > 50_000 {
-        client_bound = true;
-        warnings.push(format!(
-            "the client's send schedule slipped {} times in the window (worst {:.1} ms late): the CLIENT is overloaded",
-            w.slips,
-            w.max_slip_us as f64 / 1000.0
-        ));
+    // Frames sent in the window, roughly (video packets / packets per frame).
+    let frames_sent = (sent_frames_window as f64 / 1.5).max(1.0);
+    let slipping = w.slips as f64 > 0.01 * frames_sent || w.max_slip_us > 50_000;
+    let mut contended = false;
+    if slipping {
+        let busy = cpu.client_max_driver_cores.unwrap_or(0.0);
+        if busy > 0.7 {
+            client_bound = true;
+            warnings.push(format!(
+                "the client's send schedule slipped {} times in the window (worst {:.1} ms late) with a driver thread at {busy:.2} cores: the CLIENT is overloaded",
+                w.slips,
+                w.max_slip_us as f64 / 1000.0
+            ));
+        } else {
+            contended = true;
+            warnings.push(format!(
+                "the client's send schedule slipped {} times in the window (worst {:.1} ms late) while its busiest thread used only {busy:.2} cores: the client was descheduled (machine contended by other processes?); tail latencies include that delay",
+                w.slips,
+                w.max_slip_us as f64 / 1000.0
+            ));
+        }
     }
     if o.late_joins > 0 {
         warnings.push(format!(
@@ -369,7 +383,13 @@ pub fn summary(o: &Outcome, config: Value, video_slots: usize) -> Value {
         "cpu": cpu,
         "send_slips": slips,
         "max_slip_us": w.max_slip_us,
+        "load_average_1m": {
+            "window_start": sample_at(&o.samples, from as f64).and_then(|s| s.loadavg),
+            "window_end": sample_at(&o.samples, to as f64).and_then(|s| s.loadavg),
+            "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        },
         "client_bound": client_bound,
+        "client_delayed": contended,
         "warnings": warnings,
     })
 }

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -125,6 +125,8 @@ pub struct Sample {
     pub server_forwarded: Option<u64>,
     /// Server's own busy fraction, max over shards.
     pub server_busy: Option<f64>,
+    /// 1-minute load average of the machine.
+    pub loadavg: Option<f64>,
 }
 
 /// Everything the report needs.
@@ -228,6 +230,9 @@ pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String>
     let (job_tx, job_rx) = channel::<Job>();
     let job_rx = Arc::new(Mutex::new(job_rx));
     let (res_tx, res_rx) = channel::<JobResult>();
+    // Set when the plan ends: queued joins are dropped; set again (to 2)
+    // when the teardown deadline passes: queued DELETEs are skipped.
+    let phase = Arc::new(AtomicU8::new(0));
     let mut joiners = Vec::new();
     for i in 0..common.joiners.max(1) {
         let rx = job_rx.clone();
@@ -235,9 +240,10 @@ pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String>
         let drivers = drivers.clone();
         let url = common.url.clone();
         let bind = common.bind_ip;
+        let ph = phase.clone();
         let h = std::thread::Builder::new()
             .name(format!("joiner-{i}"))
-            .spawn(move || joiner(rx, tx, drivers, url, bind))
+            .spawn(move || joiner(rx, tx, drivers, url, bind, ph))
             .map_err(|e| format!("joiner thread: {e}"))?;
         joiners.push(h);
     }
@@ -353,6 +359,7 @@ pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String>
                     .collect(),
                 server_forwarded: fwd,
                 server_busy: busy,
+                loadavg: crate::util::loadavg1(),
             };
             if common.progress {
                 progress_line(
@@ -370,6 +377,7 @@ pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String>
         std::thread::sleep(Duration::from_millis(5));
     }
     let end_el = start.elapsed();
+    phase.store(1, Ordering::Relaxed);
 
     // Final snapshots, then leave (DELETE) in parallel on the joiner pool.
     while let Ok(r) = res_rx.try_recv() {
@@ -423,6 +431,7 @@ pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String>
         }
     }
     leave_failures += pending;
+    phase.store(2, Ordering::Relaxed);
     for h in joiners {
         let _ = h.join();
     }
@@ -505,6 +514,7 @@ fn joiner(
     drivers: Vec<Arc<Driver>>,
     url: String,
     bind: IpAddr,
+    phase: Arc<AtomicU8>,
 ) {
     loop {
         let job = {
@@ -521,6 +531,10 @@ fn joiner(
                 cfg,
                 driver,
             } => {
+                if phase.load(Ordering::Relaxed) >= 1 {
+                    // The run is over: do not join any more.
+                    continue;
+                }
                 let speaking = cfg.speaking;
                 let post_ns = clock::mono_ns();
                 match corelay_client::connect(&url, &room_name, bind, *cfg) {

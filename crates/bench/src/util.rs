@@ -25,6 +25,16 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(secs))
 }
 
+/// The machine's 1-minute load average.
+pub fn loadavg1() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
 /// Clock ticks per second for /proc times.
 pub fn clk_tck() -> f64 {
     // SAFETY: sysconf has no memory-safety preconditions.
