@@ -20,10 +20,10 @@ tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 
 ffmpeg -hide_banner -loglevel error -y \
-  -f lavfi -i "testsrc2=size=640x360:rate=30:duration=10,noise=alls=10:allf=t+u,format=yuv420p" \
+  -f lavfi -i "testsrc2=size=640x360:rate=30:duration=10,noise=alls=10:allf=t+u:all_seed=42,format=yuv420p" \
   -c:v libx264 -profile:v baseline -level 3.0 -preset veryfast -tune zerolatency \
   -b:v 400k -minrate 400k -maxrate 400k -bufsize 200k -bf 0 \
-  -x264-params "keyint=90:min-keyint=90:scenecut=0:nal-hrd=cbr:force-cfr=1:aud=1:repeat-headers=1" \
+  -threads 1 -filter_threads 1 -x264-params "threads=1:keyint=90:min-keyint=90:scenecut=0:nal-hrd=cbr:force-cfr=1:aud=1:repeat-headers=1" \
   -f h264 "$tmp/video-360p30.h264"
 
 cd "$root"

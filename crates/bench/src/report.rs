@@ -386,7 +386,7 @@ pub fn summary(o: &Outcome, config: Value, video_slots: usize) -> Value {
         "load_average_1m": {
             "window_start": sample_at(&o.samples, from as f64).and_then(|s| s.loadavg),
             "window_end": sample_at(&o.samples, to as f64).and_then(|s| s.loadavg),
-            "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            "cpus": crate::util::online_cpus(),
         },
         "client_bound": client_bound,
         "client_delayed": contended,

@@ -35,6 +35,13 @@ pub fn loadavg1() -> Option<f64> {
         .ok()
 }
 
+/// CPUs online on the machine (not just the ones this process may use).
+pub fn online_cpus() -> usize {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    if n > 0 { n as usize } else { 1 }
+}
+
 /// Clock ticks per second for /proc times.
 pub fn clk_tck() -> f64 {
     // SAFETY: sysconf has no memory-safety preconditions.
