@@ -683,6 +683,32 @@ pub fn write_all(
             ],
         }),
     )?;
+    // Per received stream (participant x slot).
+    let mut st = String::from(
+        "participant,room,slot,kind,sources,packets,frames,keyframes,corrupt,out_of_order,seq_missing,ts_backwards,ssrcs\n",
+    );
+    for (j, snap) in &o.joined {
+        for (mid, sl) in &snap.slots {
+            let _ = writeln!(
+                st,
+                "{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                j.name,
+                j.room,
+                mid,
+                sl.kind,
+                sl.sources.join(" "),
+                sl.packets,
+                sl.frames,
+                sl.keyframes,
+                sl.corrupt,
+                sl.out_of_order,
+                sl.seq_missing,
+                sl.ts_backwards,
+                sl.ssrcs.len()
+            );
+        }
+    }
+    w("streams.csv", &st)?;
     w("report.txt", &table(&s))?;
     Ok(s)
 }

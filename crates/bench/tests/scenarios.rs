@@ -162,6 +162,7 @@ fn assert_common(s: &Value, dir: &std::path::Path, planned: u64) {
     assert!(s["throughput"]["client_rx_pps"].as_f64().unwrap() > 0.0);
     for f in [
         "timeseries.csv",
+        "streams.csv",
         "percentiles.csv",
         "report.txt",
         "e2e_latency_percentiles.svg",
