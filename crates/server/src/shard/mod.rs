@@ -74,7 +74,7 @@ pub struct Report {
     pub counters: Counters,
     pub participants: usize,
     pub rooms: usize,
-    /// Fraction of wall time spent working (not waiting) since the last report.
+    /// Share of wall time the shard thread used the CPU since the last report.
     pub busy: f64,
     pub loop_iterations: u64,
     /// Socket dwell: kernel receive time to our read (SO_TIMESTAMPNS).
@@ -189,6 +189,7 @@ struct Driver {
     mesh: Arc<Mesh>,
     to_control: mpsc::UnboundedSender<ToControl>,
     touched_peers: Vec<bool>,
+    /// Thread CPU time at the last report.
     busy: Duration,
     iterations: u64,
     last_report: Instant,
@@ -207,6 +208,22 @@ fn realtime() -> Duration {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default()
+}
+
+/// CPU time this thread has used. Busy fraction is CPU time over wall time:
+/// time spent preempted by other processes is not work (and must not make
+/// admission control refuse joins on a shared machine).
+fn thread_cpu() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec we own.
+    let r = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if r != 0 {
+        return Duration::ZERO;
+    }
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
 fn micros(d: Duration) -> u64 {
@@ -325,9 +342,7 @@ async fn run(spec: ShardSpec, mut commands: mpsc::UnboundedReceiver<Command>) ->
 
 impl Driver {
     fn worked(&mut self, start: Instant) {
-        let spent = start.elapsed();
-        self.busy += spent;
-        self.iteration.record_us(micros(spent));
+        self.iteration.record_us(micros(start.elapsed()));
     }
 
     fn command(&mut self, now: Instant, cmd: Command) {
@@ -409,10 +424,13 @@ impl Driver {
     fn report(&mut self) {
         let now = Instant::now();
         let window = now.saturating_duration_since(self.last_report);
+        let cpu = thread_cpu();
+        let used = cpu.saturating_sub(self.busy);
+        self.busy = cpu;
         let busy = if window.is_zero() {
             0.0
         } else {
-            (self.busy.as_secs_f64() / window.as_secs_f64()).min(1.0)
+            (used.as_secs_f64() / window.as_secs_f64()).min(1.0)
         };
         let report = Report {
             shard: self.index,
@@ -432,7 +450,6 @@ impl Driver {
         };
         self.reports += 1;
         let _ = self.to_control.send(ToControl::Report(Box::new(report)));
-        self.busy = Duration::ZERO;
         self.last_report = now;
     }
 }
