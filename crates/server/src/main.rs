@@ -13,8 +13,7 @@ fn main() -> std::process::ExitCode {
     match corelay::run(cfg) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            tracing::error!("{e}");
-            eprintln!("corelay: {e}");
+            tracing::error!("corelay: {e}");
             std::process::ExitCode::FAILURE
         }
     }
