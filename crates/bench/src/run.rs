@@ -328,13 +328,7 @@ pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String>
         if now >= next_sample {
             next_sample += Duration::from_secs(1);
             while let Ok(r) = rep_rx.try_recv() {
-                for &(tag, ns) in &r.interval.first_media {
-                    first_media.entry(tag).or_insert(ns);
-                }
-                for &(tag, ns) in &r.interval.connected {
-                    connected_at.entry(tag).or_insert(ns);
-                }
-                series.add(&r);
+                absorb(&r, &mut first_media, &mut connected_at, &mut series);
             }
             let active = joined
                 .values()
@@ -441,13 +435,7 @@ pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String>
         .sum();
     drop(drivers); // shuts the threads down (they flush a last report on tick only)
     for r in rep_rx.try_iter() {
-        for &(tag, ns) in &r.interval.first_media {
-            first_media.entry(tag).or_insert(ns);
-        }
-        for &(tag, ns) in &r.interval.connected {
-            connected_at.entry(tag).or_insert(ns);
-        }
-        series.add(&r);
+        absorb(&r, &mut first_media, &mut connected_at, &mut series);
     }
 
     let signaling_times_us = finals
@@ -637,4 +625,21 @@ pub fn failures_by_status(f: &[(u64, Option<u16>, String)]) -> BTreeMap<String, 
         *m.entry(k).or_insert(0) += 1;
     }
     m
+}
+
+/// Folds one driver report into the run's state: first media and connect
+/// times per participant (the earliest wins) and the per-second series.
+fn absorb(
+    r: &Report,
+    first_media: &mut HashMap<u64, u64>,
+    connected_at: &mut HashMap<u64, u64>,
+    series: &mut Series,
+) {
+    for &(tag, ns) in &r.interval.first_media {
+        first_media.entry(tag).or_insert(ns);
+    }
+    for &(tag, ns) in &r.interval.connected {
+        connected_at.entry(tag).or_insert(ns);
+    }
+    series.add(r);
 }
