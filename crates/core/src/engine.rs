@@ -7,6 +7,13 @@
 //! again. A packet goes from `handle_datagram` to the subscribers' encrypted
 //! datagrams in one synchronous call: no queue, no await in between.
 //!
+//! Fault isolation: every call into a participant's str0m `Rtc` runs under
+//! [`guard::isolate`] ([`guarded`]). A panic there (str0m's or ours) poisons
+//! that participant only: nothing calls into its `Rtc` again, it is evicted
+//! at the end of the step and counted in `participant_panics`. Limits that
+//! bound what one participant can make the shard hold (source addresses,
+//! data-channel requests, the connect deadline) are enforced here too.
+//!
 //! Must not: read a clock, touch a socket, block, or share state with another
 //! shard (peer shards get values in `Outputs::peers`).
 
@@ -15,6 +22,7 @@ use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use str0m::change::SdpOffer;
 use str0m::channel::ChannelId;
 use str0m::media::{KeyframeRequestKind, MediaKind};
 use str0m::net::{DatagramRecv, Protocol, Receive, Transmit};
@@ -23,10 +31,11 @@ use str0m::{Event, IceConnectionState, Input, Output};
 
 use crate::codec::{is_keyframe_start, map_pt};
 use crate::events::{ClientRequest, MemberJson, RoomEvent, SlotJson, TrackJson, kind_str};
+use crate::guard;
 use crate::ids::{ParticipantId, RoomId, TrackKey};
 use crate::media::{E2eExt, MediaCopy, MediaPacket};
 use crate::metrics::Counters;
-use crate::offer::{Accepted, MediaLine, OfferError, RtcSettings, answer_offer};
+use crate::offer::{Accepted, MediaLine, OfferError, RtcSettings, apply_prepared};
 use crate::participant::Participant;
 use crate::room::{RoomUpdate, RoomView};
 
@@ -38,6 +47,8 @@ const ROOM_TICK: Duration = Duration::from_millis(250);
 const MAX_DRAIN: usize = 100_000;
 /// How many already-due timeouts one drain feeds back to str0m.
 const MAX_REFEEDS: usize = 8;
+/// Largest data-channel request the engine reads (room requests are tiny).
+const MAX_REQUEST_BYTES: usize = 4096;
 
 /// A message to a peer shard. A value: it owns everything it carries.
 #[derive(Debug)]
@@ -108,6 +119,8 @@ pub struct Engine {
     next_tick: Option<Instant>,
     /// Kernel receive time of the datagram being handled.
     rx_stamp: Option<Duration>,
+    /// When each participant must be connected by (--connect-timeout).
+    connect_deadlines: BinaryHeap<Reverse<(Instant, ParticipantId)>>,
     io: Io,
 }
 
@@ -123,6 +136,7 @@ impl Engine {
             remote_kf: HashMap::new(),
             next_tick: None,
             rx_stamp: None,
+            connect_deadlines: BinaryHeap::new(),
             io: Io::default(),
         }
     }
@@ -164,10 +178,8 @@ impl Engine {
     /// When the engine next needs `handle_timeout`.
     pub fn poll_timeout(&self) -> Option<Instant> {
         let timer = self.io.timers.peek().map(|Reverse((t, _))| *t);
-        match (timer, self.next_tick) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let connect = self.connect_deadlines.peek().map(|Reverse((t, _))| *t);
+        [timer, self.next_tick, connect].into_iter().flatten().min()
     }
 
     // ---------------------------------------------------------------- control
@@ -192,6 +204,10 @@ impl Engine {
         } = accepted;
         let p = Participant::new(id, room, name, rtc, ufrag.clone(), &tracks, &slots);
         self.by_ufrag.insert(ufrag, id);
+        self.connect_deadlines.push(Reverse((
+            now + self.settings.participant.connect_timeout,
+            id,
+        )));
         self.participants.insert(id, p);
         self.io.counters.participants_added += 1;
         if self.next_tick.is_none() {
@@ -231,12 +247,15 @@ impl Engine {
         self.settle(now);
     }
 
-    /// PATCH: a new offer from an existing participant (renegotiation or ICE restart).
+    /// PATCH: applies a renegotiation (or ICE restart) that the control
+    /// thread parsed and rehearsed ([`crate::offer::check_renegotiation`]).
+    /// If str0m still refuses it or panics, the participant's session can no
+    /// longer be trusted to match either offer: it is evicted.
     pub fn renegotiate(
         &mut self,
         now: Instant,
         id: ParticipantId,
-        sdp: &str,
+        offer: SdpOffer,
     ) -> Result<String, OfferError> {
         self.io.now = Some(now);
         let Some(p) = self.participants.get_mut(&id) else {
@@ -245,7 +264,24 @@ impl Engine {
                 message: format!("participant {id} is not on this shard"),
             });
         };
-        let answer = answer_offer(&mut p.rtc, &self.settings, sdp, None)?;
+        let applied = guarded(&mut self.io, id, &mut p.poisoned, |_| {
+            apply_prepared(&mut p.rtc, offer)
+        });
+        let answer = match applied {
+            Some(Ok(answer)) => answer,
+            failed => {
+                if let Some(Err(e)) = &failed {
+                    tracing::warn!(participant = %id, "a rehearsed renegotiation failed on the shard: {e}");
+                    self.io.doomed.push((id, "renegotiation_failed"));
+                }
+                self.settle(now);
+                return Err(OfferError {
+                    code: "renegotiation_failed",
+                    message: "the renegotiation could not be applied; the participant was removed"
+                        .to_string(),
+                });
+            }
+        };
         let ufrag = p.rtc.direct_api().local_ice_credentials().ufrag;
         if ufrag != p.ufrag {
             self.by_ufrag.remove(&p.ufrag);
@@ -296,11 +332,18 @@ impl Engine {
             self.io.counters.dropped_unknown_source += 1;
             return;
         };
-        let c = &mut self.io.counters;
         let Some(p) = self.participants.get_mut(&id) else {
-            c.dropped_unknown_source += 1;
+            self.io.counters.dropped_unknown_source += 1;
             return;
         };
+        if p.poisoned {
+            self.io.counters.dropped_unknown_source += 1;
+            return;
+        }
+        if known.is_none() && p.addrs.len() >= self.settings.participant.max_addrs {
+            self.io.counters.dropped_addr_limit += 1;
+            return;
+        }
         let input = Input::Receive(
             now,
             Receive {
@@ -310,19 +353,58 @@ impl Engine {
                 contents,
             },
         );
-        if known.is_none() && !p.rtc.accepts(&input) {
-            c.dropped_unknown_source += 1;
-            return;
-        }
-        if p.rtc.handle_input(input).is_err() {
-            c.dropped_malformed += 1;
-            return;
+        let fault = p.connected
+            && self.settings.participant.fault_injection_name.as_deref() == Some(p.name.as_str());
+        let events_before = self.io.events.len();
+        let transmits_before = self.io.out.transmits.len();
+        let handled = guarded(&mut self.io, id, &mut p.poisoned, |_| {
+            if fault {
+                #[allow(
+                    clippy::panic,
+                    reason = "test-only fault injection (--test-panic-participant)"
+                )]
+                {
+                    panic!("injected fault (--test-panic-participant)");
+                }
+            }
+            if known.is_none() && !p.rtc.accepts(&input) {
+                return Err(false);
+            }
+            p.rtc.handle_input(input).map_err(|_| true)
+        });
+        match handled {
+            Some(Ok(())) => {}
+            Some(Err(false)) => {
+                self.io.counters.dropped_unknown_source += 1;
+                return;
+            }
+            Some(Err(true)) => {
+                self.io.counters.dropped_malformed += 1;
+                return;
+            }
+            None => {
+                // Counted as a panic; the datagram is that participant's last.
+                self.io.counters.dropped_malformed += 1;
+                self.settle(now);
+                return;
+            }
         }
         if known.is_none() {
             self.by_addr.insert(source, id);
             p.addrs.push(source);
         }
         self.drain(id);
+        // str0m drops some datagrams without a word (an SRTP packet that fails
+        // authentication or replays, a STUN request with bad integrity, a DTLS
+        // record it cannot use): one that produced neither an event nor a
+        // datagram had no effect, and is counted as dropped by the stack.
+        // RTCP is exempt (a valid report may produce nothing at once).
+        if self.io.events.len() == events_before
+            && self.io.out.transmits.len() == transmits_before
+            && !is_rtcp(data)
+        {
+            self.io.counters.dropped_by_stack += 1;
+        }
         self.settle(now);
     }
 
@@ -358,11 +440,24 @@ impl Engine {
                     self.io.timers.push(Reverse((deadline, id)));
                 }
                 _ => {
-                    if p.rtc.handle_input(Input::Timeout(now)).is_err() {
+                    let r = guarded(&mut self.io, id, &mut p.poisoned, |_| {
+                        p.rtc.handle_input(Input::Timeout(now))
+                    });
+                    if let Some(Err(_)) = r {
                         self.io.counters.rtc_errors += 1;
                     }
                     self.drain(id);
                 }
+            }
+        }
+        while let Some(&Reverse((t, id))) = self.connect_deadlines.peek() {
+            if t > now {
+                break;
+            }
+            self.connect_deadlines.pop();
+            if self.participants.get(&id).is_some_and(|p| !p.connected) {
+                self.io.counters.connect_timeouts += 1;
+                self.io.doomed.push((id, "connect_timeout"));
             }
         }
         if self.next_tick.is_some_and(|t| t <= now) {
@@ -397,6 +492,7 @@ impl Engine {
                 &mut p.rtc,
                 &mut p.timeout,
                 &mut p.scheduled,
+                &mut p.poisoned,
             );
         }
     }
@@ -454,6 +550,15 @@ impl Engine {
             }
             Event::ChannelOpen(cid, _label) => self.on_channel_open(id, cid),
             Event::ChannelData(d) => {
+                let Some(p) = self.participants.get_mut(&id) else {
+                    return;
+                };
+                if d.data.len() > MAX_REQUEST_BYTES
+                    || !p.take_request(now, self.settings.participant.requests_per_second)
+                {
+                    self.io.counters.dropped_requests += 1;
+                    return;
+                }
                 if !d.binary
                     && let Ok(req) = serde_json::from_slice::<ClientRequest>(&d.data)
                 {
@@ -622,8 +727,12 @@ impl Engine {
                 rtc,
                 timeout,
                 scheduled,
+                poisoned,
                 ..
             } = p;
+            if *poisoned {
+                continue;
+            }
             for slot in slots.iter_mut().filter(|s| s.source == Some(media.track)) {
                 if slot.need_keyframe {
                     if !media.keyframe {
@@ -653,26 +762,32 @@ impl Engine {
                     self.io.counters.dropped_stale += 1;
                     continue;
                 };
-                let mut api = rtc.direct_api();
-                let Some(tx) = api.stream_tx_by_mid(slot.mid, None) else {
+                let written = guarded(&mut self.io, sub, poisoned, |_| {
+                    let mut api = rtc.direct_api();
+                    let Some(tx) = api.stream_tx_by_mid(slot.mid, None) else {
+                        return false;
+                    };
+                    tx.write_rtp(
+                        RtpWrite::new(
+                            out_pt,
+                            SeqNo::from(seq),
+                            ts,
+                            media.received,
+                            media.payload.clone(),
+                        )
+                        .marker(media.marker)
+                        .ext_vals(media.ext.to_ext())
+                        .nackable(media.kind == MediaKind::Video),
+                    );
+                    true
+                });
+                if written != Some(true) {
                     continue;
-                };
-                tx.write_rtp(
-                    RtpWrite::new(
-                        out_pt,
-                        SeqNo::from(seq),
-                        ts,
-                        media.received,
-                        media.payload.clone(),
-                    )
-                    .marker(media.marker)
-                    .ext_vals(media.ext.to_ext())
-                    .nackable(media.kind == MediaKind::Video),
-                );
+                }
                 self.io.counters.forwarded += 1;
                 reached = true;
                 // str0m: drain after every mutation, before the next one.
-                drain_rtc(&mut self.io, sub, rtc, timeout, scheduled);
+                drain_rtc(&mut self.io, sub, rtc, timeout, scheduled, poisoned);
             }
         }
         if let (true, Some(rx)) = (reached, media.kernel_rx) {
@@ -702,9 +817,13 @@ impl Engine {
             }
             t.last_keyframe_request = Some(now);
             t.keyframe_pending = false;
-            let mut api = p.rtc.direct_api();
-            if let Some(rx) = api.stream_rx_by_mid(track.mid, None) {
-                rx.request_keyframe(KeyframeRequestKind::Pli);
+            let requested = guarded(&mut self.io, track.participant, &mut p.poisoned, |_| {
+                let mut api = p.rtc.direct_api();
+                api.stream_rx_by_mid(track.mid, None)
+                    .map(|rx| rx.request_keyframe(KeyframeRequestKind::Pli))
+                    .is_some()
+            });
+            if requested == Some(true) {
                 self.io.counters.keyframe_requests_sent += 1;
                 tracing::debug!(publisher = %track.participant, mid = %track.mid, "keyframe requested");
             }
@@ -929,9 +1048,12 @@ impl Engine {
         let Ok(text) = serde_json::to_string(ev) else {
             return;
         };
-        if let Some(mut ch) = p.rtc.channel(cid)
-            && ch.write(false, text.as_bytes()).is_err()
-        {
+        let written = guarded(&mut self.io, id, &mut p.poisoned, |_| {
+            p.rtc
+                .channel(cid)
+                .is_none_or(|mut ch| ch.write(false, text.as_bytes()).is_ok())
+        });
+        if written == Some(false) {
             self.io.counters.rtc_errors += 1;
         }
         self.drain(id);
@@ -980,14 +1102,24 @@ impl Engine {
             return;
         };
         self.io.counters.participants_removed += 1;
-        if p.rtc.is_alive() {
-            let _ = p.rtc.close();
+        // A poisoned `Rtc` is only dropped: closing it would call into it.
+        let closable = !p.poisoned
+            && guarded(&mut self.io, id, &mut p.poisoned, |_| p.rtc.is_alive()) == Some(true);
+        if closable {
+            let _ = guarded(&mut self.io, id, &mut p.poisoned, |_| p.rtc.close());
             let (mut t, mut s) = (None, None);
-            drain_rtc(&mut self.io, id, &mut p.rtc, &mut t, &mut s);
-            // Events of a participant that is leaving are moot.
-            self.io.events.retain(|(e, _)| *e != id);
-            self.io.doomed.retain(|(d, _)| *d != id);
+            drain_rtc(
+                &mut self.io,
+                id,
+                &mut p.rtc,
+                &mut t,
+                &mut s,
+                &mut p.poisoned,
+            );
         }
+        // Events of a participant that is leaving are moot.
+        self.io.events.retain(|(e, _)| *e != id);
+        self.io.doomed.retain(|(d, _)| *d != id);
         for a in &p.addrs {
             self.by_addr.remove(a);
         }
@@ -1018,6 +1150,44 @@ impl Engine {
 /// timer entry current. A free function so that a participant's fields can be
 /// borrowed apart (slots while its `Rtc` drains).
 fn drain_rtc(
+    io: &mut Io,
+    id: ParticipantId,
+    rtc: &mut str0m::Rtc,
+    timeout: &mut Option<Instant>,
+    scheduled: &mut Option<Instant>,
+    poisoned: &mut bool,
+) {
+    let _ = guarded(io, id, poisoned, |io| {
+        drain_rtc_unguarded(io, id, rtc, timeout, scheduled)
+    });
+}
+
+/// Runs `f` on participant `id`'s state inside the fault boundary. A panic
+/// poisons the participant (nothing calls into its `Rtc` again), dooms it,
+/// counts it and logs it once at ERROR; `None` then, and for a participant
+/// that is already poisoned.
+fn guarded<R>(
+    io: &mut Io,
+    id: ParticipantId,
+    poisoned: &mut bool,
+    f: impl FnOnce(&mut Io) -> R,
+) -> Option<R> {
+    if *poisoned {
+        return None;
+    }
+    match guard::isolate(|| f(io)) {
+        Ok(r) => Some(r),
+        Err(caught) => {
+            *poisoned = true;
+            io.counters.participant_panics += 1;
+            io.doomed.push((id, "panic"));
+            tracing::error!(participant = %id, "panic while handling this participant, evicting it: {caught}");
+            None
+        }
+    }
+}
+
+fn drain_rtc_unguarded(
     io: &mut Io,
     id: ParticipantId,
     rtc: &mut str0m::Rtc,
@@ -1099,6 +1269,11 @@ fn roster_event(room: &RoomView) -> RoomEvent {
             })
             .collect(),
     }
+}
+
+/// An RTCP packet (RFC 5761 demux: version 2, packet type 192-223).
+fn is_rtcp(data: &[u8]) -> bool {
+    matches!(data, [128..=191, 192..=223, ..])
 }
 
 /// Cheap sanity check before str0m sees a datagram: RTP/RTCP need a version-2

@@ -22,6 +22,7 @@
 pub mod codec;
 pub mod engine;
 pub mod events;
+pub mod guard;
 pub mod ids;
 pub mod media;
 pub mod metrics;
@@ -32,4 +33,4 @@ pub mod slot;
 
 pub use engine::{Engine, Outputs, PeerMsg, ShardEvent};
 pub use ids::{ParticipantId, RoomId, TrackKey};
-pub use offer::{Accepted, OfferError, RtcSettings, VideoCodec};
+pub use offer::{Accepted, OfferError, OfferLimits, ParticipantLimits, RtcSettings, VideoCodec};

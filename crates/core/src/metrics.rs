@@ -40,6 +40,17 @@ pub struct Counters {
     pub participants_added: u64,
     pub participants_removed: u64,
     pub rtc_errors: u64,
+    /// Panics caught at the participant boundary (the participant was evicted).
+    pub participant_panics: u64,
+    /// Participants removed because ICE+DTLS was not up within --connect-timeout.
+    pub connect_timeouts: u64,
+    /// New source addresses refused: the participant already uses the most allowed.
+    pub dropped_addr_limit: u64,
+    /// Data-channel requests over the participant's rate or size limit.
+    pub dropped_requests: u64,
+    /// Datagrams from a participant's address that str0m took without effect
+    /// (SRTP authentication failure, replay, bad STUN integrity, stray DTLS).
+    pub dropped_by_stack: u64,
 }
 
 impl Counters {
@@ -69,7 +80,12 @@ impl Counters {
             nacks_sent,
             participants_added,
             participants_removed,
-            rtc_errors
+            rtc_errors,
+            participant_panics,
+            connect_timeouts,
+            dropped_addr_limit,
+            dropped_requests,
+            dropped_by_stack
         );
     }
 }

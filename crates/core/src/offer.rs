@@ -1,19 +1,27 @@
 //! Turning an SDP offer into a configured str0m `Rtc` and an answer.
 //!
-//! Runs on the control thread (it owns signaling); the resulting `Rtc` is then
-//! handed to a shard as a value. Owns the codec policy: a room has one video
-//! codec plus Opus, so the answer only ever contains those, and a client that
-//! cannot send or receive them is refused with a clear error.
+//! Runs on the control thread (it owns signaling): a first offer becomes an
+//! `Rtc` that is handed to a shard as a value; a renegotiation is validated
+//! here against a shadow `Rtc` ([`check_renegotiation`]) and the shard only
+//! applies the prepared [`SdpOffer`]. Owns the offer rules: size and m-line
+//! limits, payload types that str0m would assert on, and the codec policy (a
+//! room has one video codec plus Opus, so the answer only ever contains
+//! those, and a client that cannot send or receive them is refused with a
+//! clear error). Every str0m call on an offer runs under [`guard::isolate`]:
+//! an offer that still makes str0m panic is a 400, not a dead thread.
 //! Must not: touch sockets or media packets.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use str0m::change::SdpOffer;
 use str0m::format::Codec;
 use str0m::media::{Direction, MediaKind, Mid};
 use str0m::rtp::{Extension, ExtensionMap};
 use str0m::{Candidate, Output, Rtc};
+
+use crate::guard;
 
 /// Extension id we offer for abs-capture-time when the client did not pick one.
 const ABS_CAPTURE_TIME_ID: u8 = 9;
@@ -43,6 +51,60 @@ impl VideoCodec {
 #[derive(Clone, Debug)]
 pub struct RtcSettings {
     pub video_codec: VideoCodec,
+    pub offer: OfferLimits,
+    pub participant: ParticipantLimits,
+}
+
+impl Default for RtcSettings {
+    fn default() -> Self {
+        RtcSettings {
+            video_codec: VideoCodec::H264,
+            offer: OfferLimits::default(),
+            participant: ParticipantLimits::default(),
+        }
+    }
+}
+
+/// What one offer may hold. Checked before str0m parses anything, so a huge
+/// offer costs a line scan, not a parse tree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OfferLimits {
+    pub max_sdp_bytes: usize,
+    pub max_mlines: usize,
+}
+
+impl Default for OfferLimits {
+    fn default() -> Self {
+        OfferLimits {
+            max_sdp_bytes: 64 * 1024,
+            max_mlines: 64,
+        }
+    }
+}
+
+/// What one participant may make its shard hold or do.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ParticipantLimits {
+    /// ICE and DTLS must be up this long after the join, or the participant is removed.
+    pub connect_timeout: Duration,
+    /// Remote addresses (ICE-verified 5-tuples) one participant may use.
+    pub max_addrs: usize,
+    /// Data-channel requests per second (token bucket; bursts of twice that).
+    pub requests_per_second: u32,
+    /// Testing only: a participant with this display name panics inside its
+    /// own input handling once connected, to prove fault isolation.
+    pub fault_injection_name: Option<String>,
+}
+
+impl Default for ParticipantLimits {
+    fn default() -> Self {
+        ParticipantLimits {
+            connect_timeout: Duration::from_secs(15),
+            max_addrs: 8,
+            requests_per_second: 20,
+            fault_injection_name: None,
+        }
+    }
 }
 
 /// Why an offer was refused; `code` is the stable error code of the HTTP API.
@@ -122,36 +184,80 @@ pub fn accept_offer(
     sdp: &str,
     candidate: SocketAddr,
 ) -> Result<Accepted, OfferError> {
-    let mut rtc = build_rtc(settings, now);
-    let answer = answer_offer(&mut rtc, settings, sdp, Some(candidate))?;
-    let lines = initial_lines(&mut rtc, &answer)?;
-    let ufrag = rtc.direct_api().local_ice_credentials().ufrag;
-    Ok(Accepted {
-        rtc,
-        answer,
-        ufrag,
-        tracks: lines.tracks,
-        slots: lines.slots,
-    })
+    let offer = parse_offer(settings, sdp)?;
+    let c = Candidate::host(candidate, "udp")
+        .map_err(|_| OfferError::bad("the server's media address is not usable"))?;
+    let accepted = guard::isolate(|| {
+        let mut rtc = build_rtc(settings, now);
+        rtc.add_local_candidate(c);
+        let answer = apply_offer(&mut rtc, offer)?;
+        let answer = candidates_everywhere(&answer);
+        let lines = initial_lines(&mut rtc, &answer)?;
+        let ufrag = rtc.direct_api().local_ice_credentials().ufrag;
+        Ok(Accepted {
+            rtc,
+            answer,
+            ufrag,
+            tracks: lines.tracks,
+            slots: lines.slots,
+        })
+    });
+    accepted.map_err(refused_by_panic)?
 }
 
-/// Media lines added by one negotiation.
-#[derive(Default, Debug)]
-pub struct NewLines {
-    pub tracks: Vec<MediaLine>,
-    pub slots: Vec<MediaLine>,
-}
-
-/// Parses and applies an offer on an existing `Rtc` (first offer or
-/// renegotiation) and returns the SDP answer. The caller must drain the `Rtc`
-/// afterwards, as str0m requires after every mutation.
-pub fn answer_offer(
-    rtc: &mut Rtc,
+/// Validates a renegotiation offer from a participant whose last accepted
+/// offer was `previous`, by applying both to a shadow `Rtc` here. str0m
+/// checks a renegotiation against the session state and may apply part of an
+/// offer before refusing it: only a rehearsal shows whether the real one
+/// would apply whole. Returns the parsed offer for the participant's shard.
+pub fn check_renegotiation(
     settings: &RtcSettings,
+    now: Instant,
+    previous: &str,
     sdp: &str,
-    candidate: Option<SocketAddr>,
-) -> Result<String, OfferError> {
+) -> Result<SdpOffer, OfferError> {
+    let prepared = parse_offer(settings, sdp)?;
+    let rehearsal = parse_offer(settings, sdp)?;
+    let before = parse_offer(settings, previous)?;
+    let shadow = guard::isolate(|| {
+        let mut rtc = build_rtc(settings, now);
+        apply_offer(&mut rtc, before)?;
+        settle(&mut rtc)?;
+        apply_offer(&mut rtc, rehearsal)?;
+        settle(&mut rtc)
+    });
+    shadow.map_err(refused_by_panic)??;
+    Ok(prepared)
+}
+
+/// Applies an offer prepared by [`check_renegotiation`] to the participant's
+/// own `Rtc` (on its shard) and returns the answer. The caller runs it under
+/// [`guard::isolate`] and drains the `Rtc` afterwards.
+pub fn apply_prepared(rtc: &mut Rtc, offer: SdpOffer) -> Result<String, OfferError> {
+    apply_offer(rtc, offer).map(|a| candidates_everywhere(&a))
+}
+
+/// A panic inside str0m while it handled an offer: the offer is refused.
+fn refused_by_panic(caught: guard::Caught) -> OfferError {
+    tracing::warn!("an SDP offer made str0m panic and was refused: {caught}");
+    OfferError::bad(
+        "the SDP offer could not be processed (inconsistent payload types or attributes)",
+    )
+}
+
+/// Checks `sdp` against the limits and str0m's assumptions, then parses it.
+fn parse_offer(settings: &RtcSettings, sdp: &str) -> Result<SdpOffer, OfferError> {
     let sdp = sdp.trim_start_matches('\u{feff}');
+    if sdp.len() > settings.offer.max_sdp_bytes {
+        return Err(OfferError {
+            code: "offer_too_large",
+            message: format!(
+                "the SDP offer is {} bytes; this server takes at most {} (--max-sdp-bytes)",
+                sdp.len(),
+                settings.offer.max_sdp_bytes
+            ),
+        });
+    }
     if sdp.trim().is_empty() {
         return Err(OfferError::bad("the SDP offer is empty"));
     }
@@ -161,19 +267,172 @@ pub fn answer_offer(
     if !sdp.contains("\nm=") {
         return Err(OfferError::bad("the SDP offer has no m-line"));
     }
-    let offer = SdpOffer::from_sdp_string(sdp)
-        .map_err(|e| OfferError::bad(format!("the SDP offer does not parse: {e}")))?;
+    validate_lines(sdp, &settings.offer)?;
+    // str0m's parse errors quote its parser's internals (stream positions):
+    // say what is wrong without them.
+    let offer = SdpOffer::from_sdp_string(sdp).map_err(|e| {
+        let text = e.to_string();
+        match text.strip_prefix("SDP inconsistent: ") {
+            Some(m) => OfferError::bad(format!("the SDP offer is inconsistent: {}", clean(&m))),
+            None => {
+                OfferError::bad("the SDP offer does not parse (see RFC 8866 for the line syntax)")
+            }
+        }
+    })?;
     check_codecs(sdp, settings)?;
-    if let Some(addr) = candidate {
-        let c = Candidate::host(addr, "udp")
-            .map_err(|e| OfferError::bad(format!("bad local candidate {addr}: {e}")))?;
-        rtc.add_local_candidate(c);
-    }
+    Ok(offer)
+}
+
+/// str0m's `accept_offer`, and the answer as text. The caller drains.
+fn apply_offer(rtc: &mut Rtc, offer: SdpOffer) -> Result<String, OfferError> {
     let answer = rtc
         .sdp_api()
         .accept_offer(offer)
-        .map_err(|e| OfferError::bad(format!("the SDP offer was refused: {e}")))?;
-    Ok(candidates_everywhere(&answer.to_sdp_string()))
+        .map_err(|e| OfferError::bad(format!("the SDP offer was refused: {}", clean(&e))))?;
+    Ok(answer.to_sdp_string())
+}
+
+/// An error text fit for a client: str0m's own messages, bounded, without
+/// anything that looks like an address or a debug dump.
+fn clean(e: &dyn std::fmt::Display) -> String {
+    let text = e.to_string();
+    if text.contains("0x") || text.contains('{') || text.len() > 200 {
+        return "it is inconsistent with the session".to_string();
+    }
+    text
+}
+
+/// Drains a freshly negotiated `Rtc` to its first timeout (str0m's invariant
+/// after a mutation).
+fn settle(rtc: &mut Rtc) -> Result<(), OfferError> {
+    for _ in 0..10_000 {
+        match rtc.poll_output() {
+            Ok(Output::Timeout(_)) => return Ok(()),
+            Ok(_) => {}
+            Err(e) => {
+                return Err(OfferError::bad(format!(
+                    "negotiation failed: {}",
+                    clean(&e)
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The line-level rules str0m relies on, checked before it parses: at most
+/// `max_mlines` m-lines (counted before anything is built), payload types
+/// 0-127 (str0m indexes a 128-entry table with them), and one meaning per
+/// payload type across the bundle (str0m asserts that a payload type is
+/// claimed once: the same number with another codec or other format
+/// parameters in a second m-line panics it).
+fn validate_lines(sdp: &str, limits: &OfferLimits) -> Result<(), OfferError> {
+    /// What one payload type means: its rtpmap and fmtp values.
+    #[derive(Default, Clone, PartialEq)]
+    struct PtDef {
+        rtpmap: Option<String>,
+        fmtp: Option<String>,
+    }
+    fn merge(
+        section: &mut HashMap<u8, PtDef>,
+        bundle: &mut HashMap<u8, (PtDef, usize)>,
+        index: usize,
+    ) -> Result<(), OfferError> {
+        for (pt, def) in section.drain() {
+            if def.rtpmap.is_none() {
+                continue;
+            }
+            match bundle.get(&pt) {
+                Some((seen, first)) if *seen != def => {
+                    return Err(OfferError::bad(format!(
+                        "payload type {pt} has one rtpmap/fmtp in m-line {first} and another in m-line {index}; within a bundle a payload type keeps one meaning"
+                    )));
+                }
+                Some(_) => {}
+                None => {
+                    bundle.insert(pt, (def, index));
+                }
+            }
+        }
+        Ok(())
+    }
+    fn pt_of(text: &str) -> Result<u8, OfferError> {
+        match text.parse::<u8>() {
+            Ok(pt) if pt <= 127 => Ok(pt),
+            _ => Err(OfferError::bad(format!(
+                "payload type {:?} is not a number from 0 to 127",
+                text.chars().take(16).collect::<String>()
+            ))),
+        }
+    }
+    let mut mlines = 0usize;
+    let mut bundle: HashMap<u8, (PtDef, usize)> = HashMap::new();
+    let mut section: HashMap<u8, PtDef> = HashMap::new();
+    for line in sdp.lines() {
+        let line = line.trim_end();
+        if let Some(rest) = line.strip_prefix("m=") {
+            merge(&mut section, &mut bundle, mlines)?;
+            mlines += 1;
+            if mlines > limits.max_mlines {
+                return Err(OfferError {
+                    code: "too_many_mlines",
+                    message: format!(
+                        "the SDP offer has more than {} m-lines (--max-mlines)",
+                        limits.max_mlines
+                    ),
+                });
+            }
+            let mut it = rest.split_whitespace();
+            if matches!(it.next(), Some("audio" | "video")) {
+                for pt in it.skip(2) {
+                    pt_of(pt)?;
+                }
+            }
+            continue;
+        }
+        if mlines == 0 {
+            continue;
+        }
+        let (is_rtpmap, value) = if let Some(v) = line.strip_prefix("a=rtpmap:") {
+            (true, v)
+        } else if let Some(v) = line.strip_prefix("a=fmtp:") {
+            (false, v)
+        } else {
+            if let Some(v) = line.strip_prefix("a=rtcp-fb:") {
+                let pt = v.split(' ').next().unwrap_or(v);
+                if pt != "*" {
+                    pt_of(pt)?;
+                }
+            }
+            continue;
+        };
+        let (pt, rest) = value.split_once(' ').unwrap_or((value, ""));
+        let pt = pt_of(pt)?;
+        let def = section.entry(pt).or_default();
+        let slot = if is_rtpmap {
+            &mut def.rtpmap
+        } else {
+            &mut def.fmtp
+        };
+        let mut params: Vec<&str> = rest.split(';').map(str::trim).collect();
+        params.sort_unstable();
+        let value = params.join(";").to_ascii_lowercase();
+        if slot.as_ref().is_some_and(|v| *v != value) {
+            return Err(OfferError::bad(format!(
+                "payload type {pt} has two different a={} lines in m-line {mlines}",
+                if is_rtpmap { "rtpmap" } else { "fmtp" }
+            )));
+        }
+        *slot = Some(value);
+    }
+    merge(&mut section, &mut bundle, mlines)
+}
+
+/// Media lines of a negotiation.
+#[derive(Default, Debug)]
+pub struct NewLines {
+    pub tracks: Vec<MediaLine>,
+    pub slots: Vec<MediaLine>,
 }
 
 /// Repeats the answer's candidates, and `a=end-of-candidates`, in every
@@ -225,13 +484,7 @@ fn candidates_everywhere(sdp: &str) -> String {
 /// Drains a freshly negotiated `Rtc` (str0m's invariant after a mutation) and
 /// reports its media lines, read from the answer's mids in m-line order.
 fn initial_lines(rtc: &mut Rtc, answer: &str) -> Result<NewLines, OfferError> {
-    for _ in 0..10_000 {
-        match rtc.poll_output() {
-            Ok(Output::Timeout(_)) => break,
-            Ok(_) => {}
-            Err(e) => return Err(OfferError::bad(format!("negotiation failed: {e}"))),
-        }
-    }
+    settle(rtc)?;
     let mut lines = NewLines::default();
     for mid in answer
         .lines()
@@ -330,9 +583,7 @@ mod tests {
     use str0m::change::SdpApi;
 
     fn settings() -> RtcSettings {
-        RtcSettings {
-            video_codec: VideoCodec::H264,
-        }
+        RtcSettings::default()
     }
 
     fn client_offer(video: VideoCodec) -> String {

@@ -45,7 +45,14 @@ pub struct Participant {
     /// str0m's next deadline, and the earliest entry we have in the timer heap.
     pub timeout: Option<Instant>,
     pub scheduled: Option<Instant>,
+    /// A panic happened inside this participant's handling: its `Rtc` may be
+    /// inconsistent, so nothing calls into it again; it is being evicted.
+    pub poisoned: bool,
     pub connected: bool,
+    /// Data-channel requests it may still make now (token bucket), and when
+    /// the bucket was last refilled.
+    pub request_tokens: f64,
+    pub requests_refilled: Option<Instant>,
     /// Latest transport figures (str0m statistics events).
     pub stats: ParticipantStats,
     /// Last cumulative NACK counts per (mid, egress?), to turn str0m's
@@ -76,7 +83,10 @@ impl Participant {
             addrs: Vec::new(),
             timeout: None,
             scheduled: None,
+            poisoned: false,
             connected: false,
+            request_tokens: 0.0,
+            requests_refilled: None,
             stats: ParticipantStats {
                 id,
                 ..Default::default()
@@ -143,6 +153,24 @@ impl Participant {
 }
 
 impl Participant {
+    /// Takes one data-channel request from its budget of `per_second`
+    /// (bursts of twice that); false when the budget is spent.
+    pub fn take_request(&mut self, now: Instant, per_second: u32) -> bool {
+        let rate = f64::from(per_second);
+        let burst = 2.0 * rate;
+        let elapsed = self.requests_refilled.map_or(f64::INFINITY, |t| {
+            now.saturating_duration_since(t).as_secs_f64()
+        });
+        self.request_tokens = (self.request_tokens + elapsed * rate).min(burst);
+        self.requests_refilled = Some(now);
+        if self.request_tokens >= 1.0 {
+            self.request_tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+
     /// Records a cumulative NACK figure for (mid, direction); returns the increase.
     pub fn nack_delta(&mut self, mid: Mid, egress: bool, total: u64) -> u64 {
         match self

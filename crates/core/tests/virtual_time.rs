@@ -62,6 +62,7 @@ fn two_clients_exchange_video_under_virtual_time() {
     let start = Instant::now();
     let settings = RtcSettings {
         video_codec: VideoCodec::H264,
+        ..Default::default()
     };
     let server: SocketAddr = SERVER.parse().unwrap();
     let mut engine = Engine::new(0, settings.clone());
