@@ -80,6 +80,15 @@ struct CommonArgs {
     /// No progress line.
     #[arg(long, global = true)]
     quiet: bool,
+    /// The server's --auth-secret: every join and leave carries a token
+    /// minted with it (and the stats polls an admin token).
+    #[arg(
+        long,
+        global = true,
+        env = "CORELAY_AUTH_SECRET",
+        hide_env_values = true
+    )]
+    auth_secret: Option<String>,
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy)]
@@ -198,6 +207,11 @@ fn main() {
         server_stats: !c.no_server_stats,
         seed: c.seed,
         progress: !c.quiet,
+        auth_secret: c
+            .auth_secret
+            .as_ref()
+            .filter(|s| !s.is_empty())
+            .map(|s| s.as_bytes().to_vec()),
     };
     let code = match cli.cmd {
         Cmd::Packetize(a) => packetize(&a),
@@ -275,6 +289,7 @@ fn execute(
         o.insert("server_pid".into(), json!(common.server_pid));
         o.insert("codec".into(), json!(format!("{:?}", common.codec)));
         o.insert("seed".into(), json!(common.seed));
+        o.insert("auth".into(), json!(common.auth_secret.is_some()));
     }
     eprintln!(
         "corelay-bench {}: {} participants in {} rooms, last join at {:.1}s, leaving at {:.1}s; media: {}",

@@ -47,6 +47,36 @@ pub struct Common {
     pub seed: u64,
     /// Print the progress line.
     pub progress: bool,
+    /// The server's `--auth-secret`: joins, leaves and stats polls carry tokens.
+    pub auth_secret: Option<Vec<u8>>,
+}
+
+impl Common {
+    /// A token for `identity` in `room` (None without a secret); an admin
+    /// token when `room` is None.
+    fn token(&self, room: Option<&str>, identity: &str, ttl: Duration) -> Option<String> {
+        let secret = self.auth_secret.as_deref()?;
+        let r = match room {
+            Some(room) => signal::mint_token(secret, room, identity, ttl),
+            None => {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs());
+                signal::mint_claims(
+                    secret,
+                    &serde_json::json!({"sub": identity, "admin": true, "iat": now,
+                        "exp": now.saturating_add(ttl.as_secs())}),
+                )
+            }
+        };
+        match r {
+            Ok(t) => Some(t),
+            Err(e) => {
+                eprintln!("corelay-bench: {e}");
+                None
+            }
+        }
+    }
 }
 
 /// Per-participant media options the scenario decides.
@@ -76,6 +106,8 @@ pub struct Joined {
     pub name: String,
     /// Location to DELETE.
     pub location: String,
+    /// Its access token (for the DELETE).
+    pub token: Option<String>,
     /// Driver index.
     pub driver: usize,
     /// Shared snapshot.
@@ -100,11 +132,13 @@ enum Job {
         room_name: String,
         cfg: Box<ParticipantConfig>,
         driver: usize,
+        token: Option<String>,
     },
     Leave {
         tag: u64,
         location: String,
         driver: usize,
+        token: Option<String>,
     },
 }
 
@@ -175,8 +209,8 @@ fn raise_nofile() {
     }
 }
 
-fn server_counters(url: &str) -> Option<(u64, f64)> {
-    let v = signal::get_json(url, "/api/v1/stats").ok()?;
+fn server_counters(url: &str, token: Option<&str>) -> Option<(u64, f64)> {
+    let v = signal::get_json_auth(url, "/api/v1/stats", token).ok()?;
     let fwd = v.get("total")?.get("forwarded")?.as_u64()?;
     let busy = v
         .get("shards")
@@ -253,6 +287,9 @@ pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String>
         "{:x}",
         fastrand::Rng::with_seed(common.seed ^ u64::from(std::process::id())).u32(..)
     );
+    // Tokens outlive the run: the leaves come after the plan's end.
+    let token_ttl = plan.end + Duration::from_secs(3600);
+    let admin_token = common.token(None, &format!("bench-{run_id}"), token_ttl);
     let mut rng = fastrand::Rng::with_seed(common.seed);
     let mut next_join = 0usize;
     let mut joined: HashMap<u64, Joined> = HashMap::new();
@@ -300,11 +337,13 @@ pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String>
             cfg.tag = jp.tag;
             let driver = (jp.tag as usize) % drivers.len();
             let room_name = format!("bench-{run_id}-r{}", jp.room);
+            let token = common.token(Some(&room_name), &jp.name, token_ttl);
             let _ = job_tx.send(Job::Join {
                 plan: jp,
                 room_name,
                 cfg: Box::new(cfg),
                 driver,
+                token,
             });
         }
         while let Ok(r) = res_rx.try_recv() {
@@ -336,7 +375,7 @@ pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String>
                 .count();
             let (fwd, busy) = match common
                 .server_stats
-                .then(|| server_counters(&common.url))
+                .then(|| server_counters(&common.url, admin_token.as_deref()))
                 .flatten()
             {
                 Some((f, b)) => (Some(f), Some(b)),
@@ -396,6 +435,7 @@ pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String>
                 tag: j.tag,
                 location: j.location.clone(),
                 driver: j.driver,
+                token: j.token.clone(),
             })
             .is_ok()
         {
@@ -416,7 +456,7 @@ pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String>
             }
             Ok(JobResult::Joined(j)) => {
                 // Joined after the end: leave it right away.
-                let _ = signal::delete(&common.url, &j.location);
+                let _ = signal::delete_auth(&common.url, &j.location, j.token.as_deref());
                 drivers[j.driver].send(Command::Remove(j.tag));
             }
             Ok(JobResult::Failed { tag, err }) => failures.push((tag, err.status, err.body)),
@@ -518,6 +558,7 @@ fn joiner(
                 room_name,
                 cfg,
                 driver,
+                token,
             } => {
                 if phase.load(Ordering::Relaxed) >= 1 {
                     // The run is over: do not join any more.
@@ -525,7 +566,7 @@ fn joiner(
                 }
                 let speaking = cfg.speaking;
                 let post_ns = clock::mono_ns();
-                match corelay_client::connect(&url, &room_name, bind, *cfg) {
+                match corelay_client::connect_auth(&url, &room_name, bind, *cfg, token.as_deref()) {
                     Ok(c) => {
                         let shared = c.participant.shared();
                         let answered_ns = clock::mono_ns();
@@ -541,6 +582,7 @@ fn joiner(
                             member: plan.member,
                             name: plan.name,
                             location: c.joined.location,
+                            token,
                             driver,
                             shared,
                             post_ns,
@@ -557,8 +599,9 @@ fn joiner(
                 tag,
                 location,
                 driver,
+                token,
             } => {
-                let ok = signal::delete(&url, &location).is_ok();
+                let ok = signal::delete_auth(&url, &location, token.as_deref()).is_ok();
                 if let Some(d) = drivers.get(driver) {
                     d.send(Command::Remove(tag));
                 }

@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 pub use driver::{Command, Driver};
 pub use media::{Recording, VideoSource};
 pub use participant::{Participant, ParticipantConfig, VideoCodec};
-pub use signal::JoinError;
+pub use signal::{JoinError, mint_token};
 pub use stats::{Kind, NoObserver, Observer, SlotStats, Snapshot};
 
 /// What to join and how to behave.
@@ -73,6 +73,9 @@ pub struct JoinSpec {
     pub video: VideoSource,
     /// Latency samples kept per slot in snapshots.
     pub keep_latency_samples: usize,
+    /// Access token sent as `Authorization: Bearer` on the join and the
+    /// leave (servers run with `--auth-secret`; see [`mint_token`]).
+    pub token: Option<String>,
 }
 
 impl JoinSpec {
@@ -93,6 +96,7 @@ impl JoinSpec {
             dtx: false,
             video: VideoSource::default(),
             keep_latency_samples: 100_000,
+            token: None,
         }
     }
 
@@ -124,6 +128,8 @@ pub struct Connected {
     pub joined: signal::Joined,
     /// CLOCK_MONOTONIC ns just before the POST.
     pub post_ns: u64,
+    /// The SDP offer that was POSTed.
+    pub offer: String,
 }
 
 /// Bind a socket, build the offer, POST it and apply the answer.
@@ -132,6 +138,17 @@ pub fn connect(
     room: &str,
     bind_ip: IpAddr,
     cfg: ParticipantConfig,
+) -> Result<Connected, JoinError> {
+    connect_auth(url, room, bind_ip, cfg, None)
+}
+
+/// [`connect`] with an optional bearer token.
+pub fn connect_auth(
+    url: &str,
+    room: &str,
+    bind_ip: IpAddr,
+    cfg: ParticipantConfig,
+    token: Option<&str>,
 ) -> Result<Connected, JoinError> {
     let socket = UdpSocket::bind(SocketAddr::new(bind_ip, 0))
         .map_err(|e| JoinError::local(format!("bind {bind_ip}:0: {e}")))?;
@@ -142,10 +159,10 @@ pub fn connect(
     let (mut participant, offer) =
         Participant::new(cfg, local, Instant::now()).map_err(JoinError::local)?;
     let post_ns = clock::mono_ns();
-    let joined = signal::post_offer(url, room, &name, &offer)?;
+    let joined = signal::post_offer_auth(url, room, &name, &offer, token)?;
     if let Err(e) = participant.accept_answer(&joined.answer) {
         // The server created a participant we cannot use: remove it again.
-        let _ = signal::delete(url, &joined.location);
+        let _ = signal::delete_auth(url, &joined.location, token);
         return Err(JoinError {
             status: Some(201),
             body: format!("{e}; answer was: {}", joined.answer),
@@ -157,6 +174,7 @@ pub fn connect(
         socket,
         joined,
         post_ns,
+        offer,
     })
 }
 
@@ -165,9 +183,11 @@ static NEXT_KEY: AtomicU64 = AtomicU64::new(1);
 /// A joined participant being driven by a thread.
 pub struct ParticipantHandle {
     id: String,
+    offer: String,
     location: String,
     etag: String,
     url: String,
+    token: Option<String>,
     local: SocketAddr,
     key: u64,
     shared: Arc<Mutex<Snapshot>>,
@@ -184,7 +204,8 @@ pub fn join(spec: JoinSpec) -> Result<ParticipantHandle, JoinError> {
 /// Like [`join`], but driven by an existing (shared) driver thread.
 pub fn join_on(driver: &Arc<Driver>, spec: JoinSpec) -> Result<ParticipantHandle, JoinError> {
     let cfg = spec.participant_config();
-    let c = connect(&spec.url, &spec.room, spec.bind_ip, cfg)?;
+    let token = spec.token.as_deref();
+    let c = connect_auth(&spec.url, &spec.room, spec.bind_ip, cfg, token)?;
     let key = NEXT_KEY.fetch_add(1, Ordering::Relaxed);
     let shared = c.participant.shared();
     let local = c.participant.local_addr();
@@ -193,14 +214,16 @@ pub fn join_on(driver: &Arc<Driver>, spec: JoinSpec) -> Result<ParticipantHandle
         participant: c.participant,
         socket: c.socket,
     }) {
-        let _ = signal::delete(&spec.url, &c.joined.location);
+        let _ = signal::delete_auth(&spec.url, &c.joined.location, token);
         return Err(JoinError::local("driver thread is gone"));
     }
     Ok(ParticipantHandle {
         id: c.joined.id,
+        offer: c.offer,
         location: c.joined.location,
         etag: c.joined.etag,
         url: spec.url,
+        token: spec.token,
         local,
         key,
         shared,
@@ -209,9 +232,14 @@ pub fn join_on(driver: &Arc<Driver>, spec: JoinSpec) -> Result<ParticipantHandle
 }
 
 impl ParticipantHandle {
-    /// Participant id (last segment of `Location`).
+    /// The participant's public id (as rosters and slot events name it).
     pub fn id(&self) -> &str {
         &self.id
+    }
+
+    /// The SDP offer it joined with.
+    pub fn offer(&self) -> &str {
+        &self.offer
     }
 
     /// `Location` as the server sent it.
@@ -291,7 +319,7 @@ impl ParticipantHandle {
 
     /// `DELETE` the participant, then stop driving it.
     pub fn leave(self) -> Result<(), JoinError> {
-        let r = signal::delete(&self.url, &self.location);
+        let r = signal::delete_auth(&self.url, &self.location, self.token.as_deref());
         self.driver.send(Command::Remove(self.key));
         r
     }

@@ -6,7 +6,7 @@
 
 use std::fmt;
 use std::sync::OnceLock;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ureq::Agent;
 
@@ -58,7 +58,8 @@ pub struct Joined {
     pub location: String,
     /// `ETag` as the server sent it (with quotes, if any).
     pub etag: String,
-    /// Last path segment of `Location`: the participant id.
+    /// The participant's public id (`Participant-Id`; without that header,
+    /// the last path segment of `Location`).
     pub id: String,
 }
 
@@ -121,16 +122,67 @@ fn read_body(resp: &mut ureq::http::Response<ureq::Body>) -> String {
         .unwrap_or_default()
 }
 
+/// Adds `Authorization: Bearer <token>` when there is a token.
+fn bearer<B>(req: ureq::RequestBuilder<B>, token: Option<&str>) -> ureq::RequestBuilder<B> {
+    match token {
+        Some(t) => req.header("Authorization", format!("Bearer {t}")),
+        None => req,
+    }
+}
+
+/// An access token for a server run with `--auth-secret`: JWT, HS256,
+/// `sub` = `identity`, for `room`, publish and subscribe, valid for `ttl`.
+pub fn mint_token(
+    secret: &[u8],
+    room: &str,
+    identity: &str,
+    ttl: Duration,
+) -> Result<String, String> {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    mint_claims(
+        secret,
+        &serde_json::json!({
+            "sub": identity,
+            "room": room,
+            "iat": now,
+            "exp": now.saturating_add(ttl.as_secs()),
+        }),
+    )
+}
+
+/// Signs arbitrary claims (HS256): admin tokens, restricted rights, expired
+/// tokens for tests.
+pub fn mint_claims(secret: &[u8], claims: &serde_json::Value) -> Result<String, String> {
+    jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+        claims,
+        &jsonwebtoken::EncodingKey::from_secret(secret),
+    )
+    .map_err(|e| format!("cannot sign the token: {e}"))
+}
+
 /// `POST {url}/api/v1/rooms/{room}/participants?name={name}` with an SDP offer.
 pub fn post_offer(url: &str, room: &str, name: &str, offer_sdp: &str) -> Result<Joined, JoinError> {
+    post_offer_auth(url, room, name, offer_sdp, None)
+}
+
+/// [`post_offer`] with an optional bearer token.
+pub fn post_offer_auth(
+    url: &str,
+    room: &str,
+    name: &str,
+    offer_sdp: &str,
+    token: Option<&str>,
+) -> Result<Joined, JoinError> {
     let target = format!(
         "{}/api/v1/rooms/{}/participants?name={}",
         url.trim_end_matches('/'),
         encode_component(room),
         encode_component(name)
     );
-    let mut resp = agent()
-        .post(&target)
+    let mut resp = bearer(agent().post(&target), token)
         .header("Content-Type", "application/sdp")
         .send(offer_sdp)
         .map_err(|e| JoinError::local(format!("POST {target}: {e}")))?;
@@ -138,6 +190,7 @@ pub fn post_offer(url: &str, room: &str, name: &str, offer_sdp: &str) -> Result<
     let retry_after = header(&resp, "retry-after").and_then(|v| v.trim().parse().ok());
     let location = header(&resp, "location");
     let etag = header(&resp, "etag").unwrap_or_default();
+    let participant_id = header(&resp, "participant-id");
     let body = read_body(&mut resp);
     if status != 201 {
         return Err(JoinError {
@@ -153,12 +206,16 @@ pub fn post_offer(url: &str, room: &str, name: &str, offer_sdp: &str) -> Result<
             retry_after,
         });
     };
-    let id = location
-        .trim_end_matches('/')
-        .rsplit('/')
-        .next()
-        .unwrap_or_default()
-        .to_string();
+    // The public id (rosters, slots); the Location's last segment is a
+    // secret capability, used by servers that send no Participant-Id.
+    let id = participant_id.unwrap_or_else(|| {
+        location
+            .trim_end_matches('/')
+            .rsplit('/')
+            .next()
+            .unwrap_or_default()
+            .to_string()
+    });
     Ok(Joined {
         answer: body,
         location,
@@ -169,9 +226,13 @@ pub fn post_offer(url: &str, room: &str, name: &str, offer_sdp: &str) -> Result<
 
 /// `DELETE {location}`; 204 (or 200) is success.
 pub fn delete(url: &str, location: &str) -> Result<(), JoinError> {
+    delete_auth(url, location, None)
+}
+
+/// [`delete`] with an optional bearer token.
+pub fn delete_auth(url: &str, location: &str, token: Option<&str>) -> Result<(), JoinError> {
     let target = resolve(url, location);
-    let mut resp = agent()
-        .delete(&target)
+    let mut resp = bearer(agent().delete(&target), token)
         .call()
         .map_err(|e| JoinError::local(format!("DELETE {target}: {e}")))?;
     let status = resp.status().as_u16();
@@ -194,9 +255,19 @@ pub fn patch_offer(
     etag: &str,
     offer_sdp: &str,
 ) -> Result<(String, String), JoinError> {
+    patch_offer_auth(url, location, etag, offer_sdp, None)
+}
+
+/// [`patch_offer`] with an optional bearer token.
+pub fn patch_offer_auth(
+    url: &str,
+    location: &str,
+    etag: &str,
+    offer_sdp: &str,
+    token: Option<&str>,
+) -> Result<(String, String), JoinError> {
     let target = resolve(url, location);
-    let mut resp = agent()
-        .patch(&target)
+    let mut resp = bearer(agent().patch(&target), token)
         .header("Content-Type", "application/sdp")
         .header("If-Match", etag)
         .send(offer_sdp)
@@ -217,9 +288,17 @@ pub fn patch_offer(
 
 /// `GET {url}{path}` returning the JSON body (for health/room queries in tests and the bench).
 pub fn get_json(url: &str, path: &str) -> Result<serde_json::Value, JoinError> {
+    get_json_auth(url, path, None)
+}
+
+/// [`get_json`] with an optional bearer token.
+pub fn get_json_auth(
+    url: &str,
+    path: &str,
+    token: Option<&str>,
+) -> Result<serde_json::Value, JoinError> {
     let target = resolve(url, path);
-    let mut resp = agent()
-        .get(&target)
+    let mut resp = bearer(agent().get(&target), token)
         .call()
         .map_err(|e| JoinError::local(format!("GET {target}: {e}")))?;
     let status = resp.status().as_u16();
@@ -260,6 +339,22 @@ mod tests {
     fn encode() {
         assert_eq!(encode_component("Alice Smith/1"), "Alice%20Smith%2F1");
         assert_eq!(encode_component("r-1_a.b~"), "r-1_a.b~");
+    }
+
+    #[test]
+    fn minted_tokens_carry_the_claims() {
+        let t = mint_token(b"k", "r1", "alice", Duration::from_secs(60)).unwrap();
+        let mut v = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::HS256);
+        v.set_required_spec_claims(&["exp", "sub"]);
+        let d = jsonwebtoken::decode::<serde_json::Value>(
+            &t,
+            &jsonwebtoken::DecodingKey::from_secret(b"k"),
+            &v,
+        )
+        .unwrap();
+        assert_eq!(d.claims["sub"], "alice");
+        assert_eq!(d.claims["room"], "r1");
+        assert!(d.claims["exp"].as_u64().unwrap() > d.claims["iat"].as_u64().unwrap());
     }
 
     #[test]
