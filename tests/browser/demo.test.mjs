@@ -94,7 +94,9 @@ describe('demo page', () => {
       }));
       assert.equal(c.welcome.participant, ids[me]);
       assert.equal(c.welcome.room, room);
-      assert.ok(c.location.endsWith(`/api/v1/rooms/${room}/participants/${ids[me]}`), c.location);
+      // The resource URL is an unguessable capability, not the public id.
+      assert.match(c.location, new RegExp(`/api/v1/rooms/${room}/participants/[0-9a-f]{32}$`), c.location);
+      assert.ok(!c.location.includes(ids[me]), c.location);
       const names = Object.fromEntries(c.roster.map((p) => [p.id, p.name]));
       assert.equal(names[ids.alice], 'Alice');
       assert.equal(names[ids.bob], 'Bob');

@@ -42,6 +42,7 @@ window.rawJoin = async (room, name, videoSlots = 3, audioSlots = 1) => {
   });
   raw.status = res.status;
   raw.location = res.headers.get('Location');
+  raw.pid = res.headers.get('Participant-Id');
   raw.etag = res.headers.get('ETag');
   raw.contentType = res.headers.get('Content-Type');
   raw.answer = await res.text();
@@ -126,8 +127,8 @@ test('a page using only the HTTP API and the data channel gets slots and decodes
       assert.ok(raw.transceivers.every((x) => x.current === x.direction), `currentDirection: ${JSON.stringify(raw.transceivers)}`);
     }
 
-    const idA = await a.evaluate(() => window.raw.location.split('/').pop());
-    const idB = await b.evaluate(() => window.raw.location.split('/').pop());
+    const idA = await a.evaluate(() => window.raw.pid);
+    const idB = await b.evaluate(() => window.raw.pid);
     for (const [page, me, other] of [[a, idA, idB], [b, idB, idA]]) {
       await waitInPage(page, (o) => window.raw.slots.some((s) => s.kind === 'video' && s.participant === o), other,
         { what: 'a slots event with the other participant' });
@@ -234,7 +235,7 @@ test('a browser can renegotiate with PATCH + If-Match: a slot added later gets f
 
     // A publisher joins: the new slot is filled and decodes.
     assert.equal(await pub.evaluate((rm) => window.rawJoin(rm, 'Q', 0, 0), room), 201);
-    const qid = await pub.evaluate(() => window.raw.location.split('/').pop());
+    const qid = await pub.evaluate(() => window.raw.pid);
     await waitInPage(page, ([m, q]) => window.raw.slots.some((s) => s.mid === m && s.participant === q),
       [answer[2].mid, qid], { what: 'the new slot to be filled by Q' });
     await waitMediaFlowing(page, answer[2].mid, 'video', { pcExpr: 'window.raw.pc' });

@@ -87,7 +87,7 @@ test('a WHIP publisher (no data channel) is decoded by the /watch viewer', async
         setTimeout(ok, 5000);
       });
       const resp = await fetch(`/whip/${r}`, { method: 'POST', headers: { 'Content-Type': 'application/sdp' }, body: pc.localDescription.sdp });
-      const out = { status: resp.status, location: resp.headers.get('Location'), answer: await resp.text() };
+      const out = { status: resp.status, location: resp.headers.get('Location'), pid: resp.headers.get('Participant-Id'), answer: await resp.text() };
       if (resp.status !== 201) return out;
       await pc.setRemoteDescription({ type: 'answer', sdp: out.answer });
       // A trickle PATCH (ICE-lite server: accepted and ignored).
@@ -101,7 +101,7 @@ test('a WHIP publisher (no data channel) is decoded by the /watch viewer', async
     assert.equal(res.status, 201, `WHIP POST: ${res.answer}`);
     assert.match(res.location, new RegExp(`^/whip/${room}/[^/]+$`));
     assert.equal(res.trickle, 204, 'trickle PATCH');
-    const whipId = res.location.split('/').pop();
+    const whipId = res.pid;
     await waitInPage(pub, () => window.pc.connectionState === 'connected', null, { what: 'the WHIP publisher to connect' });
 
     const viewer = await newPage(browser, 'viewer2');

@@ -71,10 +71,13 @@
 
   // One session = one RTCPeerConnection + one POST + the events channel.
   class CorelaySession extends EventTarget {
-    // opts: {endpoint, name, stream, videoSlots, audioSlots, absCaptureTime}
+    // opts: {endpoint, name, stream, videoSlots, audioSlots, absCaptureTime, token}
+    // token: access token for a server run with --auth-secret (default: the
+    // page address's ?token=), sent as `Authorization: Bearer` on every call.
     constructor(opts) {
       super();
       this.endpoint = opts.endpoint;
+      this.token = opts.token ?? params.get('token') ?? null;
       this.name = opts.name || '';
       this.stream = opts.stream || null;
       this.videoSlots = opts.videoSlots ?? 3;
@@ -95,6 +98,13 @@
       this.offer = null;
       this.answer = null;
       this.senders = {};  // kind -> RTCRtpSender
+    }
+
+    // Headers for an API call: `extra` plus the bearer token, if any.
+    headers(extra) {
+      const h = { ...(extra || {}) };
+      if (this.token) h.Authorization = `Bearer ${this.token}`;
+      return h;
     }
 
     setState(state, detail) {
@@ -147,20 +157,22 @@
 
       const res = await fetch(this.endpoint, {
         method: 'POST',
-        headers: { 'Content-Type': 'application/sdp' },
+        headers: this.headers({ 'Content-Type': 'application/sdp' }),
         body: this.offer,
       });
       if (!res.ok) {
         let msg = await errorText(res);
         const retry = res.headers.get('Retry-After');
         if (res.status === 503 && retry) msg += ` (try again in ${retry} s)`;
+        if (res.status === 401 && !this.token) msg += ' (this server needs an access token: add ?token=… to the address)';
         this.fail(msg);
         throw new Error(msg);
       }
       const loc = res.headers.get('Location');
       this.location = loc ? new URL(loc, location.href).href : null;
       this.etag = res.headers.get('ETag');
-      if (loc) this.participantId = decodeURIComponent(loc.split('/').filter(Boolean).pop());
+      // The resource URL is a secret capability; the public id comes apart.
+      this.participantId = res.headers.get('Participant-Id');
       this.answer = await res.text();
       await pc.setRemoteDescription({ type: 'answer', sdp: this.answer });
       this.setState('negotiated');
@@ -212,7 +224,7 @@
     // Best-effort removal on page unload: fetch keepalive survives the page.
     leaveOnUnload() {
       if (this.location && this.state !== 'left') {
-        try { fetch(this.location, { method: 'DELETE', keepalive: true }); } catch { /* ignore */ }
+        try { fetch(this.location, { method: 'DELETE', headers: this.headers(), keepalive: true }); } catch { /* ignore */ }
         this.state = 'left';
       }
     }
@@ -222,7 +234,7 @@
       this.setState('left');
       this.location = null;
       if (loc) {
-        try { await fetch(loc, { method: 'DELETE' }); } catch (err) { console.warn('corelay: DELETE failed', err); }
+        try { await fetch(loc, { method: 'DELETE', headers: this.headers() }); } catch (err) { console.warn('corelay: DELETE failed', err); }
       }
       if (this.dc) try { this.dc.close(); } catch { /* ignore */ }
       if (this.pc) this.pc.close();
@@ -602,7 +614,9 @@
     form.hidden = true;
     $('controls').hidden = false;
     $('room-label').textContent = room;
-    $('watch-link').href = `/watch/${encodeURIComponent(room)}`;
+    // The viewer takes the same token (it needs the subscribe right).
+    const watchQuery = params.get('token') ? `?${new URLSearchParams({ token: params.get('token') })}` : '';
+    $('watch-link').href = `/watch/${encodeURIComponent(room)}${watchQuery}`;
     $('mute-audio').disabled = $('mute-video').disabled = !stream;
     const u = new URL(location.href);
     u.searchParams.set('room', room);

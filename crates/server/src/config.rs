@@ -2,8 +2,10 @@
 //! defaults that make a bare `corelay` work on a laptop.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
 
-use clap::{Parser, ValueEnum};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 #[derive(Parser, Debug, Clone)]
 #[command(
@@ -78,6 +80,199 @@ pub struct Config {
     /// Log filter (tracing EnvFilter syntax), e.g. "info" or "corelay=debug".
     #[arg(long, env = "CORELAY_LOG", default_value = "info")]
     pub log: String,
+
+    /// Largest SDP offer accepted, in bytes (larger: 413).
+    #[arg(long, env = "CORELAY_MAX_SDP_BYTES", default_value_t = 64 * 1024)]
+    pub max_sdp_bytes: usize,
+
+    /// Most m-lines (tracks, slots and the data channel) in one offer.
+    #[arg(long, env = "CORELAY_MAX_MLINES", default_value_t = 64)]
+    pub max_mlines: usize,
+
+    /// Most participants in one room (more: 409 room_full).
+    #[arg(long, env = "CORELAY_MAX_PARTICIPANTS_PER_ROOM", default_value_t = 100)]
+    pub max_participants_per_room: usize,
+
+    /// Most rooms open at once (more: 503 with Retry-After).
+    #[arg(long, env = "CORELAY_MAX_ROOMS", default_value_t = 10_000)]
+    pub max_rooms: usize,
+
+    /// Most remote addresses (ICE-verified) one participant may send from.
+    #[arg(long, env = "CORELAY_MAX_ADDRS_PER_PARTICIPANT", default_value_t = 8)]
+    pub max_addrs_per_participant: usize,
+
+    /// Data-channel requests (pin, unpin, …) per second per participant;
+    /// bursts of twice that. Excess requests are dropped and counted.
+    #[arg(long, env = "CORELAY_MAX_REQUESTS_PER_SECOND", default_value_t = 20)]
+    pub max_requests_per_second: u32,
+
+    /// A participant whose ICE and DTLS are not up this long after its join
+    /// is removed and its admission slot freed (e.g. 15s, 500ms).
+    #[arg(long, env = "CORELAY_CONNECT_TIMEOUT", default_value = "15s", value_parser = parse_duration)]
+    pub connect_timeout: Duration,
+
+    /// HTTP: time a client has to send a request's headers, and how long an
+    /// idle keep-alive connection waits for its next request.
+    #[arg(long, env = "CORELAY_HTTP_HEADER_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub http_header_timeout: Duration,
+
+    /// HTTP: time a client has to send a request's body.
+    #[arg(long, env = "CORELAY_HTTP_BODY_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub http_body_timeout: Duration,
+
+    /// On SIGTERM/ctrl-c: how long to wait for connections to close before
+    /// exiting anyway.
+    #[arg(long, env = "CORELAY_SHUTDOWN_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub shutdown_timeout: Duration,
+
+    /// What to do when a shard thread dies (a bug; no client input should
+    /// cause it): `exit` stops the process with status 1 so that a supervisor
+    /// (systemd, Kubernetes) restarts it with every core; `continue` keeps
+    /// serving on the other shards, with /healthz reporting 503.
+    #[arg(long, env = "CORELAY_ON_SHARD_FAILURE", value_enum, default_value_t = ShardFailure::Exit)]
+    pub on_shard_failure: ShardFailure,
+
+    /// Testing only: a participant with this display name panics inside its
+    /// own handling once connected (fault isolation).
+    #[arg(long, env = "CORELAY_TEST_PANIC_PARTICIPANT", hide = true)]
+    pub test_panic_participant: Option<String>,
+
+    /// Testing only: the shard that gets a participant of this room panics
+    /// outside any participant (a shard failure).
+    #[arg(long, env = "CORELAY_TEST_FAIL_SHARD_ROOM", hide = true)]
+    pub test_fail_shard_room: Option<String>,
+
+    /// Require access tokens (JWT, HS256, signed with this secret) on the
+    /// API; mint them with `corelay token`. Without it the API is open.
+    #[arg(
+        long,
+        env = "CORELAY_AUTH_SECRET",
+        hide_env_values = true,
+        conflicts_with = "auth_secret_file"
+    )]
+    pub auth_secret: Option<Secret>,
+
+    /// Read the --auth-secret from this file (one trailing newline trimmed).
+    #[arg(long, env = "CORELAY_AUTH_SECRET_FILE")]
+    pub auth_secret_file: Option<PathBuf>,
+
+    /// Web origins (scheme://host[:port]) whose pages may call the API from a
+    /// browser (CORS); repeat or separate with commas; "*" allows any. The
+    /// server's own pages need none.
+    #[arg(
+        long = "cors-origin",
+        env = "CORELAY_CORS_ORIGIN",
+        value_delimiter = ','
+    )]
+    pub cors_origins: Vec<String>,
+
+    #[command(subcommand)]
+    pub command: Option<Cmd>,
+}
+
+/// `corelay <command>`; without one, `corelay` runs the server.
+#[derive(Subcommand, Debug, Clone)]
+pub enum Cmd {
+    /// Print an access token (JWT, HS256) for the API on stdout.
+    Token(TokenArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct TokenArgs {
+    /// The server's --auth-secret.
+    #[arg(long, env = "CORELAY_AUTH_SECRET", hide_env_values = true)]
+    pub secret: Secret,
+    /// The room the token grants (required unless --admin).
+    #[arg(long, required_unless_present = "admin")]
+    pub room: Option<String>,
+    /// The participant's identity (the token's `sub`).
+    #[arg(long)]
+    pub identity: String,
+    /// Display name (default: the join's ?name=, else a guest name).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Server administrator: every room and participant, listings and stats.
+    #[arg(long)]
+    pub admin: bool,
+    /// May not publish.
+    #[arg(long)]
+    pub no_publish: bool,
+    /// May not receive.
+    #[arg(long)]
+    pub no_subscribe: bool,
+    /// Validity: a number with s, m, h or d (30s, 15m, 1h, 2d).
+    #[arg(long, default_value = "1h", value_parser = parse_ttl)]
+    pub ttl: Duration,
+}
+
+/// A secret from the command line: never shown by `Debug`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(..)")
+    }
+}
+
+impl std::str::FromStr for Secret {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s.is_empty() {
+            Err("the secret is empty".into())
+        } else {
+            Ok(Secret(s.to_string()))
+        }
+    }
+}
+
+/// `30s`, `15m`, `1h`, `2d` (a bare number is seconds).
+pub fn parse_ttl(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = match s.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => s.split_at(i),
+        None => (s, "s"),
+    };
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?}: expected a number and s, m, h or d, e.g. 15m"))?;
+    let secs = match unit {
+        "s" => Some(n),
+        "m" => n.checked_mul(60),
+        "h" => n.checked_mul(3600),
+        "d" => n.checked_mul(86_400),
+        _ => return Err(format!("{s:?}: the unit must be s, m, h or d")),
+    };
+    match secs {
+        Some(0) => Err("the ttl must be positive".into()),
+        Some(secs) => Ok(Duration::from_secs(secs)),
+        None => Err(format!("{s:?} is too long")),
+    }
+}
+
+/// A duration flag: `500ms`, or anything [`parse_ttl`] takes (`15s`, `2m`).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    match s.trim().strip_suffix("ms") {
+        Some(ms) => ms
+            .parse::<u64>()
+            .ok()
+            .filter(|n| *n > 0)
+            .map(Duration::from_millis)
+            .ok_or_else(|| format!("{s:?}: expected a positive number of ms, e.g. 500ms")),
+        None => parse_ttl(s),
+    }
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+pub enum ShardFailure {
+    Exit,
+    Continue,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
@@ -101,6 +296,32 @@ impl Config {
             return self.bind_ip;
         }
         primary_ip().unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST))
+    }
+
+    /// The token secret: --auth-secret, or the contents of
+    /// --auth-secret-file less one trailing newline. None: no authentication.
+    pub fn auth_secret(&self) -> Result<Option<Vec<u8>>, String> {
+        if let Some(s) = &self.auth_secret {
+            return Ok(Some(s.expose().as_bytes().to_vec()));
+        }
+        let Some(path) = &self.auth_secret_file else {
+            return Ok(None);
+        };
+        let mut bytes = std::fs::read(path)
+            .map_err(|e| format!("--auth-secret-file {}: {e}", path.display()))?;
+        if bytes.last() == Some(&b'\n') {
+            bytes.pop();
+            if bytes.last() == Some(&b'\r') {
+                bytes.pop();
+            }
+        }
+        if bytes.is_empty() {
+            return Err(format!(
+                "--auth-secret-file {}: the file is empty",
+                path.display()
+            ));
+        }
+        Ok(Some(bytes))
     }
 }
 
@@ -134,4 +355,100 @@ fn primary_ip() -> Option<IpAddr> {
         libc::freeifaddrs(list);
     }
     found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ttl() {
+        assert_eq!(parse_ttl("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_ttl("15m"), Ok(Duration::from_secs(900)));
+        assert_eq!(parse_ttl("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_ttl("2d"), Ok(Duration::from_secs(172_800)));
+        assert_eq!(parse_ttl("90"), Ok(Duration::from_secs(90)));
+        for bad in ["", "h", "1w", "-1h", "0s", "1.5h", "99999999999999999999d"] {
+            assert!(parse_ttl(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn plain_flags_still_run_the_server() {
+        let c =
+            Config::try_parse_from(["corelay", "--http", "127.0.0.1:1", "--shards", "2"]).unwrap();
+        assert!(c.command.is_none());
+        assert_eq!(c.shard_count(), 2);
+        let c = Config::try_parse_from([
+            "corelay",
+            "--auth-secret",
+            "s3cret",
+            "--cors-origin",
+            "https://a.example,https://b.example",
+            "--cors-origin",
+            "https://c.example",
+        ])
+        .unwrap();
+        assert_eq!(c.auth_secret().unwrap(), Some(b"s3cret".to_vec()));
+        assert_eq!(c.cors_origins.len(), 3);
+        // The secret stays out of Debug output.
+        assert!(!format!("{c:?}").contains("s3cret"));
+        assert!(
+            Config::try_parse_from(["corelay", "--auth-secret", "a", "--auth-secret-file", "/x"])
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn secret_file_loses_its_trailing_newline() {
+        let path = std::env::temp_dir().join(format!("corelay-secret-{}", std::process::id()));
+        std::fs::write(&path, "from-a-file\n").unwrap();
+        let c = Config::try_parse_from(["corelay", "--auth-secret-file", path.to_str().unwrap()])
+            .unwrap();
+        assert_eq!(c.auth_secret().unwrap(), Some(b"from-a-file".to_vec()));
+        std::fs::write(&path, "\n").unwrap();
+        assert!(c.auth_secret().is_err());
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
+    fn token_subcommand() {
+        let c = Config::try_parse_from([
+            "corelay",
+            "token",
+            "--secret",
+            "s",
+            "--room",
+            "r1",
+            "--identity",
+            "alice",
+            "--ttl",
+            "15m",
+            "--no-publish",
+        ])
+        .unwrap();
+        let Some(Cmd::Token(t)) = c.command else {
+            panic!("no token command")
+        };
+        assert_eq!(t.room.as_deref(), Some("r1"));
+        assert_eq!(t.ttl, Duration::from_secs(900));
+        assert!(t.no_publish && !t.no_subscribe && !t.admin);
+        // --room is required unless --admin.
+        assert!(
+            Config::try_parse_from(["corelay", "token", "--secret", "s", "--identity", "a"])
+                .is_err()
+        );
+        assert!(
+            Config::try_parse_from([
+                "corelay",
+                "token",
+                "--secret",
+                "s",
+                "--identity",
+                "a",
+                "--admin"
+            ])
+            .is_ok()
+        );
+    }
 }

@@ -12,24 +12,41 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use corelay_core::{RtcSettings, VideoCodec};
+use corelay_core::{OfferLimits, ParticipantLimits, RtcSettings, VideoCodec};
 use tokio::sync::mpsc;
 
-use crate::config::{CodecArg, Config};
+use crate::config::{CodecArg, Config, ShardFailure};
 use crate::control::{Limits, State};
 use crate::shard::mesh::Mesh;
 use crate::shard::{ShardSpec, bind, spawn};
 
-/// Runs the server until ctrl-c or SIGTERM. Call from the main thread: it
-/// becomes the control thread.
+/// Runs the server until ctrl-c or SIGTERM (or until a shard fails, with
+/// `--on-shard-failure exit`: then it returns the failure as an error, so
+/// that the process exits non-zero and its supervisor restarts it). Call
+/// from the main thread: it becomes the control thread.
 pub fn run(cfg: Config) -> Result<(), Box<dyn std::error::Error>> {
+    install_panic_hook();
     str0m::crypto::from_feature_flags().install_process_default();
+    let access = Arc::new(control::auth::Access::from_config(&cfg)?);
+    if !access.enabled() {
+        tracing::warn!("no --auth-secret: the API runs without authentication, open to anyone");
+    }
     let n = cfg.shard_count();
     let ip = cfg.advertised_ip();
     let settings = RtcSettings {
         video_codec: match cfg.video_codec {
             CodecArg::H264 => VideoCodec::H264,
             CodecArg::Vp8 => VideoCodec::Vp8,
+        },
+        offer: OfferLimits {
+            max_sdp_bytes: cfg.max_sdp_bytes,
+            max_mlines: cfg.max_mlines,
+        },
+        participant: ParticipantLimits {
+            connect_timeout: cfg.connect_timeout,
+            max_addrs: cfg.max_addrs_per_participant.max(1),
+            requests_per_second: cfg.max_requests_per_second.max(1),
+            fault_injection_name: cfg.test_panic_participant.clone(),
         },
     };
     let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
@@ -56,6 +73,7 @@ pub fn run(cfg: Config) -> Result<(), Box<dyn std::error::Error>> {
             stall: cfg
                 .test_stall_every
                 .map(|every| (every, Duration::from_millis(cfg.test_stall_ms))),
+            fail_on_room: cfg.test_fail_shard_room.clone(),
         })?;
         handles.push(h);
         joins.push(j);
@@ -67,6 +85,8 @@ pub fn run(cfg: Config) -> Result<(), Box<dyn std::error::Error>> {
         Limits {
             max_participants_per_shard: cfg.max_participants_per_shard,
             max_shard_load: cfg.max_shard_load,
+            max_participants_per_room: cfg.max_participants_per_room,
+            max_rooms: cfg.max_rooms,
         },
         handles,
     )));
@@ -74,7 +94,7 @@ pub fn run(cfg: Config) -> Result<(), Box<dyn std::error::Error>> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    rt.block_on(async {
+    let result = rt.block_on(async {
         let listener = tokio::net::TcpListener::bind(cfg.http)
             .await
             .map_err(|e| format!("cannot listen on {}: {e}", cfg.http))?;
@@ -93,7 +113,15 @@ pub fn run(cfg: Config) -> Result<(), Box<dyn std::error::Error>> {
                 CodecArg::Vp8 => "VP8",
             }
         );
-        let pump = tokio::spawn(control::pump(state.clone(), from_shards));
+        let exit_on_failure = cfg.on_shard_failure == ShardFailure::Exit;
+        let (fatal_tx, mut fatal_rx) = tokio::sync::oneshot::channel();
+        let pump = tokio::spawn({
+            let state = state.clone();
+            async move {
+                let failure = control::pump(state, from_shards, exit_on_failure).await;
+                let _ = fatal_tx.send(failure);
+            }
+        });
         let metrics = if cfg.metrics == "off" {
             None
         } else {
@@ -118,25 +146,89 @@ pub fn run(cfg: Config) -> Result<(), Box<dyn std::error::Error>> {
                 }
             }
         };
-        axum::serve(listener, control::http::router(state.clone()))
-            .with_graceful_shutdown(shutdown_signal())
-            .await?;
-        tracing::info!("shutting down: closing every connection");
+        let fatal = std::cell::Cell::new(None);
+        let stop = async {
+            tokio::select! {
+                () = shutdown_signal() => {}
+                Ok(Some(reason)) = &mut fatal_rx => fatal.set(Some(reason)),
+            }
+        };
+        let limits = control::serve::ConnLimits {
+            header_timeout: cfg.http_header_timeout,
+            shutdown_timeout: cfg.shutdown_timeout,
+        };
+        let app = control::http::router(state.clone(), access).layer(axum::Extension(
+            control::http::BodyLimits {
+                max_bytes: cfg.max_sdp_bytes,
+                timeout: cfg.http_body_timeout,
+            },
+        ));
+        // The deadline counts from the signal: HTTP connections and shards
+        // share it, and the process exits when it passes whatever is left.
+        let closed = control::serve::serve(listener, app, limits, async {
+            stop.await;
+            tracing::info!(
+                "shutting down (deadline {:?}): closing every connection",
+                cfg.shutdown_timeout
+            );
+        })
+        .await;
         let waits = control::lock(&state).shutdown();
-        for w in waits {
-            let _ = tokio::time::timeout(Duration::from_secs(2), w).await;
-        }
+        let shards_closed = tokio::time::timeout(cfg.shutdown_timeout, async {
+            for w in waits {
+                let _ = w.await;
+            }
+        })
+        .await
+        .is_ok();
         pump.abort();
         if let Some(m) = metrics {
             m.abort();
         }
-        Ok::<(), Box<dyn std::error::Error>>(())
-    })?;
+        if let Some(reason) = fatal.take() {
+            return Err(format!(
+                "{reason}; exiting so that a supervisor restarts corelay (--on-shard-failure continue keeps serving on the other shards)"
+            )
+            .into());
+        }
+        Ok::<bool, Box<dyn std::error::Error>>(closed && shards_closed)
+    });
+    drop(rt);
+    let clean = result?;
     drop(state);
-    for j in joins {
-        let _ = j.join();
+    if clean {
+        for j in joins {
+            let _ = j.join();
+        }
+    } else {
+        tracing::warn!("exiting with connections or shards still open (shutdown deadline)");
     }
     Ok(())
+}
+
+/// Panics inside [`corelay_core::guard::isolate`] are caught and logged once,
+/// with the participant they concern, by the code that caught them: the hook
+/// only notes where they happened. Any other panic is logged at ERROR here.
+fn install_panic_hook() {
+    std::panic::set_hook(Box::new(|info| {
+        let location = info.location().map(|l| l.to_string()).unwrap_or_default();
+        if corelay_core::guard::active() {
+            corelay_core::guard::note_location(location);
+            return;
+        }
+        let payload = info.payload();
+        let message = payload
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        let thread = std::thread::current();
+        tracing::error!(
+            thread = thread.name().unwrap_or("?"),
+            "panic at {location}: {message}\n{}",
+            std::backtrace::Backtrace::capture()
+        );
+    }));
 }
 
 async fn shutdown_signal() {

@@ -41,7 +41,7 @@ fn bad_offers_get_400_with_a_reason() {
 
     let (st, _, body) = server.request("POST", "/api/v1/rooms/bad%20room/participants", SDP, "v=0");
     assert_eq!(st, 400);
-    assert_eq!(json(&body)["code"], "bad_request");
+    assert_eq!(json(&body)["code"], "bad_room_name");
 }
 
 #[test]
@@ -119,8 +119,19 @@ fn garbage_datagrams_are_dropped_and_counted_while_the_call_flows() {
     });
     assert!(ok);
     let before_frames = a.snapshot().slots.values().map(|s| s.frames).sum::<u64>();
-    let before =
-        server.stats_total("dropped_malformed") + server.stats_total("dropped_unknown_source");
+    // Every junk datagram lands in exactly one of these.
+    let drops = |s: &serde_json::Value| {
+        [
+            "dropped_malformed",
+            "dropped_unknown_source",
+            "dropped_by_stack",
+            "dropped_addr_limit",
+        ]
+        .iter()
+        .map(|f| s["total"][f].as_u64().unwrap())
+        .sum::<u64>()
+    };
+    let before = drops(&server.get_json("/api/v1/stats"));
 
     let shard = format!("127.0.0.1:{}", server.udp_base);
     let stranger = UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -149,17 +160,22 @@ fn garbage_datagrams_are_dropped_and_counted_while_the_call_flows() {
     // DTLS garbage from a known participant: a full-length bogus record.
     b.send_raw([vec![23, 0xfe, 0xfd], vec![0; 10], vec![0, 20], vec![7; 20]].concat());
 
-    let stats = server.wait_stats(Duration::from_secs(3), |s| {
-        s["total"]["dropped_malformed"].as_u64().unwrap()
-            + s["total"]["dropped_unknown_source"].as_u64().unwrap()
-            >= before + 12
-    });
-    let after = stats["total"]["dropped_malformed"].as_u64().unwrap()
-        + stats["total"]["dropped_unknown_source"].as_u64().unwrap();
+    sent += 1;
+    // Known gap: str0m drops an SRTCP packet that fails authentication without
+    // telling (and a valid one may produce nothing at once), so RTCP-shaped
+    // junk from a participant's own address can go uncounted.
+    let rtcp_shaped = junk
+        .iter()
+        .filter(|j| matches!(j.as_slice(), [128..=191, 192..=223, ..]) && j.len() >= 8)
+        .count() as u64;
+    let least = sent - rtcp_shaped;
+    let stats = server.wait_stats(Duration::from_secs(3), |s| drops(s) >= before + least);
+    let counted = drops(&stats) - before;
+    // All the others; and not one twice (the call's own traffic drops
+    // nothing, but leave room for a stray duplicate of a real packet).
     assert!(
-        after >= before + 12,
-        "only {} of {sent} junk datagrams counted: {stats}",
-        after - before
+        (least..=sent + 5).contains(&counted),
+        "{counted} drops counted for {sent} junk datagrams ({rtcp_shaped} RTCP-shaped): {stats}"
     );
     // The call keeps flowing, intact.
     let (ok, s) = a.wait_until(Duration::from_secs(10), |s| {

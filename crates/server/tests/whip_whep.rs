@@ -31,7 +31,15 @@ fn join_raw(server: &Server, path: &str, cfg: ParticipantConfig) -> Raw {
     let header = |n: &str| headers.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone());
     assert_eq!(header("content-type").as_deref(), Some("application/sdp"));
     let location = header("location").expect("Location");
-    assert!(location.starts_with(&format!("{path}/p")), "{location}");
+    // The resource is a 128-bit capability (32 hex digits).
+    let secret = location
+        .strip_prefix(&format!("{path}/"))
+        .expect("Location under the endpoint");
+    assert!(
+        secret.len() == 32 && secret.chars().all(|c| c.is_ascii_hexdigit()),
+        "{location}"
+    );
+    assert!(header("participant-id").is_some_and(|id| id.starts_with('p')));
     assert!(header("etag").is_some());
     p.accept_answer(&answer).unwrap();
     let shared = p.shared();

@@ -1,16 +1,25 @@
 //! The HTTP API (axum): the participant API, WHIP/WHEP, rooms, stats, health
 //! and the demo pages. Every error is JSON `{"code","message"}` with a
-//! meaningful status (see docs/api.md).
+//! meaningful status (see docs/api.md). Who may call what: [`super::auth`].
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
-use axum::body::Bytes;
-use axum::extract::{Extension, Path, Query, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::body::{Body, Bytes};
+use axum::extract::{Extension, Path, Query, Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, patch, post};
 use serde::Deserialize;
 
+use super::auth::{Access, Claims, Needs, sdp_needs};
 use super::{ApiError, Flavor, Shared, assets, lock, renegotiate};
+use corelay_core::ParticipantId;
+
+/// Response header of a join: the participant's public id.
+const PARTICIPANT_ID: header::HeaderName = header::HeaderName::from_static("participant-id");
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
@@ -21,11 +30,19 @@ impl IntoResponse for ApiError {
             res.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
+        if self.status == 401 {
+            res.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"corelay\""),
+            );
+        }
         res
     }
 }
 
-pub fn router(state: Shared) -> Router {
+/// The API router. `access`: authentication (`--auth-secret`) and CORS
+/// (`--cors-origin`); `Access::default()` is open, same-origin only.
+pub fn router(state: Shared, access: Arc<Access>) -> Router {
     Router::new()
         .route("/", get(index))
         .route("/watch/{room}", get(watch))
@@ -59,7 +76,8 @@ pub fn router(state: Shared) -> Router {
         )
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(axum::middleware::map_response(cors))
+        .layer(Extension(access.clone()))
+        .layer(axum::middleware::from_fn_with_state(access, cors))
         .with_state(state)
 }
 
@@ -83,18 +101,61 @@ async fn prometheus(State(state): State<Shared>) -> Response {
         .into_response()
 }
 
-/// WHIP/WHEP players and other origins' pages call this API from browsers.
-async fn cors(mut res: Response) -> Response {
+/// CORS: pages of the `--cors-origin` origins (WHIP/WHEP players, other
+/// apps) may call this API from browsers; other origins get no CORS headers,
+/// so browsers keep their pages out. The server's own pages are same-origin.
+async fn cors(State(access): State<Arc<Access>>, req: Request, next: Next) -> Response {
+    let allow = req
+        .headers()
+        .get(header::ORIGIN)
+        .and_then(|o| access.cors_allow(o));
+    let preflight = req.method() == Method::OPTIONS;
+    let mut res = next.run(req).await;
     let h = res.headers_mut();
-    h.insert(
-        header::ACCESS_CONTROL_ALLOW_ORIGIN,
-        HeaderValue::from_static("*"),
-    );
-    h.insert(
-        header::ACCESS_CONTROL_EXPOSE_HEADERS,
-        HeaderValue::from_static("Location, ETag, Retry-After"),
-    );
+    h.append(header::VARY, HeaderValue::from_static("Origin"));
+    if let Some(origin) = allow {
+        h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+        if preflight {
+            h.insert(
+                header::ACCESS_CONTROL_ALLOW_METHODS,
+                HeaderValue::from_static("GET, POST, PATCH, DELETE, OPTIONS"),
+            );
+            h.insert(
+                header::ACCESS_CONTROL_ALLOW_HEADERS,
+                HeaderValue::from_static("Content-Type, If-Match, Authorization"),
+            );
+            h.insert(
+                header::ACCESS_CONTROL_MAX_AGE,
+                HeaderValue::from_static("600"),
+            );
+        } else {
+            h.insert(
+                header::ACCESS_CONTROL_EXPOSE_HEADERS,
+                HeaderValue::from_static("Location, ETag, Retry-After, Link, Participant-Id"),
+            );
+        }
+    }
     res
+}
+
+/// With authentication on: 401 without a valid token, else 403 unless the
+/// token is the participant's own or an admin's. Returns the claims.
+fn authorize_owner(
+    state: &Shared,
+    access: &Access,
+    headers: &HeaderMap,
+    room: &str,
+    id: &str,
+    flavor: Flavor,
+) -> Result<Option<Claims>, ApiError> {
+    let Some(claims) = access.verify(headers)? else {
+        return Ok(None);
+    };
+    if !claims.admin {
+        let (_, identity) = lock(state).owner(room, id, flavor)?;
+        claims.may_manage(room, &identity)?;
+    }
+    Ok(Some(claims))
 }
 
 async fn not_found() -> ApiError {
@@ -102,19 +163,10 @@ async fn not_found() -> ApiError {
 }
 
 async fn method_not_allowed(method: axum::http::Method) -> Response {
-    if method == axum::http::Method::OPTIONS {
-        // CORS preflight.
-        let mut res = StatusCode::NO_CONTENT.into_response();
-        let h = res.headers_mut();
-        h.insert(
-            header::ACCESS_CONTROL_ALLOW_METHODS,
-            HeaderValue::from_static("GET, POST, PATCH, DELETE, OPTIONS"),
-        );
-        h.insert(
-            header::ACCESS_CONTROL_ALLOW_HEADERS,
-            HeaderValue::from_static("Content-Type, If-Match, Authorization"),
-        );
-        return res;
+    if method == Method::OPTIONS {
+        // CORS preflight: the cors layer adds the Allow-* headers for
+        // allowed origins only.
+        return StatusCode::NO_CONTENT.into_response();
     }
     ApiError::new(
         405,
@@ -139,26 +191,68 @@ async fn asset(Path(file): Path<String>) -> Response {
     }
 }
 
+/// 200 while every shard runs; 503 naming the shards that stopped (they
+/// take no new participants) so that a load balancer or supervisor sees it:
+/// `{"status":"degraded","shards":N,"failed":[1]}`.
 async fn healthz(State(state): State<Shared>) -> Response {
-    let shards = lock(&state).shard_count();
-    axum::Json(serde_json::json!({"status": "ok", "shards": shards})).into_response()
+    let (shards, failed) = {
+        let st = lock(&state);
+        (st.shard_count(), st.failed_shards())
+    };
+    if failed.is_empty() {
+        return axum::Json(serde_json::json!({"status": "ok", "shards": shards})).into_response();
+    }
+    // Which shards, not why: the reason (a panic message) is in the log.
+    let failed: Vec<usize> = failed.into_iter().map(|(shard, _)| shard).collect();
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        axum::Json(serde_json::json!({"status": "degraded", "shards": shards, "failed": failed})),
+    )
+        .into_response()
 }
 
-async fn stats(State(state): State<Shared>) -> Response {
-    axum::Json(lock(&state).stats_json()).into_response()
+/// With authentication on: 401 without a valid token, 403 unless admin.
+fn admin_only(access: &Access, headers: &HeaderMap) -> Result<(), ApiError> {
+    match access.verify(headers)? {
+        Some(c) => c.must_be_admin(),
+        None => Ok(()),
+    }
 }
 
-async fn rooms(State(state): State<Shared>) -> Response {
-    axum::Json(serde_json::json!({"rooms": lock(&state).rooms_json()})).into_response()
+async fn stats(
+    State(state): State<Shared>,
+    Extension(access): Extension<Arc<Access>>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    admin_only(&access, &headers)?;
+    Ok(axum::Json(lock(&state).stats_json()).into_response())
 }
 
-async fn room(State(state): State<Shared>, Path(room): Path<String>) -> Response {
-    match lock(&state).room_json(&room) {
+async fn rooms(
+    State(state): State<Shared>,
+    Extension(access): Extension<Arc<Access>>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    admin_only(&access, &headers)?;
+    Ok(axum::Json(serde_json::json!({"rooms": lock(&state).rooms_json()})).into_response())
+}
+
+async fn room(
+    State(state): State<Shared>,
+    Extension(access): Extension<Arc<Access>>,
+    Path(room): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    // An admin, or a token for this room.
+    if let Some(c) = access.verify(&headers)? {
+        c.may_join(&room)?;
+    }
+    Ok(match lock(&state).room_json(&room) {
         Some(members) => {
             axum::Json(serde_json::json!({"room": room, "participants": members})).into_response()
         }
         None => ApiError::not_found(format!("no room {room}")).into_response(),
-    }
+    })
 }
 
 #[derive(Deserialize)]
@@ -166,27 +260,85 @@ struct JoinQuery {
     name: Option<String>,
 }
 
-/// The SDP body of a request: `application/sdp`, UTF-8, non-empty.
-fn sdp_body(headers: &HeaderMap, body: &Bytes) -> Result<String, ApiError> {
+/// What a request body may be: at most `max_bytes`, sent within `timeout`.
+#[derive(Clone, Copy, Debug)]
+pub struct BodyLimits {
+    pub max_bytes: usize,
+    pub timeout: Duration,
+}
+
+/// The request's media type (`Content-Type` without parameters, lowercase)
+/// must be exactly `want`: 415 otherwise.
+fn expect_type(headers: &HeaderMap, want: &str) -> Result<(), ApiError> {
     let ct = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    if !ct.to_ascii_lowercase().starts_with("application/sdp") {
-        return Err(ApiError::new(
-            415,
-            "unsupported_media_type",
-            format!("expected Content-Type: application/sdp, got {ct:?}"),
-        ));
+    let media_type = ct.split(';').next().unwrap_or("").trim();
+    if media_type.eq_ignore_ascii_case(want) {
+        return Ok(());
     }
-    let text = std::str::from_utf8(body)
-        .map_err(|_| ApiError::new(400, "bad_offer", "the SDP offer is not UTF-8"))?;
-    Ok(text.to_string())
+    Err(ApiError::new(
+        415,
+        "unsupported_media_type",
+        format!("expected Content-Type: {want}"),
+    ))
 }
 
-fn created(location: String, etag: String, answer: String) -> Response {
+/// Reads a request body within `limits`: 413 when it is (or says it will
+/// be) larger, 408 when the client takes too long to send it.
+async fn read_body(
+    limits: &BodyLimits,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Bytes, ApiError> {
+    let too_large = || {
+        ApiError::new(
+            413,
+            "payload_too_large",
+            format!(
+                "the request body is larger than {} bytes (--max-sdp-bytes)",
+                limits.max_bytes
+            ),
+        )
+    };
+    let announced = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if announced.is_some_and(|n| n > limits.max_bytes as u64) {
+        return Err(too_large());
+    }
+    match tokio::time::timeout(limits.timeout, axum::body::to_bytes(body, limits.max_bytes)).await {
+        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Err(_)) => Err(too_large()),
+        Err(_) => Err(ApiError::new(
+            408,
+            "request_timeout",
+            "the request body did not arrive in time",
+        )),
+    }
+}
+
+/// The SDP body of a request: exactly `application/sdp`, bounded, UTF-8.
+async fn sdp_body(
+    limits: &BodyLimits,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<String, ApiError> {
+    expect_type(headers, "application/sdp")?;
+    let bytes = read_body(limits, headers, body).await?;
+    String::from_utf8(bytes.into())
+        .map_err(|_| ApiError::new(400, "bad_offer", "the SDP offer is not UTF-8"))
+}
+
+fn created(location: String, id: ParticipantId, etag: String, answer: String) -> Response {
     let mut res = (StatusCode::CREATED, answer).into_response();
     let h = res.headers_mut();
+    // The public id (rosters, slot events); the Location is the secret one.
+    if let Ok(v) = HeaderValue::from_str(&id.to_string()) {
+        h.insert(PARTICIPANT_ID, v);
+    }
     h.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/sdp"),
@@ -201,44 +353,75 @@ fn created(location: String, etag: String, answer: String) -> Response {
 }
 
 /// POST of an SDP offer: joins `room` as a participant of `flavor`.
+#[allow(clippy::too_many_arguments, reason = "axum extractors")]
 async fn join(
     State(state): State<Shared>,
+    Extension(access): Extension<Arc<Access>>,
     Extension(flavor): Extension<Flavor>,
     Path(room): Path<String>,
     Query(q): Query<JoinQuery>,
+    Extension(limits): Extension<BodyLimits>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> Result<Response, ApiError> {
-    let sdp = sdp_body(&headers, &body)?;
-    let joined = lock(&state).join(&room, q.name.as_deref(), &sdp, flavor)?;
+    let claims = access.verify(&headers)?;
+    if let Some(c) = &claims {
+        c.may_join(&room)?;
+    }
+    let sdp = sdp_body(&limits, &headers, body).await?;
+    if let Some(c) = &claims {
+        // What the endpoint is for, and whatever else the offer asks for.
+        let needs = match flavor {
+            Flavor::Participant => Needs::default(),
+            Flavor::Whip => Needs::PUBLISH,
+            Flavor::Whep => Needs::SUBSCRIBE,
+        };
+        c.may(needs.and(sdp_needs(&sdp)))?;
+    }
+    let name = claims
+        .as_ref()
+        .and_then(|c| c.name.as_deref())
+        .or(q.name.as_deref());
+    let identity = claims.as_ref().map(|c| c.sub.as_str());
+    let joined = lock(&state).join(&room, name, identity, &sdp, flavor)?;
     let location = match flavor {
-        Flavor::Participant => format!("/api/v1/rooms/{room}/participants/{}", joined.id),
-        Flavor::Whip => format!("/whip/{room}/{}", joined.id),
-        Flavor::Whep => format!("/whep/{room}/{}", joined.id),
+        Flavor::Participant => format!("/api/v1/rooms/{room}/participants/{}", joined.resource),
+        Flavor::Whip => format!("/whip/{room}/{}", joined.resource),
+        Flavor::Whep => format!("/whep/{room}/{}", joined.resource),
     };
-    Ok(created(location, joined.etag, joined.answer))
+    Ok(created(location, joined.id, joined.etag, joined.answer))
 }
 
 /// DELETE of a session's Location.
 async fn leave(
     State(state): State<Shared>,
+    Extension(access): Extension<Arc<Access>>,
     Extension(flavor): Extension<Flavor>,
     Path((room, id)): Path<(String, String)>,
+    headers: HeaderMap,
 ) -> Result<StatusCode, ApiError> {
+    authorize_owner(&state, &access, &headers, &room, &id, flavor)?;
     lock(&state).leave_in(&room, &id, flavor)?;
     Ok(StatusCode::NO_CONTENT)
 }
 
 async fn patch_participant(
     State(state): State<Shared>,
+    Extension(access): Extension<Arc<Access>>,
     Path((room, id)): Path<(String, String)>,
+    Extension(limits): Extension<BodyLimits>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> Result<Response, ApiError> {
+    let claims = authorize_owner(&state, &access, &headers, &room, &id, Flavor::Participant)?;
     let if_match = headers.get(header::IF_MATCH).and_then(|v| v.to_str().ok());
     // Check the resource and precondition before the body's type.
-    lock(&state).begin_renegotiate(&room, &id, if_match)?;
-    let sdp = sdp_body(&headers, &body)?;
+    lock(&state).check_patch(&room, &id, if_match)?;
+    let sdp = sdp_body(&limits, &headers, body).await?;
+    if let Some(c) = &claims {
+        // A renegotiation may not add what the token does not allow.
+        c.may(sdp_needs(&sdp))?;
+    }
     let (answer, etag) = renegotiate(&state, &room, &id, if_match, sdp).await?;
     let mut res = (StatusCode::OK, answer).into_response();
     let h = res.headers_mut();
@@ -255,18 +438,19 @@ async fn patch_participant(
 /// WHIP/WHEP PATCH (RFC 9725 §4.3): trickled candidates are accepted and not
 /// needed (the server is ICE-lite and learns the client's address from its
 /// connectivity checks).
-async fn trickle(headers: HeaderMap, body: Bytes) -> Result<StatusCode, ApiError> {
-    let ct = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    if !ct.starts_with("application/trickle-ice-sdpfrag") {
-        return Err(ApiError::new(
-            415,
-            "unsupported_media_type",
-            "PATCH takes application/trickle-ice-sdpfrag",
-        ));
-    }
-    let _ = body;
+async fn trickle(
+    State(state): State<Shared>,
+    Extension(access): Extension<Arc<Access>>,
+    Extension(flavor): Extension<Flavor>,
+    Path((room, id)): Path<(String, String)>,
+    Extension(limits): Extension<BodyLimits>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<StatusCode, ApiError> {
+    authorize_owner(&state, &access, &headers, &room, &id, flavor)?;
+    // Only for a session that exists (404 otherwise, with or without auth).
+    lock(&state).owner(&room, &id, flavor)?;
+    expect_type(&headers, "application/trickle-ice-sdpfrag")?;
+    read_body(&limits, &headers, body).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -159,6 +159,8 @@ impl Collector for Snapshot {
                     ("no_codec", c.dropped_no_codec),
                     ("send_buffer_full", c.dropped_send),
                     ("cross_shard_queue_full", c.cross_shard_dropped),
+                    ("by_stack", c.dropped_by_stack),
+                    ("address_limit", c.dropped_addr_limit),
                 ] {
                     m.encode_family(&[("shard", shard.as_str()), ("reason", reason)])?
                         .encode_counter::<NoLabelSet, _, u64>(&v, None)?;
@@ -218,6 +220,24 @@ impl Collector for Snapshot {
             "corelay_rtc_errors",
             "Errors reported by str0m.",
             &|r| r.counters.rtc_errors,
+        )?;
+        c(
+            &mut enc,
+            "corelay_participant_panics",
+            "Panics caught while handling one participant (it was evicted; the shard went on).",
+            &|r| r.counters.participant_panics,
+        )?;
+        c(
+            &mut enc,
+            "corelay_connect_timeouts",
+            "Participants removed because ICE and DTLS were not up within --connect-timeout.",
+            &|r| r.counters.connect_timeouts,
+        )?;
+        c(
+            &mut enc,
+            "corelay_requests_dropped",
+            "Data-channel requests over a participant's rate or size limit.",
+            &|r| r.counters.dropped_requests,
         )?;
         let h = &histogram;
         h(

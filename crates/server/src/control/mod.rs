@@ -3,7 +3,12 @@
 //!
 //! It accepts SDP offers (building each participant's str0m `Rtc`), hands the
 //! `Rtc` to the chosen shard as a value, and tells every shard of a room when
-//! its roster changes. It never touches a media packet.
+//! its roster changes. A renegotiation is validated and rehearsed here
+//! ([`corelay_core::offer::check_renegotiation`]); its shard only applies the
+//! prepared offer. It bounds what clients can make the server hold (rooms,
+//! participants per room, offer size) and keeps track of shards that failed:
+//! they get no new participants and turn `/healthz` to 503. It never touches
+//! a media packet.
 //!
 //! The state sits behind one `Mutex` that only this thread's tasks (HTTP
 //! handlers and the shard-event pump) take, never across an await: the lock
@@ -14,18 +19,21 @@
 )]
 
 pub mod assets;
+pub mod auth;
 pub mod http;
 pub mod metrics;
+pub mod serve;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use corelay_core::metrics::{Counters, LatencyHistogram, ParticipantStats};
-use corelay_core::offer::{MediaLine, accept_offer};
+use corelay_core::offer::{MediaLine, accept_offer, check_renegotiation};
 use corelay_core::room::{MemberInfo, RoomUpdate};
 use corelay_core::{OfferError, ParticipantId, RoomId, RtcSettings, ShardEvent};
 use serde::Serialize;
+use str0m::change::SdpOffer;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::shard::{Command, Report, ShardHandle, ToControl};
@@ -69,13 +77,26 @@ impl ApiError {
 
 impl From<OfferError> for ApiError {
     fn from(e: OfferError) -> Self {
-        let status = if e.code == "not_found" { 404 } else { 400 };
+        let status = match e.code {
+            "not_found" => 404,
+            "offer_too_large" => 413,
+            "renegotiation_failed" => 500,
+            _ => 400,
+        };
         ApiError::new(status, e.code, e.message)
     }
 }
 
 struct Member {
     id: ParticipantId,
+    /// The secret part of its resource URL (a capability: 128 random bits).
+    resource: String,
+    /// The offer its session state derives from: the last one applied.
+    offer: String,
+    /// A renegotiation is on its way to the shard: another must wait (409).
+    renegotiating: bool,
+    /// Who it is: the access token's `sub`; without authentication its id.
+    identity: String,
     name: String,
     shard: usize,
     flavor: Flavor,
@@ -92,6 +113,8 @@ struct Room {
 
 struct ShardState {
     handle: ShardHandle,
+    /// Why the shard thread stopped, when it did: it takes no one new.
+    failed: Option<String>,
     participants: usize,
     last: Report,
 }
@@ -99,6 +122,8 @@ struct ShardState {
 pub struct Limits {
     pub max_participants_per_shard: usize,
     pub max_shard_load: f64,
+    pub max_participants_per_room: usize,
+    pub max_rooms: usize,
 }
 
 pub struct State {
@@ -107,7 +132,6 @@ pub struct State {
     shards: Vec<ShardState>,
     rooms: BTreeMap<String, Room>,
     where_is: HashMap<ParticipantId, String>,
-    next_participant: u64,
     next_room: u64,
     admission_refusals: u64,
     /// Latest per-participant transport figures from the shards.
@@ -119,6 +143,8 @@ pub type Shared = Arc<Mutex<State>>;
 /// A successful join.
 pub struct Joined {
     pub id: ParticipantId,
+    /// The secret id in its resource URL.
+    pub resource: String,
     pub answer: String,
     pub etag: String,
 }
@@ -132,6 +158,7 @@ pub struct TrackOut {
 #[derive(Serialize)]
 pub struct MemberOut {
     pub id: String,
+    pub identity: String,
     pub name: String,
     pub shard: usize,
     pub kind: Flavor,
@@ -233,12 +260,26 @@ fn lines_out(lines: &[MediaLine]) -> Vec<TrackOut> {
         .collect()
 }
 
-fn valid_room_name(room: &str) -> bool {
-    !room.is_empty()
-        && room.len() <= 64
+/// The one rule for room names (docs/api.md): 1-64 characters of A-Z, a-z,
+/// 0-9, '-', '_' and '.', starting with a letter or digit (so never "." or
+/// "..", which URL normalisation would turn into another path).
+pub fn valid_room_name(room: &str) -> bool {
+    room.len() <= 64
+        && room
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphanumeric())
         && room
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+/// An unguessable resource id: 128 bits from the operating system's CSPRNG.
+fn capability() -> Result<String, ApiError> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes)
+        .map_err(|_| ApiError::new(500, "internal", "no randomness available"))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 impl State {
@@ -254,13 +295,13 @@ impl State {
                         ..Default::default()
                     },
                     handle,
+                    failed: None,
                     participants: 0,
                 })
                 .collect(),
             rooms: BTreeMap::new(),
             where_is: HashMap::new(),
             // Ids are not guessable from the outside: they start at a random point.
-            next_participant: fastrand::u64(1 << 32..1 << 44),
             next_room: 1,
             admission_refusals: 0,
             detail: HashMap::new(),
@@ -276,7 +317,9 @@ impl State {
     fn place(&mut self, room: &str) -> Result<usize, ApiError> {
         let lim = &self.limits;
         let fits = |s: &ShardState| {
-            s.participants < lim.max_participants_per_shard && s.last.busy < lim.max_shard_load
+            s.failed.is_none()
+                && s.participants < lim.max_participants_per_shard
+                && s.last.busy < lim.max_shard_load
         };
         if let Some(r) = self.rooms.get(room) {
             // The shard hosting most of the room first.
@@ -329,28 +372,64 @@ impl State {
         })
     }
 
-    /// Accepts an offer and places the new participant.
+    /// Accepts an offer and places the new participant. `identity`: the
+    /// access token's `sub` (None without authentication: the id stands in).
     pub fn join(
         &mut self,
         room: &str,
         name: Option<&str>,
+        identity: Option<&str>,
         sdp: &str,
         flavor: Flavor,
     ) -> Result<Joined, ApiError> {
         if !valid_room_name(room) {
             return Err(ApiError::new(
                 400,
-                "bad_request",
-                "room names are 1-64 characters of A-Z, a-z, 0-9, '-', '_' and '.'",
+                "bad_room_name",
+                "room names are 1-64 characters of A-Z, a-z, 0-9, '-', '_' and '.', starting with a letter or digit",
             ));
+        }
+        match self.rooms.get(room) {
+            Some(r) if r.members.len() >= self.limits.max_participants_per_room => {
+                return Err(ApiError::new(
+                    409,
+                    "room_full",
+                    format!(
+                        "room {room} has {} participants, the most allowed (--max-participants-per-room)",
+                        r.members.len()
+                    ),
+                ));
+            }
+            None if self.rooms.len() >= self.limits.max_rooms => {
+                self.admission_refusals += 1;
+                return Err(ApiError {
+                    retry_after: Some(RETRY_AFTER_SECS),
+                    ..ApiError::new(
+                        503,
+                        "too_many_rooms",
+                        format!(
+                            "{} rooms are open, the most allowed (--max-rooms)",
+                            self.rooms.len()
+                        ),
+                    )
+                });
+            }
+            _ => {}
         }
         let shard = self.place(room)?;
         let Some(handle) = self.shards.get(shard).map(|s| s.handle.clone()) else {
             return Err(ApiError::new(500, "internal", "placement chose no shard"));
         };
         let accepted = accept_offer(&self.settings, Instant::now(), sdp, handle.advertised)?;
-        let id = ParticipantId(self.next_participant);
-        self.next_participant += 1;
+        let resource = capability()?;
+        // Public ids (rosters, logs) are random too, so they tell nothing of
+        // how many joined; they are not secrets (the resource is).
+        let id = loop {
+            let id = ParticipantId(fastrand::u64(1..1 << 53));
+            if !self.where_is.contains_key(&id) {
+                break id;
+            }
+        };
         let name = name
             .map(|n| {
                 n.chars()
@@ -370,6 +449,10 @@ impl State {
         });
         r.members.push(Member {
             id,
+            resource: resource.clone(),
+            offer: sdp.to_string(),
+            renegotiating: false,
+            identity: identity.map_or_else(|| id.to_string(), str::to_string),
             name: name.clone(),
             shard,
             flavor,
@@ -398,6 +481,7 @@ impl State {
         tracing::info!(participant = %id, room, shard, ?flavor, "joined");
         Ok(Joined {
             id,
+            resource,
             answer,
             etag: etag(id, 1),
         })
@@ -442,15 +526,27 @@ impl State {
         id: &str,
         flavor: Flavor,
     ) -> Result<(ParticipantId, &Member), ApiError> {
-        let not_found = || ApiError::not_found(format!("no participant {id} in room {room}"));
-        let pid: ParticipantId = id.parse().map_err(|_| not_found())?;
+        // The message does not echo the id: it is a secret.
+        let not_found = || ApiError::not_found(format!("no such participant in room {room}"));
         let m = self
             .rooms
             .get(room)
-            .and_then(|r| r.members.iter().find(|m| m.id == pid))
+            .and_then(|r| r.members.iter().find(|m| m.resource == id))
             .filter(|m| m.flavor == flavor)
             .ok_or_else(not_found)?;
-        Ok((pid, m))
+        Ok((m.id, m))
+    }
+
+    /// Who owns a participant resource, for authorizing PATCH/DELETE:
+    /// its id and identity (404 like every other lookup).
+    pub fn owner(
+        &self,
+        room: &str,
+        id: &str,
+        flavor: Flavor,
+    ) -> Result<(ParticipantId, String), ApiError> {
+        let (pid, m) = self.find(room, id, flavor)?;
+        Ok((pid, m.identity.clone()))
     }
 
     pub fn leave_in(&mut self, room: &str, id: &str, flavor: Flavor) -> Result<(), ApiError> {
@@ -458,45 +554,88 @@ impl State {
         self.leave(pid, true)
     }
 
-    /// Starts a renegotiation: checks the ETag and returns what to send the shard.
-    pub fn begin_renegotiate(
+    /// The preconditions of a PATCH: the resource exists and `If-Match` is
+    /// its current ETag (a weak `*` is refused: a renegotiation must say
+    /// which state it builds on).
+    fn check_patch(
         &self,
         room: &str,
         id: &str,
         if_match: Option<&str>,
-    ) -> Result<(ParticipantId, ShardHandle), ApiError> {
+    ) -> Result<(ParticipantId, &Member), ApiError> {
         let (pid, m) = self.find(room, id, Flavor::Participant)?;
         let current = etag(pid, m.version);
-        match if_match {
-            None => Err(ApiError::new(
+        match if_match.map(str::trim) {
+            None | Some("*") => Err(ApiError::new(
                 428,
                 "precondition_required",
-                "PATCH needs If-Match with the participant's current ETag",
+                "PATCH needs If-Match with the participant's current ETag (\"*\" is not accepted)",
             )),
-            Some(v) if v.trim() != current && v.trim() != "*" => Err(ApiError::new(
+            Some(v) if v != current => Err(ApiError::new(
                 412,
                 "etag_mismatch",
-                format!("If-Match {v} does not match the current ETag {current}"),
+                format!("If-Match does not match the current ETag {current}"),
             )),
-            Some(_) => self
-                .shards
-                .get(m.shard)
-                .map(|s| (pid, s.handle.clone()))
-                .ok_or_else(|| ApiError::new(500, "internal", "participant on unknown shard")),
+            Some(_) => Ok((pid, m)),
         }
     }
 
-    /// Records a finished renegotiation; returns the new ETag.
-    pub fn finish_renegotiate(&mut self, pid: ParticipantId) -> Option<String> {
+    /// Starts a renegotiation: checks the preconditions, validates and
+    /// rehearses the offer against the participant's current one, and marks
+    /// it in flight. Returns what its shard needs to apply it.
+    fn begin_renegotiate(
+        &mut self,
+        room: &str,
+        id: &str,
+        if_match: Option<&str>,
+        sdp: &str,
+    ) -> Result<(ParticipantId, ShardHandle, SdpOffer), ApiError> {
+        let (pid, m) = self.check_patch(room, id, if_match)?;
+        if m.renegotiating {
+            return Err(ApiError::new(
+                409,
+                "renegotiation_in_progress",
+                "another renegotiation of this participant is in progress",
+            ));
+        }
+        let handle = self
+            .shards
+            .get(m.shard)
+            .filter(|s| s.failed.is_none())
+            .map(|s| s.handle.clone())
+            .ok_or_else(|| {
+                ApiError::new(503, "shard_unavailable", "the participant's shard stopped")
+            })?;
+        let offer = check_renegotiation(&self.settings, Instant::now(), &m.offer, sdp)?;
+        if let Some(m) = self.member_mut(pid) {
+            m.renegotiating = true;
+        }
+        Ok((pid, handle, offer))
+    }
+
+    /// Records the end of a renegotiation: the offer now in force when it
+    /// applied (`Some`), nothing new when it did not. Returns the ETag.
+    fn finish_renegotiate(
+        &mut self,
+        pid: ParticipantId,
+        applied: Option<String>,
+    ) -> Option<String> {
+        let m = self.member_mut(pid)?;
+        m.renegotiating = false;
+        if let Some(offer) = applied {
+            m.offer = offer;
+            m.version += 1;
+        }
+        Some(etag(pid, m.version))
+    }
+
+    fn member_mut(&mut self, pid: ParticipantId) -> Option<&mut Member> {
         let room = self.where_is.get(&pid)?;
-        let m = self
-            .rooms
+        self.rooms
             .get_mut(room)?
             .members
             .iter_mut()
-            .find(|m| m.id == pid)?;
-        m.version += 1;
-        Some(etag(pid, m.version))
+            .find(|m| m.id == pid)
     }
 
     /// The roster of `room` as the shards get it.
@@ -533,9 +672,41 @@ impl State {
         }
     }
 
+    /// Shards whose thread stopped, and why.
+    pub fn failed_shards(&self) -> Vec<(usize, String)> {
+        self.shards
+            .iter()
+            .filter_map(|s| s.failed.clone().map(|why| (s.handle.index, why)))
+            .collect()
+    }
+
+    /// A shard thread stopped: it takes no one new, and its participants
+    /// (whose calls ended with it) leave their rooms.
+    fn shard_failed(&mut self, shard: usize, reason: String) {
+        let Some(s) = self.shards.get_mut(shard) else {
+            return;
+        };
+        s.failed = Some(reason);
+        let gone: Vec<ParticipantId> = self
+            .rooms
+            .values()
+            .flat_map(|r| r.members.iter().filter(|m| m.shard == shard).map(|m| m.id))
+            .collect();
+        for id in gone {
+            let _ = self.leave(id, false);
+        }
+    }
+
     /// Something a shard reported.
     pub fn on_shard(&mut self, msg: ToControl) {
         match msg {
+            ToControl::Failed { shard, reason } => {
+                tracing::error!(
+                    shard,
+                    "shard failed: {reason}; it takes no new participants"
+                );
+                self.shard_failed(shard, reason);
+            }
             ToControl::Report(mut r) => {
                 if let Some(detail) = r.participants_detail.take() {
                     for d in detail {
@@ -596,6 +767,7 @@ impl State {
                 .iter()
                 .map(|m| MemberOut {
                     id: m.id.to_string(),
+                    identity: m.identity.clone(),
                     name: m.name.clone(),
                     shard: m.shard,
                     kind: m.flavor,
@@ -703,7 +875,8 @@ fn etag(id: ParticipantId, version: u64) -> String {
     format!("\"{id}.{version}\"")
 }
 
-/// Renegotiates on the participant's shard (PATCH).
+/// Renegotiates (PATCH): validated and rehearsed here, applied whole by the
+/// participant's shard, or refused with the participant left as it was.
 pub async fn renegotiate(
     state: &Shared,
     room: &str,
@@ -711,29 +884,32 @@ pub async fn renegotiate(
     if_match: Option<&str>,
     sdp: String,
 ) -> Result<(String, String), ApiError> {
-    let (pid, handle) = lock(state).begin_renegotiate(room, id, if_match)?;
+    let (pid, handle, offer) = lock(state).begin_renegotiate(room, id, if_match, &sdp)?;
     let (tx, rx) = oneshot::channel();
-    handle
-        .commands
-        .send(Command::Renegotiate {
-            id: pid,
-            sdp,
-            reply: tx,
-        })
-        .map_err(|_| ApiError::new(503, "shard_unavailable", "the participant's shard stopped"))?;
-    let answer = match tokio::time::timeout(SHARD_REPLY_TIMEOUT, rx).await {
-        Ok(Ok(r)) => r?,
-        _ => {
-            return Err(ApiError::new(
+    let sent = handle.commands.send(Command::Renegotiate {
+        id: pid,
+        offer: Box::new(offer),
+        reply: tx,
+    });
+    let outcome = match sent {
+        Err(_) => Err(ApiError::new(
+            503,
+            "shard_unavailable",
+            "the participant's shard stopped",
+        )),
+        Ok(()) => match tokio::time::timeout(SHARD_REPLY_TIMEOUT, rx).await {
+            Ok(Ok(r)) => r.map_err(ApiError::from),
+            _ => Err(ApiError::new(
                 503,
                 "shard_unavailable",
                 "the participant's shard did not answer",
-            ));
-        }
+            )),
+        },
     };
-    let etag = lock(state)
-        .finish_renegotiate(pid)
-        .ok_or_else(|| ApiError::not_found(format!("participant {id} left meanwhile")))?;
+    let applied = outcome.as_ref().ok().map(|_| sdp);
+    let etag = lock(state).finish_renegotiate(pid, applied);
+    let answer = outcome?;
+    let etag = etag.ok_or_else(|| ApiError::not_found("the participant left meanwhile"))?;
     Ok((answer, etag))
 }
 
@@ -743,9 +919,22 @@ pub fn lock(state: &Shared) -> std::sync::MutexGuard<'_, State> {
     state.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Applies shard reports and events until every shard is gone.
-pub async fn pump(state: Shared, mut rx: mpsc::UnboundedReceiver<ToControl>) {
+/// Applies shard reports and events until every shard is gone, or until a
+/// shard fails when `exit_on_failure`: then it returns why.
+pub async fn pump(
+    state: Shared,
+    mut rx: mpsc::UnboundedReceiver<ToControl>,
+    exit_on_failure: bool,
+) -> Option<String> {
     while let Some(msg) = rx.recv().await {
+        let failure = match &msg {
+            ToControl::Failed { shard, reason } => Some(format!("shard {shard} failed: {reason}")),
+            _ => None,
+        };
         lock(&state).on_shard(msg);
+        if exit_on_failure && failure.is_some() {
+            return failure;
+        }
     }
+    None
 }

@@ -7,6 +7,11 @@
 //! the encrypted datagrams for its subscribers, and those are sent (in a batch)
 //! before the loop waits again. No await, channel or task switch in between.
 //!
+//! Faults: a panic while handling one participant costs that participant
+//! (the engine isolates it). Anything else that stops the thread (a panic
+//! outside any participant, a socket error) is reported to the control
+//! thread as [`ToControl::Failed`], once, before the thread ends.
+//!
 //! Must not: block, lock, or share mutable state with another shard. It
 //! talks to peers through the [`mesh::Mesh`] (values only) and to the control
 //! thread through channels.
@@ -31,6 +36,7 @@ use std::time::{Duration, Instant};
 use corelay_core::metrics::{Counters, LatencyHistogram, ParticipantStats};
 use corelay_core::room::RoomUpdate;
 use corelay_core::{Accepted, Engine, OfferError, ParticipantId, RoomId, RtcSettings, ShardEvent};
+use str0m::change::SdpOffer;
 use tokio::io::Interest;
 use tokio::sync::{mpsc, oneshot};
 
@@ -57,9 +63,10 @@ pub enum Command {
         id: ParticipantId,
     },
     Room(RoomUpdate),
+    /// An offer the control thread validated and rehearsed: apply it whole.
     Renegotiate {
         id: ParticipantId,
-        sdp: String,
+        offer: Box<SdpOffer>,
         reply: oneshot::Sender<Result<String, OfferError>>,
     },
     Shutdown {
@@ -95,6 +102,12 @@ pub struct Report {
 pub enum ToControl {
     Event(ShardEvent),
     Report(Box<Report>),
+    /// The shard thread stopped for good (a panic outside any participant,
+    /// or a socket error).
+    Failed {
+        shard: usize,
+        reason: String,
+    },
 }
 
 /// The control thread's handle on a shard.
@@ -118,6 +131,8 @@ pub struct ShardSpec {
     pub packet_metrics: bool,
     /// Testing only: stall the loop for `.1` every `.0` datagrams.
     pub stall: Option<(u64, Duration)>,
+    /// Testing only: panic outside any participant when one joins this room.
+    pub fail_on_room: Option<String>,
 }
 
 /// Binds shard `index`'s socket: its own port, large buffers, receive
@@ -148,22 +163,25 @@ pub fn spawn(spec: ShardSpec) -> io::Result<(ShardHandle, std::thread::JoinHandl
     let join = std::thread::Builder::new()
         .name(format!("shard-{}", spec.index))
         .spawn(move || {
+            let (index, to_control) = (spec.index, spec.to_control.clone());
             if let Some(core) = spec.core {
                 pin_to_core(core);
             }
-            let rt = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt,
-                Err(e) => {
-                    tracing::error!(shard = spec.index, "cannot start runtime: {e}");
-                    return;
-                }
+            let outcome = corelay_core::guard::isolate(|| {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .and_then(|rt| rt.block_on(run(spec, rx)))
+            });
+            let reason = match outcome {
+                Ok(Ok(())) => return,
+                Ok(Err(e)) => format!("stopped: {e}"),
+                Err(caught) => format!("panicked: {caught}"),
             };
-            if let Err(e) = rt.block_on(run(spec, rx)) {
-                tracing::error!("shard stopped: {e}");
-            }
+            let _ = to_control.send(ToControl::Failed {
+                shard: index,
+                reason,
+            });
         })?;
     Ok((handle, join))
 }
@@ -201,6 +219,7 @@ struct Driver {
     stall: Option<(u64, Duration)>,
     datagrams: u64,
     packet_metrics: bool,
+    fail_on_room: Option<String>,
 }
 
 /// CLOCK_REALTIME as a duration since the epoch: the clock SO_TIMESTAMPNS uses.
@@ -252,6 +271,7 @@ async fn run(spec: ShardSpec, mut commands: mpsc::UnboundedReceiver<Command>) ->
         stall: spec.stall,
         datagrams: 0,
         packet_metrics: spec.packet_metrics,
+        fail_on_room: spec.fail_on_room,
     };
     let socket = tokio::net::UdpSocket::from_std(spec.socket)?;
     let Some(wake) = peers.notified(d.index) else {
@@ -353,15 +373,25 @@ impl Driver {
                 name,
                 accepted,
                 roster,
-            } => self
-                .engine
-                .add_participant(now, id, room, name, *accepted, roster),
+            } => {
+                if self.fail_on_room.as_deref() == Some(roster.name.as_str()) {
+                    #[allow(
+                        clippy::panic,
+                        reason = "test-only fault injection (--test-fail-shard-room)"
+                    )]
+                    {
+                        panic!("injected shard failure (--test-fail-shard-room)");
+                    }
+                }
+                self.engine
+                    .add_participant(now, id, room, name, *accepted, roster)
+            }
             Command::Remove { id } => {
                 self.engine.remove_participant(now, id);
             }
             Command::Room(update) => self.engine.apply_room(now, update),
-            Command::Renegotiate { id, sdp, reply } => {
-                let _ = reply.send(self.engine.renegotiate(now, id, &sdp));
+            Command::Renegotiate { id, offer, reply } => {
+                let _ = reply.send(self.engine.renegotiate(now, id, *offer));
             }
             Command::Shutdown { .. } => {}
         }
