@@ -191,3 +191,96 @@ fn drain(c: &mut Client, now: Instant, engine: &mut Engine, server: SocketAddr) 
         }
     }
 }
+
+/// Two limits in virtual time: a participant that never connects is removed at
+/// its connect deadline (and one that connects is not), and a connected
+/// participant's ICE credentials cannot register more source addresses than
+/// allowed: a replayed binding request from new ports is dropped and counted.
+#[test]
+fn connect_deadline_and_source_address_limit() {
+    let start = Instant::now();
+    let mut settings = RtcSettings::default();
+    settings.participant.max_addrs = 3;
+    settings.participant.connect_timeout = Duration::from_secs(2);
+    let server: SocketAddr = SERVER.parse().unwrap();
+    let mut engine = Engine::new(0, settings.clone());
+    let room = RoomId(1);
+    let mut members = Vec::new();
+    let mut live = None;
+    for (i, addr) in ["127.0.0.1:5001", "127.0.0.1:5002"].iter().enumerate() {
+        let (mut c, offer, pending) = client(addr, start);
+        let acc = accept_offer(&settings, start, &offer, server).unwrap();
+        let answer = SdpAnswer::from_sdp_string(&acc.answer).unwrap();
+        c.rtc.sdp_api().accept_answer(pending, answer).unwrap();
+        let id = ParticipantId(i as u64 + 1);
+        members.push(MemberInfo {
+            id,
+            name: format!("c{i}"),
+            shard: 0,
+            tracks: acc.tracks.clone(),
+        });
+        let roster = RoomUpdate {
+            room,
+            name: "limits".into(),
+            members: members.clone(),
+        };
+        engine.add_participant(start, id, room, format!("c{i}"), acc, roster);
+        if i == 0 {
+            live = Some(c); // the other one never sends a thing
+        }
+    }
+    let mut c = live.unwrap();
+    let mut binding_request: Option<Vec<u8>> = None;
+    let mut now = start;
+    while now < start + Duration::from_secs(3) {
+        while let Some(d) = c.inbox.pop_front() {
+            let input = Input::Receive(
+                now,
+                Receive {
+                    proto: Protocol::Udp,
+                    source: server,
+                    destination: c.addr,
+                    contents: d.as_slice().try_into().unwrap(),
+                },
+            );
+            c.rtc.handle_input(input).unwrap();
+        }
+        c.rtc.handle_input(Input::Timeout(now)).unwrap();
+        loop {
+            match c.rtc.poll_output().unwrap() {
+                Output::Timeout(_) => break,
+                Output::Transmit(t) => {
+                    if t.contents.first().is_some_and(|b| *b < 4) && binding_request.is_none() {
+                        binding_request = Some(t.contents.to_vec());
+                    }
+                    engine.handle_datagram(now, None, c.addr, server, &t.contents);
+                }
+                Output::Event(Event::Connected) => c.connected = true,
+                Output::Event(_) => {}
+            }
+        }
+        engine.handle_timeout(now);
+        for t in engine.outputs().transmits.drain(..) {
+            if t.destination == c.addr {
+                c.inbox.push_back(t.contents.to_vec());
+            }
+        }
+        now += Duration::from_millis(5);
+    }
+    assert!(c.connected);
+    assert_eq!(engine.counters().connect_timeouts, 1);
+    assert_eq!(engine.participant_count(), 1, "the connected one stays");
+    assert!(engine.outputs().control.iter().any(|e| matches!(
+        e,
+        corelay_core::ShardEvent::Left { id, reason: "connect_timeout" } if *id == ParticipantId(2)
+    )));
+
+    // The participant's own (valid) binding request, replayed from ten new
+    // ports: two more addresses are allowed (3 in all), eight are refused.
+    let request = binding_request.expect("the client sent a binding request");
+    for port in 0..10u16 {
+        let from = SocketAddr::new(c.addr.ip(), 6000 + port);
+        engine.handle_datagram(now, None, from, server, &request);
+    }
+    assert_eq!(engine.counters().dropped_addr_limit, 8);
+}
