@@ -68,28 +68,7 @@ fn two_clients_exchange_video_under_virtual_time() {
     let mut engine = Engine::new(0, settings.clone());
     let room = RoomId(1);
 
-    let mut clients = Vec::new();
-    let mut members = Vec::new();
-    for (i, addr) in ["127.0.0.1:5001", "127.0.0.1:5002"].iter().enumerate() {
-        let (mut c, offer, pending) = client(addr, start);
-        let acc = accept_offer(&settings, start, &offer, server).unwrap();
-        let answer = SdpAnswer::from_sdp_string(&acc.answer).unwrap();
-        c.rtc.sdp_api().accept_answer(pending, answer).unwrap();
-        let id = ParticipantId(i as u64 + 1);
-        members.push(MemberInfo {
-            id,
-            name: format!("c{i}"),
-            shard: 0,
-            tracks: acc.tracks.clone(),
-        });
-        let roster = RoomUpdate {
-            room,
-            name: "v".into(),
-            members: members.clone(),
-        };
-        engine.add_participant(start, id, room, format!("c{i}"), acc, roster);
-        clients.push(c);
-    }
+    let mut clients = join_clients(&mut engine, &settings, start, room);
 
     let mut now = start;
     let mut frame = 0u64;
@@ -170,6 +149,40 @@ fn two_clients_exchange_video_under_virtual_time() {
     assert_eq!(engine.counters().dropped_malformed, 0);
 }
 
+/// Two clients (ids 1 and 2) offer, the engine adopts both in `room`, and
+/// they apply its answers; nobody has sent a datagram yet.
+fn join_clients(
+    engine: &mut Engine,
+    settings: &RtcSettings,
+    start: Instant,
+    room: RoomId,
+) -> Vec<Client> {
+    let server: SocketAddr = SERVER.parse().unwrap();
+    let mut clients = Vec::new();
+    let mut members = Vec::new();
+    for (i, addr) in ["127.0.0.1:5001", "127.0.0.1:5002"].iter().enumerate() {
+        let (mut c, offer, pending) = client(addr, start);
+        let acc = accept_offer(settings, start, &offer, server).unwrap();
+        let answer = SdpAnswer::from_sdp_string(&acc.answer).unwrap();
+        c.rtc.sdp_api().accept_answer(pending, answer).unwrap();
+        let id = ParticipantId(i as u64 + 1);
+        members.push(MemberInfo {
+            id,
+            name: format!("c{i}"),
+            shard: 0,
+            tracks: acc.tracks.clone(),
+        });
+        let roster = RoomUpdate {
+            room,
+            name: "v".into(),
+            members: members.clone(),
+        };
+        engine.add_participant(start, id, room, format!("c{i}"), acc, roster);
+        clients.push(c);
+    }
+    clients
+}
+
 fn drain(c: &mut Client, now: Instant, engine: &mut Engine, server: SocketAddr) {
     loop {
         match c.rtc.poll_output().unwrap() {
@@ -205,31 +218,8 @@ fn connect_deadline_and_source_address_limit() {
     let server: SocketAddr = SERVER.parse().unwrap();
     let mut engine = Engine::new(0, settings.clone());
     let room = RoomId(1);
-    let mut members = Vec::new();
-    let mut live = None;
-    for (i, addr) in ["127.0.0.1:5001", "127.0.0.1:5002"].iter().enumerate() {
-        let (mut c, offer, pending) = client(addr, start);
-        let acc = accept_offer(&settings, start, &offer, server).unwrap();
-        let answer = SdpAnswer::from_sdp_string(&acc.answer).unwrap();
-        c.rtc.sdp_api().accept_answer(pending, answer).unwrap();
-        let id = ParticipantId(i as u64 + 1);
-        members.push(MemberInfo {
-            id,
-            name: format!("c{i}"),
-            shard: 0,
-            tracks: acc.tracks.clone(),
-        });
-        let roster = RoomUpdate {
-            room,
-            name: "limits".into(),
-            members: members.clone(),
-        };
-        engine.add_participant(start, id, room, format!("c{i}"), acc, roster);
-        if i == 0 {
-            live = Some(c); // the other one never sends a thing
-        }
-    }
-    let mut c = live.unwrap();
+    // Participant 1 connects; participant 2 never sends a thing.
+    let mut c = join_clients(&mut engine, &settings, start, room).swap_remove(0);
     let mut binding_request: Option<Vec<u8>> = None;
     let mut now = start;
     while now < start + Duration::from_secs(3) {

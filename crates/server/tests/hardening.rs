@@ -307,6 +307,12 @@ fn a_failed_shard_turns_health_503_and_gets_no_new_joins() {
     let h = json(&body);
     assert_eq!(h["status"], "degraded");
     let failed = h["failed"][0].as_u64().unwrap();
+    assert!(
+        server
+            .scrape()
+            .contains(&format!("corelay_shard_up{{shard=\"{failed}\"}} 0")),
+        "corelay_shard_up shows the failed shard"
+    );
     // Placement skips it: every new participant lands on the other shard and flows.
     let x = join(&server, "alive", "x");
     let y = join(&server, "alive", "y");

@@ -18,6 +18,8 @@ pub struct Snapshot {
     pub shards: Vec<(Report, usize)>,
     pub rooms: usize,
     pub admission_refusals: u64,
+    /// Shards whose thread stopped.
+    pub failed: Vec<usize>,
 }
 
 impl Collector for Snapshot {
@@ -86,6 +88,18 @@ impl Collector for Snapshot {
             )?;
             m.encode_counter::<NoLabelSet, _, u64>(&self.admission_refusals, None)?;
         }
+        gauge(
+            &mut enc,
+            "corelay_shard_up",
+            "1 while the shard's thread runs, 0 after it failed (see /healthz).",
+            &|r, _| {
+                if self.failed.contains(&r.shard) {
+                    0.0
+                } else {
+                    1.0
+                }
+            },
+        )?;
         gauge(
             &mut enc,
             "corelay_participants",

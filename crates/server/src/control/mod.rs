@@ -852,6 +852,7 @@ impl State {
                 .collect(),
             rooms: self.rooms.len(),
             admission_refusals: self.admission_refusals,
+            failed: self.failed_shards().into_iter().map(|(s, _)| s).collect(),
         }
     }
 
