@@ -220,7 +220,9 @@ async def run(args):
         await pc.close()
         return 1
     location = headers.get("Location") or headers.get("location")
-    emit(event="joined", participant=location.rstrip("/").split("/")[-1], location=location,
+    # The public id; the Location's last segment is a secret capability.
+    participant = headers.get("Participant-Id") or headers.get("participant-id")
+    emit(event="joined", participant=participant, location=location,
          offer=pc.localDescription.sdp, answer=body)
     if args.copy_candidates:
         body = copy_candidates(body)
