@@ -886,6 +886,17 @@ pub async fn renegotiate(
     sdp: String,
 ) -> Result<(String, String), ApiError> {
     let (pid, handle, offer) = lock(state).begin_renegotiate(room, id, if_match, &sdp)?;
+    // If this request is dropped midway (the client went away), the
+    // participant must not stay marked as renegotiating.
+    struct InFlight<'a>(&'a Shared, ParticipantId, bool);
+    impl Drop for InFlight<'_> {
+        fn drop(&mut self) {
+            if !self.2 {
+                lock(self.0).finish_renegotiate(self.1, None);
+            }
+        }
+    }
+    let mut in_flight = InFlight(state, pid, false);
     let (tx, rx) = oneshot::channel();
     let sent = handle.commands.send(Command::Renegotiate {
         id: pid,
@@ -908,6 +919,7 @@ pub async fn renegotiate(
         },
     };
     let applied = outcome.as_ref().ok().map(|_| sdp);
+    in_flight.2 = true;
     let etag = lock(state).finish_renegotiate(pid, applied);
     let answer = outcome?;
     let etag = etag.ok_or_else(|| ApiError::not_found("the participant left meanwhile"))?;
