@@ -1,0 +1,104 @@
+//! The harness does what the targets rely on, and the checked-in seeds are
+//! still what they claim to be (run: cargo test --manifest-path fuzz/Cargo.toml).
+
+use std::fs;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use corelay_core::offer::{accept_offer, check_renegotiation};
+use corelay_fuzz::{BASE_OFFER, Live, origin, server_addr, settings};
+
+fn seeds(target: &str) -> Vec<(String, Vec<u8>)> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("seeds")
+        .join(target);
+    let mut out: Vec<_> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let p = e.unwrap().path();
+            (
+                p.file_name().unwrap().to_string_lossy().into_owned(),
+                fs::read(&p).unwrap(),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn the_live_session_connects_and_survives_idle_time() {
+    let mut live = Live::connect();
+    for _ in 0..5_000 {
+        live.advance(Duration::from_millis(10)); // 50 s: consent, RTCP, stats
+    }
+    assert!(live.healthy());
+}
+
+#[test]
+fn the_recorded_stun_request_is_answered_in_a_new_session() {
+    let (_, stun) = seeds("datagram")
+        .into_iter()
+        .find(|(n, _)| n == "stun-binding-request-1.bin")
+        .unwrap();
+    let mut live = Live::connect();
+    live.engine.outputs().transmits.clear();
+    let own = live.clients[0].addr;
+    let now = live.now;
+    live.engine
+        .handle_datagram(now, None, own, server_addr(), &stun);
+    // A STUN success response (0x0101): integrity held with this session's password.
+    let out = &live.engine.outputs().transmits;
+    assert!(
+        out.iter().any(|t| t.contents.starts_with(&[0x01, 0x01])),
+        "no STUN response to the recorded request"
+    );
+}
+
+#[test]
+fn every_datagram_seed_leaves_the_session_usable() {
+    let mut live = Live::connect();
+    for (name, d) in seeds("datagram") {
+        live.feed_datagram(&d);
+        assert!(live.healthy(), "{name} broke the session");
+    }
+}
+
+#[test]
+fn a_pin_on_the_channel_reaches_the_engine() {
+    let (_, pin) = seeds("datachannel")
+        .into_iter()
+        .find(|(n, _)| n == "pin.json")
+        .unwrap();
+    let mut live = Live::connect();
+    let before = live.clients[0].messages_received;
+    live.send_on_channel(&pin);
+    for _ in 0..10 {
+        live.advance(Duration::from_millis(2));
+    }
+    // The engine answers a pin with the slots event.
+    assert!(live.clients[0].messages_received > before);
+    assert!(live.healthy());
+}
+
+#[test]
+fn offer_seeds_are_accepted_or_refused_as_named() {
+    for (name, sdp) in seeds("offer") {
+        let sdp = String::from_utf8(sdp).unwrap();
+        let r = accept_offer(&settings(), origin(), &sdp, server_addr());
+        if name.contains("vp8") {
+            assert_eq!(r.unwrap_err().code, "codec_mismatch", "{name}");
+        } else {
+            assert!(r.is_ok(), "{name}: {:?}", r.err());
+        }
+    }
+}
+
+#[test]
+fn renegotiation_seeds_pass_the_shadow_negotiation() {
+    for (name, sdp) in seeds("renegotiate") {
+        let sdp = String::from_utf8(sdp).unwrap();
+        let r = check_renegotiation(&settings(), origin(), BASE_OFFER, &sdp);
+        assert!(r.is_ok(), "{name}: {:?}", r.err());
+    }
+}
