@@ -102,3 +102,13 @@ fn renegotiation_seeds_pass_the_shadow_negotiation() {
         assert!(r.is_ok(), "{name}: {:?}", r.err());
     }
 }
+
+#[test]
+fn tolerated_panics_inside_the_fault_boundary_are_noted() {
+    // SAFETY: no other test reads or writes the environment.
+    unsafe { std::env::set_var("CORELAY_FUZZ_ISOLATED", "tolerate") };
+    corelay_fuzz::panic_policy();
+    let e = corelay_core::guard::isolate(|| -> u8 { panic!("inside") }).unwrap_err();
+    assert_eq!(e.message, "inside");
+    assert!(e.location.unwrap().contains("harness.rs"));
+}
