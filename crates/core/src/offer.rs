@@ -171,7 +171,19 @@ pub fn build_rtc(settings: &RtcSettings, now: Instant) -> Rtc {
         VideoCodec::H264 => cfg.enable_h264(true),
         VideoCodec::Vp8 => cfg.enable_vp8(true),
     };
-    let mut exts = ExtensionMap::standard();
+    // str0m's standard map without the RTP stream id extensions (rid,
+    // repaired rid): str0m maps a new receive stream for an unseen SSRC with
+    // a new rid before it checks the packet's SRTP tag, and every stream
+    // costs on each later packet and timer, so a flood of forged packets from
+    // a participant's address made its shard slow (found by fuzz/ datagram;
+    // fuzz/examples/rid_flood.rs). corelay does not do simulcast yet; when it
+    // does, those streams must be bounded first.
+    let mut exts = ExtensionMap::empty();
+    exts.set(1, Extension::AudioLevel);
+    exts.set(2, Extension::AbsoluteSendTime);
+    exts.set(3, Extension::TransportSequenceNumber);
+    exts.set(4, Extension::RtpMid);
+    exts.set(13, Extension::VideoOrientation);
     exts.set(ABS_CAPTURE_TIME_ID, Extension::AbsoluteCaptureTime);
     cfg.set_extension_map(exts).build(now)
 }
