@@ -640,6 +640,9 @@ mod tests {
             assert!(sec.contains("a=end-of-candidates"), "{sec}");
         }
         assert!(!acc.ufrag.is_empty());
+        // No rid extensions: forged RTP with new rids made str0m map
+        // receive streams before checking SRTP (fuzz/examples/rid_flood.rs).
+        assert!(!acc.answer.contains("rtp-stream-id"), "{}", acc.answer);
     }
 
     #[test]
