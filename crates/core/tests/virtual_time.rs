@@ -25,6 +25,8 @@ struct Client {
     connected: bool,
     received: Vec<(Mid, u64, Vec<u8>)>,
     inbox: VecDeque<Vec<u8>>,
+    /// The first STUN binding request it sent (to replay from elsewhere).
+    first_stun: Option<Vec<u8>>,
 }
 
 fn client(addr: &str, now: Instant) -> (Client, String, str0m::change::SdpPendingOffer) {
@@ -51,6 +53,7 @@ fn client(addr: &str, now: Instant) -> (Client, String, str0m::change::SdpPendin
             connected: false,
             received: Vec::new(),
             inbox: VecDeque::new(),
+            first_stun: None,
         },
         offer.to_sdp_string(),
         pending,
@@ -77,21 +80,7 @@ fn two_clients_exchange_video_under_virtual_time() {
     while now < end {
         // Clients: feed what arrived, publish on schedule, drain.
         for c in clients.iter_mut() {
-            while let Some(d) = c.inbox.pop_front() {
-                let input = Input::Receive(
-                    now,
-                    Receive {
-                        proto: Protocol::Udp,
-                        source: server,
-                        destination: c.addr,
-                        contents: d.as_slice().try_into().unwrap(),
-                    },
-                );
-                c.rtc.handle_input(input).unwrap();
-                drain(c, now, &mut engine, server);
-            }
-            c.rtc.handle_input(Input::Timeout(now)).unwrap();
-            drain(c, now, &mut engine, server);
+            step_client(c, now, &mut engine, server);
         }
         if clients.iter().all(|c| c.connected) && now >= next_frame {
             next_frame = now + Duration::from_millis(33);
@@ -118,12 +107,7 @@ fn two_clients_exchange_video_under_virtual_time() {
         }
         // The engine: timers, then hand its datagrams to the clients.
         engine.handle_timeout(now);
-        for t in engine.outputs().transmits.drain(..) {
-            assert_eq!(t.source, server);
-            if let Some(c) = clients.iter_mut().find(|c| c.addr == t.destination) {
-                c.inbox.push_back(t.contents.to_vec());
-            }
-        }
+        deliver(&mut engine, &mut clients, server);
         now += Duration::from_millis(1);
     }
 
@@ -183,11 +167,43 @@ fn join_clients(
     clients
 }
 
+/// One client's turn: what arrived, then its timers, each drained into the engine.
+fn step_client(c: &mut Client, now: Instant, engine: &mut Engine, server: SocketAddr) {
+    while let Some(d) = c.inbox.pop_front() {
+        let input = Input::Receive(
+            now,
+            Receive {
+                proto: Protocol::Udp,
+                source: server,
+                destination: c.addr,
+                contents: d.as_slice().try_into().unwrap(),
+            },
+        );
+        c.rtc.handle_input(input).unwrap();
+        drain(c, now, engine, server);
+    }
+    c.rtc.handle_input(Input::Timeout(now)).unwrap();
+    drain(c, now, engine, server);
+}
+
+/// The engine's datagrams, into the inboxes of the clients they are for.
+fn deliver(engine: &mut Engine, clients: &mut [Client], server: SocketAddr) {
+    for t in engine.outputs().transmits.drain(..) {
+        assert_eq!(t.source, server);
+        if let Some(c) = clients.iter_mut().find(|c| c.addr == t.destination) {
+            c.inbox.push_back(t.contents.to_vec());
+        }
+    }
+}
+
 fn drain(c: &mut Client, now: Instant, engine: &mut Engine, server: SocketAddr) {
     loop {
         match c.rtc.poll_output().unwrap() {
             Output::Timeout(_) => break,
             Output::Transmit(t) => {
+                if c.first_stun.is_none() && t.contents.first().is_some_and(|b| *b < 4) {
+                    c.first_stun = Some(t.contents.to_vec());
+                }
                 engine.handle_datagram(now, None, c.addr, server, &t.contents);
             }
             Output::Event(Event::Connected) => c.connected = true,
@@ -220,41 +236,11 @@ fn connect_deadline_and_source_address_limit() {
     let room = RoomId(1);
     // Participant 1 connects; participant 2 never sends a thing.
     let mut c = join_clients(&mut engine, &settings, start, room).swap_remove(0);
-    let mut binding_request: Option<Vec<u8>> = None;
     let mut now = start;
     while now < start + Duration::from_secs(3) {
-        while let Some(d) = c.inbox.pop_front() {
-            let input = Input::Receive(
-                now,
-                Receive {
-                    proto: Protocol::Udp,
-                    source: server,
-                    destination: c.addr,
-                    contents: d.as_slice().try_into().unwrap(),
-                },
-            );
-            c.rtc.handle_input(input).unwrap();
-        }
-        c.rtc.handle_input(Input::Timeout(now)).unwrap();
-        loop {
-            match c.rtc.poll_output().unwrap() {
-                Output::Timeout(_) => break,
-                Output::Transmit(t) => {
-                    if t.contents.first().is_some_and(|b| *b < 4) && binding_request.is_none() {
-                        binding_request = Some(t.contents.to_vec());
-                    }
-                    engine.handle_datagram(now, None, c.addr, server, &t.contents);
-                }
-                Output::Event(Event::Connected) => c.connected = true,
-                Output::Event(_) => {}
-            }
-        }
+        step_client(&mut c, now, &mut engine, server);
         engine.handle_timeout(now);
-        for t in engine.outputs().transmits.drain(..) {
-            if t.destination == c.addr {
-                c.inbox.push_back(t.contents.to_vec());
-            }
-        }
+        deliver(&mut engine, std::slice::from_mut(&mut c), server);
         now += Duration::from_millis(5);
     }
     assert!(c.connected);
@@ -267,7 +253,10 @@ fn connect_deadline_and_source_address_limit() {
 
     // The participant's own (valid) binding request, replayed from ten new
     // ports: two more addresses are allowed (3 in all), eight are refused.
-    let request = binding_request.expect("the client sent a binding request");
+    let request = c
+        .first_stun
+        .clone()
+        .expect("the client sent a binding request");
     for port in 0..10u16 {
         let from = SocketAddr::new(c.addr.ip(), 6000 + port);
         engine.handle_datagram(now, None, from, server, &request);
