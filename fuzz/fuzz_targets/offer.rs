@@ -25,10 +25,10 @@ fuzz_target!(|data: &[u8]| {
             let members = [MemberInfo {
                 id,
                 name: "fuzz".into(),
-                shard: 0,
+                shard: corelay_core::ShardId(0),
                 tracks: accepted.tracks.clone(),
             }];
-            let mut engine = Engine::new(0, settings());
+            let mut engine = Engine::new(corelay_core::ShardId(0), settings());
             engine.add_participant(
                 now,
                 id,
@@ -40,6 +40,6 @@ fuzz_target!(|data: &[u8]| {
             engine.handle_timeout(now + Duration::from_secs(1));
             discard_outputs(&mut engine);
         }
-        Err(e) => assert!(!e.code.is_empty(), "an error without a code: {e:?}"),
+        Err(e) => assert!(!e.code().is_empty(), "an error without a code: {e:?}"),
     }
 });

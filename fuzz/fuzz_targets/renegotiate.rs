@@ -27,10 +27,10 @@ fuzz_target!(|data: &[u8]| {
     let members = [MemberInfo {
         id,
         name: "fuzz".into(),
-        shard: 0,
+        shard: corelay_core::ShardId(0),
         tracks: accepted.tracks.clone(),
     }];
-    let mut engine = Engine::new(0, settings());
+    let mut engine = Engine::new(corelay_core::ShardId(0), settings());
     engine.add_participant(
         now,
         id,

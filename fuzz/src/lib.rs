@@ -232,7 +232,7 @@ impl Live {
         let start = origin();
         let server = server_addr();
         let settings = live_settings();
-        let mut engine = Engine::new(0, settings.clone());
+        let mut engine = Engine::new(corelay_core::ShardId(0), settings.clone());
         let room = RoomId(1);
         let mut members = Vec::new();
         let mut clients = Vec::new();
@@ -251,7 +251,7 @@ impl Live {
             members.push(MemberInfo {
                 id,
                 name: name.clone(),
-                shard: 0,
+                shard: corelay_core::ShardId(0),
                 tracks: acc.tracks.clone(),
             });
             engine.add_participant(start, id, room, name, acc, roster(room, &members));

@@ -87,7 +87,7 @@ fn offer_seeds_are_accepted_or_refused_as_named() {
         let sdp = String::from_utf8(sdp).unwrap();
         let r = accept_offer(&settings(), origin(), &sdp, server_addr());
         if name.contains("vp8") {
-            assert_eq!(r.unwrap_err().code, "codec_mismatch", "{name}");
+            assert_eq!(r.unwrap_err().code(), "codec_mismatch", "{name}");
         } else {
             assert!(r.is_ok(), "{name}: {:?}", r.err());
         }

@@ -32,7 +32,7 @@ use str0m::{Event, IceConnectionState, Input, Output};
 use crate::codec::{is_keyframe_start, map_pt};
 use crate::events::{ClientRequest, MemberJson, RoomEvent, SlotJson, TrackJson, kind_str};
 use crate::guard;
-use crate::ids::{ParticipantId, RoomId, TrackKey};
+use crate::ids::{ParticipantId, RoomId, ShardId, TrackKey};
 use crate::media::{E2eExt, MediaCopy, MediaPacket};
 use crate::metrics::Counters;
 use crate::offer::{Accepted, MediaLine, OfferError, RtcSettings, apply_prepared};
@@ -65,7 +65,7 @@ pub enum ShardEvent {
     /// The participant is gone from the shard (ICE/consent failure, DTLS close, error).
     Left {
         id: ParticipantId,
-        reason: &'static str,
+        reason: LeaveReason,
     },
     /// ICE and DTLS are up.
     Connected { id: ParticipantId },
@@ -77,6 +77,54 @@ pub enum ShardEvent {
     },
 }
 
+/// Why a participant left its shard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaveReason {
+    /// The API removed it (DELETE); the control thread already knows.
+    Removed,
+    /// The server is shutting down; the control thread already knows.
+    Shutdown,
+    /// ICE consent failed (the client went away or its network did).
+    IceDisconnected,
+    /// It did not connect within `--connect-timeout`.
+    ConnectTimeout,
+    /// Handling it panicked; it was isolated and evicted.
+    Panic,
+    /// str0m reported an error for its session.
+    Error,
+    /// Its session closed (DTLS close_notify, SCTP abort).
+    Closed,
+    /// A renegotiation that passed the rehearsal failed on the shard.
+    RenegotiationFailed,
+}
+
+impl LeaveReason {
+    /// The stable name used in logs and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LeaveReason::Removed => "left",
+            LeaveReason::Shutdown => "shutdown",
+            LeaveReason::IceDisconnected => "ice_disconnected",
+            LeaveReason::ConnectTimeout => "connect_timeout",
+            LeaveReason::Panic => "panic",
+            LeaveReason::Error => "error",
+            LeaveReason::Closed => "closed",
+            LeaveReason::RenegotiationFailed => "renegotiation_failed",
+        }
+    }
+
+    /// Whether the control thread asked for it (and needs no report).
+    pub fn requested(self) -> bool {
+        matches!(self, LeaveReason::Removed | LeaveReason::Shutdown)
+    }
+}
+
+impl std::fmt::Display for LeaveReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Everything the engine produced since the shard last emptied it.
 #[derive(Default)]
 pub struct Outputs {
@@ -85,7 +133,7 @@ pub struct Outputs {
     /// subscriber in this step, and whether it came from a peer shard: the
     /// shard turns these into forwarding latency once the datagrams are sent.
     pub forwarded: Vec<(Duration, bool)>,
-    pub peers: Vec<(usize, PeerMsg)>,
+    pub peers: Vec<(ShardId, PeerMsg)>,
     pub control: Vec<ShardEvent>,
 }
 
@@ -97,7 +145,7 @@ struct Io {
     events: VecDeque<(ParticipantId, Event)>,
     timers: BinaryHeap<Reverse<(Instant, ParticipantId)>>,
     counters: Counters,
-    doomed: Vec<(ParticipantId, &'static str)>,
+    doomed: Vec<(ParticipantId, LeaveReason)>,
     /// Subscribers whose slot assignment changed and must be told.
     slots_dirty: Vec<ParticipantId>,
     /// Tracks whose publisher must be asked for a keyframe.
@@ -108,7 +156,7 @@ struct Io {
 }
 
 pub struct Engine {
-    shard: usize,
+    shard: ShardId,
     settings: RtcSettings,
     participants: HashMap<ParticipantId, Participant>,
     by_addr: HashMap<SocketAddr, ParticipantId>,
@@ -125,7 +173,7 @@ pub struct Engine {
 }
 
 impl Engine {
-    pub fn new(shard: usize, settings: RtcSettings) -> Self {
+    pub fn new(shard: ShardId, settings: RtcSettings) -> Self {
         Engine {
             shard,
             settings,
@@ -141,7 +189,7 @@ impl Engine {
         }
     }
 
-    pub fn shard(&self) -> usize {
+    pub fn shard(&self) -> ShardId {
         self.shard
     }
 
@@ -222,7 +270,7 @@ impl Engine {
     pub fn remove_participant(&mut self, now: Instant, id: ParticipantId) -> bool {
         self.io.now = Some(now);
         let existed = self.participants.contains_key(&id);
-        self.io.doomed.push((id, "left"));
+        self.io.doomed.push((id, LeaveReason::Removed));
         self.settle(now);
         existed
     }
@@ -259,10 +307,7 @@ impl Engine {
     ) -> Result<String, OfferError> {
         self.io.now = Some(now);
         let Some(p) = self.participants.get_mut(&id) else {
-            return Err(OfferError {
-                code: "not_found",
-                message: format!("participant {id} is not on this shard"),
-            });
+            return Err(OfferError::UnknownParticipant(id));
         };
         let applied = guarded(&mut self.io, id, &mut p.poisoned, |_| {
             apply_prepared(&mut p.rtc, offer)
@@ -272,14 +317,10 @@ impl Engine {
             failed => {
                 if let Some(Err(e)) = &failed {
                     tracing::warn!(participant = %id, "a rehearsed renegotiation failed on the shard: {e}");
-                    self.io.doomed.push((id, "renegotiation_failed"));
+                    self.io.doomed.push((id, LeaveReason::RenegotiationFailed));
                 }
                 self.settle(now);
-                return Err(OfferError {
-                    code: "renegotiation_failed",
-                    message: "the renegotiation could not be applied; the participant was removed"
-                        .to_string(),
-                });
+                return Err(OfferError::RenegotiationFailed);
             }
         };
         let ufrag = p.rtc.direct_api().local_ice_credentials().ufrag;
@@ -298,7 +339,7 @@ impl Engine {
         self.io.now = Some(now);
         let ids: Vec<ParticipantId> = self.participants.keys().copied().collect();
         for id in ids {
-            self.io.doomed.push((id, "shutdown"));
+            self.io.doomed.push((id, LeaveReason::Shutdown));
         }
         self.settle(now);
     }
@@ -457,7 +498,7 @@ impl Engine {
             self.connect_deadlines.pop();
             if self.participants.get(&id).is_some_and(|p| !p.connected) {
                 self.io.counters.connect_timeouts += 1;
-                self.io.doomed.push((id, "connect_timeout"));
+                self.io.doomed.push((id, LeaveReason::ConnectTimeout));
             }
         }
         if self.next_tick.is_some_and(|t| t <= now) {
@@ -546,7 +587,7 @@ impl Engine {
                 self.io.out.control.push(ShardEvent::Connected { id });
             }
             Event::IceConnectionStateChange(IceConnectionState::Disconnected) => {
-                self.io.doomed.push((id, "ice_disconnected"));
+                self.io.doomed.push((id, LeaveReason::IceDisconnected));
             }
             Event::ChannelOpen(cid, _label) => self.on_channel_open(id, cid),
             Event::ChannelData(d) => {
@@ -1097,7 +1138,7 @@ impl Engine {
 
     /// Removes a participant from this shard: closes its `Rtc` (DTLS
     /// close_notify goes out), forgets its addresses, frees slots showing it.
-    fn evict(&mut self, now: Instant, id: ParticipantId, reason: &'static str) {
+    fn evict(&mut self, now: Instant, id: ParticipantId, reason: LeaveReason) {
         let Some(mut p) = self.participants.remove(&id) else {
             return;
         };
@@ -1124,7 +1165,7 @@ impl Engine {
             self.by_addr.remove(a);
         }
         self.by_ufrag.remove(&p.ufrag);
-        if reason != "left" && reason != "shutdown" {
+        if !reason.requested() {
             self.io.out.control.push(ShardEvent::Left { id, reason });
         }
         // Forget it in the local room view right away; the control thread's
@@ -1180,7 +1221,7 @@ fn guarded<R>(
         Err(caught) => {
             *poisoned = true;
             io.counters.participant_panics += 1;
-            io.doomed.push((id, "panic"));
+            io.doomed.push((id, LeaveReason::Panic));
             tracing::error!(participant = %id, "panic while handling this participant, evicting it: {caught}");
             None
         }
@@ -1223,13 +1264,13 @@ fn drain_rtc_unguarded(
             Ok(Output::Event(e)) => io.events.push_back((id, e)),
             Err(_) => {
                 io.counters.rtc_errors += 1;
-                io.doomed.push((id, "error"));
+                io.doomed.push((id, LeaveReason::Error));
                 break;
             }
         }
     }
     if !rtc.is_alive() {
-        io.doomed.push((id, "closed"));
+        io.doomed.push((id, LeaveReason::Closed));
     }
 }
 

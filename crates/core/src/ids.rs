@@ -30,6 +30,18 @@ impl FromStr for ParticipantId {
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
 pub struct RoomId(pub u64);
 
+/// A shard: one pinned thread with its socket and its [`Engine`](crate::Engine),
+/// numbered from 0 by the server.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug, Default, serde::Serialize)]
+#[serde(transparent)]
+pub struct ShardId(pub usize);
+
+impl fmt::Display for ShardId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
 /// One published track: its publisher and the mid of the m-line in the publisher's SDP.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub struct TrackKey {

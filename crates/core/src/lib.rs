@@ -31,6 +31,6 @@ pub mod participant;
 pub mod room;
 pub mod slot;
 
-pub use engine::{Engine, Outputs, PeerMsg, ShardEvent};
-pub use ids::{ParticipantId, RoomId, TrackKey};
+pub use engine::{Engine, LeaveReason, Outputs, PeerMsg, ShardEvent};
+pub use ids::{ParticipantId, RoomId, ShardId, TrackKey};
 pub use offer::{Accepted, OfferError, OfferLimits, ParticipantLimits, RtcSettings, VideoCodec};

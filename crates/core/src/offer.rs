@@ -22,14 +22,38 @@ use str0m::rtp::{Extension, ExtensionMap};
 use str0m::{Candidate, Output, Rtc};
 
 use crate::guard;
+use crate::ids::ParticipantId;
 
 /// Extension id we offer for abs-capture-time when the client did not pick one.
-const ABS_CAPTURE_TIME_ID: u8 = 9;
+pub const ABS_CAPTURE_TIME_ID: u8 = 9;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// A room's video codec: the one codec enum of the workspace (server flags,
+/// the load client and the bench parse it with [`FromStr`](std::str::FromStr)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum VideoCodec {
+    #[default]
     H264,
     Vp8,
+}
+
+impl std::str::FromStr for VideoCodec {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "h264" => Ok(VideoCodec::H264),
+            "vp8" => Ok(VideoCodec::Vp8),
+            other => Err(format!("unknown video codec {other:?} (h264 or vp8)")),
+        }
+    }
+}
+
+impl std::fmt::Display for VideoCodec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            VideoCodec::H264 => "h264",
+            VideoCodec::Vp8 => "vp8",
+        })
+    }
 }
 
 impl VideoCodec {
@@ -107,27 +131,67 @@ impl Default for ParticipantLimits {
     }
 }
 
-/// Why an offer was refused; `code` is the stable error code of the HTTP API.
+/// Why an offer was refused. [`OfferError::code`] is the stable error code
+/// of the HTTP API; the message (`Display`) says what to fix, without parser
+/// internals.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OfferError {
-    pub code: &'static str,
-    pub message: String,
+pub enum OfferError {
+    /// Malformed or inconsistent SDP, or an offer str0m refused.
+    Bad(String),
+    /// Larger than `--max-sdp-bytes`.
+    TooLarge { bytes: usize, limit: usize },
+    /// More m-lines than `--max-mlines`.
+    TooManyLines { limit: usize },
+    /// A video m-line without the server's codec.
+    CodecMismatch(String),
+    /// The participant is not on this shard (it left meanwhile).
+    UnknownParticipant(ParticipantId),
+    /// str0m refused a rehearsed renegotiation on the shard: the participant
+    /// was removed.
+    RenegotiationFailed,
 }
 
 impl OfferError {
     fn bad(message: impl Into<String>) -> Self {
-        OfferError {
-            code: "bad_offer",
-            message: message.into(),
+        OfferError::Bad(message.into())
+    }
+
+    /// The error code of the HTTP API.
+    pub fn code(&self) -> &'static str {
+        match self {
+            OfferError::Bad(_) => "bad_offer",
+            OfferError::TooLarge { .. } => "offer_too_large",
+            OfferError::TooManyLines { .. } => "too_many_mlines",
+            OfferError::CodecMismatch(_) => "codec_mismatch",
+            OfferError::UnknownParticipant(_) => "not_found",
+            OfferError::RenegotiationFailed => "renegotiation_failed",
         }
     }
 }
 
 impl std::fmt::Display for OfferError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {}", self.code, self.message)
+        match self {
+            OfferError::Bad(m) | OfferError::CodecMismatch(m) => f.write_str(m),
+            OfferError::TooLarge { bytes, limit } => write!(
+                f,
+                "the SDP offer is {bytes} bytes; this server takes at most {limit} (--max-sdp-bytes)"
+            ),
+            OfferError::TooManyLines { limit } => write!(
+                f,
+                "the SDP offer has more than {limit} m-lines (--max-mlines)"
+            ),
+            OfferError::UnknownParticipant(id) => {
+                write!(f, "participant {id} is not on this shard")
+            }
+            OfferError::RenegotiationFailed => {
+                f.write_str("the renegotiation could not be applied; the participant was removed")
+            }
+        }
     }
 }
+
+impl std::error::Error for OfferError {}
 
 /// A media line as the SFU sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -261,13 +325,9 @@ fn refused_by_panic(caught: guard::Caught) -> OfferError {
 fn parse_offer(settings: &RtcSettings, sdp: &str) -> Result<SdpOffer, OfferError> {
     let sdp = sdp.trim_start_matches('\u{feff}');
     if sdp.len() > settings.offer.max_sdp_bytes {
-        return Err(OfferError {
-            code: "offer_too_large",
-            message: format!(
-                "the SDP offer is {} bytes; this server takes at most {} (--max-sdp-bytes)",
-                sdp.len(),
-                settings.offer.max_sdp_bytes
-            ),
+        return Err(OfferError::TooLarge {
+            bytes: sdp.len(),
+            limit: settings.offer.max_sdp_bytes,
         });
     }
     if sdp.trim().is_empty() {
@@ -386,12 +446,8 @@ fn validate_lines(sdp: &str, limits: &OfferLimits) -> Result<(), OfferError> {
             merge(&mut section, &mut bundle, mlines)?;
             mlines += 1;
             if mlines > limits.max_mlines {
-                return Err(OfferError {
-                    code: "too_many_mlines",
-                    message: format!(
-                        "the SDP offer has more than {} m-lines (--max-mlines)",
-                        limits.max_mlines
-                    ),
+                return Err(OfferError::TooManyLines {
+                    limit: limits.max_mlines,
                 });
             }
             let mut it = rest.split_whitespace();
@@ -581,10 +637,7 @@ fn check_codecs(sdp: &str, settings: &RtcSettings) -> Result<(), OfferError> {
     }
     finish(section.take());
     match fail {
-        Some(message) => Err(OfferError {
-            code: "codec_mismatch",
-            message,
-        }),
+        Some(message) => Err(OfferError::CodecMismatch(message)),
         None => Ok(()),
     }
 }
@@ -649,13 +702,13 @@ mod tests {
     fn refuses_empty_and_garbage() {
         let addr = "127.0.0.1:3478".parse().unwrap();
         let e = accept_offer(&settings(), Instant::now(), "  ", addr).unwrap_err();
-        assert_eq!(e.code, "bad_offer");
-        assert!(e.message.contains("empty"));
+        assert_eq!(e.code(), "bad_offer");
+        assert!(e.to_string().contains("empty"));
         let e = accept_offer(&settings(), Instant::now(), "hello", addr).unwrap_err();
-        assert_eq!(e.code, "bad_offer");
+        assert_eq!(e.code(), "bad_offer");
         let e =
             accept_offer(&settings(), Instant::now(), "v=0\r\nm=video x\r\n", addr).unwrap_err();
-        assert_eq!(e.code, "bad_offer");
+        assert_eq!(e.code(), "bad_offer");
     }
 
     #[test]
@@ -668,7 +721,7 @@ mod tests {
             addr,
         )
         .unwrap_err();
-        assert_eq!(e.code, "codec_mismatch");
-        assert!(e.message.contains("H264"), "{}", e.message);
+        assert_eq!(e.code(), "codec_mismatch");
+        assert!(e.to_string().contains("H264"), "{e}");
     }
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use str0m::media::MediaKind;
 
-use crate::ids::{ParticipantId, RoomId, TrackKey};
+use crate::ids::{ParticipantId, RoomId, ShardId, TrackKey};
 use crate::offer::MediaLine;
 
 /// Audio louder than this (dBov, RFC 6464 as str0m reports it: 0 is loudest) counts as speech.
@@ -29,7 +29,7 @@ const SPEAKER_MARGIN: f32 = 0.2;
 pub struct MemberInfo {
     pub id: ParticipantId,
     pub name: String,
-    pub shard: usize,
+    pub shard: ShardId,
     pub tracks: Vec<MediaLine>,
 }
 
@@ -61,7 +61,7 @@ pub struct RoomView {
     /// In join order.
     pub members: Vec<Member>,
     /// Shards other than this one that host members: where this room's media goes.
-    pub peer_shards: Vec<usize>,
+    pub peer_shards: Vec<ShardId>,
     /// Members hosted on this shard.
     pub local: Vec<ParticipantId>,
     pub speaker: Option<ParticipantId>,
@@ -81,7 +81,7 @@ impl RoomView {
 
     /// Replaces the roster, keeping speech history of members that stay.
     /// Returns true if membership or tracks changed.
-    pub fn apply(&mut self, update: RoomUpdate, my_shard: usize) -> bool {
+    pub fn apply(&mut self, update: RoomUpdate, my_shard: ShardId) -> bool {
         self.name = update.name;
         let mut changed = update.members.len() != self.members.len();
         let mut members = Vec::with_capacity(update.members.len());
@@ -102,7 +102,7 @@ impl RoomView {
             .filter(|m| m.info.shard == my_shard)
             .map(|m| m.info.id)
             .collect();
-        let mut peers: Vec<usize> = self
+        let mut peers: Vec<ShardId> = self
             .members
             .iter()
             .map(|m| m.info.shard)
@@ -223,7 +223,7 @@ mod tests {
         MemberInfo {
             id: ParticipantId(id),
             name: format!("m{id}"),
-            shard,
+            shard: ShardId(shard),
             tracks: vec![
                 MediaLine {
                     mid: "0".into(),
@@ -246,11 +246,11 @@ mod tests {
                 name: "r".into(),
                 members: vec![info(1, 0), info(2, 1), info(3, 0)],
             },
-            0,
+            ShardId(0),
         );
         assert!(changed);
         assert_eq!(r.local, vec![ParticipantId(1), ParticipantId(3)]);
-        assert_eq!(r.peer_shards, vec![1]);
+        assert_eq!(r.peer_shards, vec![ShardId(1)]);
         let ranked = r.ranked_tracks(ParticipantId(1), MediaKind::Video);
         assert_eq!(
             ranked.iter().map(|t| t.participant.0).collect::<Vec<_>>(),

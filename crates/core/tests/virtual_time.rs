@@ -68,7 +68,7 @@ fn two_clients_exchange_video_under_virtual_time() {
         ..Default::default()
     };
     let server: SocketAddr = SERVER.parse().unwrap();
-    let mut engine = Engine::new(0, settings.clone());
+    let mut engine = Engine::new(corelay_core::ShardId(0), settings.clone());
     let room = RoomId(1);
 
     let mut clients = join_clients(&mut engine, &settings, start, room);
@@ -153,7 +153,7 @@ fn join_clients(
         members.push(MemberInfo {
             id,
             name: format!("c{i}"),
-            shard: 0,
+            shard: corelay_core::ShardId(0),
             tracks: acc.tracks.clone(),
         });
         let roster = RoomUpdate {
@@ -232,7 +232,7 @@ fn connect_deadline_and_source_address_limit() {
     settings.participant.max_addrs = 3;
     settings.participant.connect_timeout = Duration::from_secs(2);
     let server: SocketAddr = SERVER.parse().unwrap();
-    let mut engine = Engine::new(0, settings.clone());
+    let mut engine = Engine::new(corelay_core::ShardId(0), settings.clone());
     let room = RoomId(1);
     // Participant 1 connects; participant 2 never sends a thing.
     let mut c = join_clients(&mut engine, &settings, start, room).swap_remove(0);
@@ -248,7 +248,7 @@ fn connect_deadline_and_source_address_limit() {
     assert_eq!(engine.participant_count(), 1, "the connected one stays");
     assert!(engine.outputs().control.iter().any(|e| matches!(
         e,
-        corelay_core::ShardEvent::Left { id, reason: "connect_timeout" } if *id == ParticipantId(2)
+        corelay_core::ShardEvent::Left { id, reason: corelay_core::LeaveReason::ConnectTimeout } if *id == ParticipantId(2)
     )));
 
     // The participant's own (valid) binding request, replayed from ten new

@@ -5,6 +5,8 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use corelay_core::VideoCodec;
+
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 #[derive(Parser, Debug, Clone)]
@@ -52,8 +54,8 @@ pub struct Config {
     pub max_shard_load: f64,
 
     /// The rooms' video codec (every room forwards this one and Opus).
-    #[arg(long, env = "CORELAY_VIDEO_CODEC", value_enum, default_value_t = CodecArg::H264)]
-    pub video_codec: CodecArg,
+    #[arg(long, env = "CORELAY_VIDEO_CODEC", default_value_t = VideoCodec::H264)]
+    pub video_codec: VideoCodec,
 
     /// Prometheus metrics listener (path /metrics). "off" disables it.
     #[arg(long, env = "CORELAY_METRICS", default_value = "127.0.0.1:6060")]
@@ -273,12 +275,6 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 pub enum ShardFailure {
     Exit,
     Continue,
-}
-
-#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
-pub enum CodecArg {
-    H264,
-    Vp8,
 }
 
 impl Config {

@@ -12,10 +12,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use corelay_core::{OfferLimits, ParticipantLimits, RtcSettings, VideoCodec};
+use corelay_core::{OfferLimits, ParticipantLimits, RtcSettings, ShardId};
 use tokio::sync::mpsc;
 
-use crate::config::{CodecArg, Config, ShardFailure};
+use crate::config::{Config, ShardFailure};
 use crate::control::{Limits, State};
 use crate::shard::mesh::Mesh;
 use crate::shard::{ShardSpec, bind, spawn};
@@ -34,10 +34,7 @@ pub fn run(cfg: Config) -> Result<(), Box<dyn std::error::Error>> {
     let n = cfg.shard_count();
     let ip = cfg.advertised_ip();
     let settings = RtcSettings {
-        video_codec: match cfg.video_codec {
-            CodecArg::H264 => VideoCodec::H264,
-            CodecArg::Vp8 => VideoCodec::Vp8,
-        },
+        video_codec: cfg.video_codec,
         offer: OfferLimits {
             max_sdp_bytes: cfg.max_sdp_bytes,
             max_mlines: cfg.max_mlines,
@@ -62,7 +59,7 @@ pub fn run(cfg: Config) -> Result<(), Box<dyn std::error::Error>> {
         let socket = bind(SocketAddr::new(cfg.bind_ip, port), !cfg.no_packet_metrics)
             .map_err(|e| format!("cannot bind UDP {}:{port} for shard {i}: {e}", cfg.bind_ip))?;
         let (h, j) = spawn(ShardSpec {
-            index: i,
+            index: ShardId(i),
             socket,
             advertised: SocketAddr::new(ip, port),
             settings: settings.clone(),
@@ -108,10 +105,7 @@ pub fn run(cfg: Config) -> Result<(), Box<dyn std::error::Error>> {
             "corelay listening: http://{shown} (API, demo page), UDP {ip}:{}-{} ({n} shards), {} video",
             cfg.udp_port,
             cfg.udp_port as usize + n - 1,
-            match cfg.video_codec {
-                CodecArg::H264 => "H264",
-                CodecArg::Vp8 => "VP8",
-            }
+            cfg.video_codec.name()
         );
         let exit_on_failure = cfg.on_shard_failure == ShardFailure::Exit;
         let (fatal_tx, mut fatal_rx) = tokio::sync::oneshot::channel();

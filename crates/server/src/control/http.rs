@@ -16,7 +16,7 @@ use serde::Deserialize;
 
 use super::auth::{Access, Claims, Needs, sdp_needs};
 use super::{ApiError, Flavor, Shared, assets, lock, renegotiate};
-use corelay_core::ParticipantId;
+use corelay_core::{ParticipantId, ShardId};
 
 /// Response header of a join: the participant's public id.
 const PARTICIPANT_ID: header::HeaderName = header::HeaderName::from_static("participant-id");
@@ -203,7 +203,7 @@ async fn healthz(State(state): State<Shared>) -> Response {
         return axum::Json(serde_json::json!({"status": "ok", "shards": shards})).into_response();
     }
     // Which shards, not why: the reason (a panic message) is in the log.
-    let failed: Vec<usize> = failed.into_iter().map(|(shard, _)| shard).collect();
+    let failed: Vec<ShardId> = failed.into_iter().map(|(shard, _)| shard).collect();
     (
         StatusCode::SERVICE_UNAVAILABLE,
         axum::Json(serde_json::json!({"status": "degraded", "shards": shards, "failed": failed})),

@@ -19,7 +19,7 @@ pub struct Snapshot {
     pub rooms: usize,
     pub admission_refusals: u64,
     /// Shards whose thread stopped.
-    pub failed: Vec<usize>,
+    pub failed: Vec<corelay_core::ShardId>,
 }
 
 impl Collector for Snapshot {

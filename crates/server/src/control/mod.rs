@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use corelay_core::metrics::{Counters, LatencyHistogram, ParticipantStats};
 use corelay_core::offer::{MediaLine, accept_offer, check_renegotiation};
 use corelay_core::room::{MemberInfo, RoomUpdate};
-use corelay_core::{OfferError, ParticipantId, RoomId, RtcSettings, ShardEvent};
+use corelay_core::{OfferError, ParticipantId, RoomId, RtcSettings, ShardEvent, ShardId};
 use serde::Serialize;
 use str0m::change::SdpOffer;
 use tokio::sync::{mpsc, oneshot};
@@ -77,13 +77,15 @@ impl ApiError {
 
 impl From<OfferError> for ApiError {
     fn from(e: OfferError) -> Self {
-        let status = match e.code {
-            "not_found" => 404,
-            "offer_too_large" => 413,
-            "renegotiation_failed" => 500,
-            _ => 400,
+        let status = match e {
+            OfferError::UnknownParticipant(_) => 404,
+            OfferError::TooLarge { .. } => 413,
+            OfferError::RenegotiationFailed => 500,
+            OfferError::Bad(_) | OfferError::TooManyLines { .. } | OfferError::CodecMismatch(_) => {
+                400
+            }
         };
-        ApiError::new(status, e.code, e.message)
+        ApiError::new(status, e.code(), e.to_string())
     }
 }
 
@@ -98,7 +100,7 @@ struct Member {
     /// Who it is: the access token's `sub`; without authentication its id.
     identity: String,
     name: String,
-    shard: usize,
+    shard: ShardId,
     flavor: Flavor,
     tracks: Vec<MediaLine>,
     slots: Vec<MediaLine>,
@@ -160,7 +162,7 @@ pub struct MemberOut {
     pub id: String,
     pub identity: String,
     pub name: String,
-    pub shard: usize,
+    pub shard: ShardId,
     pub kind: Flavor,
     pub tracks: Vec<TrackOut>,
     pub slots: Vec<TrackOut>,
@@ -171,7 +173,7 @@ pub struct MemberOut {
 pub struct RoomSummary {
     pub room: String,
     pub participants: usize,
-    pub shards: Vec<usize>,
+    pub shards: Vec<ShardId>,
 }
 
 /// A latency histogram as the stats API shows it.
@@ -208,7 +210,7 @@ impl From<&LatencyHistogram> for HistOut {
 
 #[derive(Serialize)]
 pub struct ShardOut {
-    pub shard: usize,
+    pub shard: ShardId,
     pub udp: String,
     pub participants: usize,
     pub rooms: usize,
@@ -225,7 +227,7 @@ pub struct ShardOut {
 pub struct ParticipantOut {
     pub id: String,
     pub name: String,
-    pub shard: usize,
+    pub shard: ShardId,
     #[serde(flatten)]
     pub stats: Option<ParticipantStats>,
     /// Its shard's socket dwell and forwarding latency (mean, µs).
@@ -236,7 +238,7 @@ pub struct ParticipantOut {
 #[derive(Serialize)]
 pub struct RoomStatsOut {
     pub room: String,
-    pub shards: Vec<usize>,
+    pub shards: Vec<ShardId>,
     pub participants: Vec<ParticipantOut>,
 }
 
@@ -314,7 +316,7 @@ impl State {
 
     /// Admission control and placement: the room's own shard while it has
     /// room (zero hops), else the least loaded shard that can take one more.
-    fn place(&mut self, room: &str) -> Result<usize, ApiError> {
+    fn place(&mut self, room: &str) -> Result<ShardId, ApiError> {
         let lim = &self.limits;
         let fits = |s: &ShardState| {
             s.failed.is_none()
@@ -323,7 +325,7 @@ impl State {
         };
         if let Some(r) = self.rooms.get(room) {
             // The shard hosting most of the room first.
-            let mut counts: Vec<(usize, usize)> = Vec::new();
+            let mut counts: Vec<(ShardId, usize)> = Vec::new();
             for m in &r.members {
                 match counts.iter_mut().find(|(s, _)| *s == m.shard) {
                     Some(c) => c.1 += 1,
@@ -332,7 +334,7 @@ impl State {
             }
             counts.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
             for (s, _) in counts {
-                if self.shards.get(s).is_some_and(fits) {
+                if self.shards.get(s.0).is_some_and(fits) {
                     return Ok(s);
                 }
             }
@@ -417,7 +419,7 @@ impl State {
             _ => {}
         }
         let shard = self.place(room)?;
-        let Some(handle) = self.shards.get(shard).map(|s| s.handle.clone()) else {
+        let Some(handle) = self.shards.get(shard.0).map(|s| s.handle.clone()) else {
             return Err(ApiError::new(500, "internal", "placement chose no shard"));
         };
         let accepted = accept_offer(&self.settings, Instant::now(), sdp, handle.advertised)?;
@@ -464,7 +466,7 @@ impl State {
         let room_id = r.id;
         let answer = accepted.answer.clone();
         self.where_is.insert(id, room.to_string());
-        if let Some(s) = self.shards.get_mut(shard) {
+        if let Some(s) = self.shards.get_mut(shard.0) {
             s.participants += 1;
         }
         let roster = self.roster(room);
@@ -478,7 +480,7 @@ impl State {
             });
         }
         self.broadcast(room, roster, &[shard]);
-        tracing::info!(participant = %id, room, shard, ?flavor, "joined");
+        tracing::info!(participant = %id, room, shard = shard.0, ?flavor, "joined");
         Ok(Joined {
             id,
             resource,
@@ -501,7 +503,7 @@ impl State {
         };
         let m = r.members.remove(pos);
         self.detail.remove(&id);
-        if let Some(s) = self.shards.get_mut(m.shard) {
+        if let Some(s) = self.shards.get_mut(m.shard.0) {
             s.participants = s.participants.saturating_sub(1);
             if tell_shard {
                 let _ = s.handle.commands.send(Command::Remove { id });
@@ -600,7 +602,7 @@ impl State {
         }
         let handle = self
             .shards
-            .get(m.shard)
+            .get(m.shard.0)
             .filter(|s| s.failed.is_none())
             .map(|s| s.handle.clone())
             .ok_or_else(|| {
@@ -658,22 +660,22 @@ impl State {
     }
 
     /// Sends the roster to every shard hosting a member, except those in `skip`.
-    fn broadcast(&self, room: &str, roster: Option<RoomUpdate>, skip: &[usize]) {
+    fn broadcast(&self, room: &str, roster: Option<RoomUpdate>, skip: &[ShardId]) {
         let (Some(roster), Some(r)) = (roster, self.rooms.get(room)) else {
             return;
         };
-        let mut shards: Vec<usize> = r.members.iter().map(|m| m.shard).collect();
+        let mut shards: Vec<ShardId> = r.members.iter().map(|m| m.shard).collect();
         shards.sort_unstable();
         shards.dedup();
         for s in shards.into_iter().filter(|s| !skip.contains(s)) {
-            if let Some(st) = self.shards.get(s) {
+            if let Some(st) = self.shards.get(s.0) {
                 let _ = st.handle.commands.send(Command::Room(roster.clone()));
             }
         }
     }
 
     /// Shards whose thread stopped, and why.
-    pub fn failed_shards(&self) -> Vec<(usize, String)> {
+    pub fn failed_shards(&self) -> Vec<(ShardId, String)> {
         self.shards
             .iter()
             .filter_map(|s| s.failed.clone().map(|why| (s.handle.index, why)))
@@ -682,8 +684,8 @@ impl State {
 
     /// A shard thread stopped: it takes no one new, and its participants
     /// (whose calls ended with it) leave their rooms.
-    fn shard_failed(&mut self, shard: usize, reason: String) {
-        let Some(s) = self.shards.get_mut(shard) else {
+    fn shard_failed(&mut self, shard: ShardId, reason: String) {
+        let Some(s) = self.shards.get_mut(shard.0) else {
             return;
         };
         s.failed = Some(reason);
@@ -702,7 +704,7 @@ impl State {
         match msg {
             ToControl::Failed { shard, reason } => {
                 tracing::error!(
-                    shard,
+                    shard = shard.0,
                     "shard failed: {reason}; it takes no new participants"
                 );
                 self.shard_failed(shard, reason);
@@ -715,12 +717,12 @@ impl State {
                         }
                     }
                 }
-                if let Some(s) = self.shards.get_mut(r.shard) {
+                if let Some(s) = self.shards.get_mut(r.shard.0) {
                     s.last = *r;
                 }
             }
             ToControl::Event(ShardEvent::Left { id, reason }) => {
-                tracing::info!(participant = %id, reason, "removed by its shard");
+                tracing::info!(participant = %id, reason = reason.as_str(), "removed by its shard");
                 let _ = self.leave(id, false);
             }
             ToControl::Event(ShardEvent::Connected { id }) => {
@@ -748,7 +750,7 @@ impl State {
         self.rooms
             .iter()
             .map(|(name, r)| {
-                let mut shards: Vec<usize> = r.members.iter().map(|m| m.shard).collect();
+                let mut shards: Vec<ShardId> = r.members.iter().map(|m| m.shard).collect();
                 shards.sort_unstable();
                 shards.dedup();
                 RoomSummary {
@@ -810,7 +812,7 @@ impl State {
                 .rooms
                 .iter()
                 .map(|(name, r)| {
-                    let mut shards: Vec<usize> = r.members.iter().map(|m| m.shard).collect();
+                    let mut shards: Vec<ShardId> = r.members.iter().map(|m| m.shard).collect();
                     shards.sort_unstable();
                     shards.dedup();
                     RoomStatsOut {
@@ -820,7 +822,7 @@ impl State {
                             .members
                             .iter()
                             .map(|m| {
-                                let last = self.shards.get(m.shard).map(|s| &s.last);
+                                let last = self.shards.get(m.shard.0).map(|s| &s.last);
                                 ParticipantOut {
                                     id: m.id.to_string(),
                                     name: m.name.clone(),

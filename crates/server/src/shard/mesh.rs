@@ -9,7 +9,7 @@
 use crossbeam_queue::ArrayQueue;
 use tokio::sync::Notify;
 
-use corelay_core::PeerMsg;
+use corelay_core::{PeerMsg, ShardId};
 
 /// Capacity of each queue: ~100 ms of a busy room's media.
 pub const QUEUE_CAPACITY: usize = 4096;
@@ -34,7 +34,7 @@ impl Mesh {
 
     /// Enqueues without waiting; false (and the message dropped) when the
     /// queue is full.
-    pub fn push(&self, from: usize, to: usize, msg: PeerMsg) -> bool {
+    pub fn push(&self, ShardId(from): ShardId, ShardId(to): ShardId, msg: PeerMsg) -> bool {
         match self.queues.get(from * self.n + to) {
             Some(q) if to != from => q.push(msg).is_ok(),
             _ => false,
@@ -42,18 +42,18 @@ impl Mesh {
     }
 
     /// Wakes shard `to` (once per batch, however many messages were pushed).
-    pub fn wake(&self, to: usize) {
+    pub fn wake(&self, ShardId(to): ShardId) {
         if let Some(w) = self.wake.get(to) {
             w.notify_one();
         }
     }
 
-    pub fn notified(&self, me: usize) -> Option<&Notify> {
+    pub fn notified(&self, ShardId(me): ShardId) -> Option<&Notify> {
         self.wake.get(me)
     }
 
     /// Pops one message for `me` from any peer, up to `budget` per call.
-    pub fn drain(&self, me: usize, budget: usize, mut f: impl FnMut(PeerMsg)) -> usize {
+    pub fn drain(&self, ShardId(me): ShardId, budget: usize, mut f: impl FnMut(PeerMsg)) -> usize {
         let mut n = 0;
         for from in 0..self.n {
             let Some(q) = self.queues.get(from * self.n + me) else {

@@ -35,7 +35,9 @@ use std::time::{Duration, Instant};
 
 use corelay_core::metrics::{Counters, LatencyHistogram, ParticipantStats};
 use corelay_core::room::RoomUpdate;
-use corelay_core::{Accepted, Engine, OfferError, ParticipantId, RoomId, RtcSettings, ShardEvent};
+use corelay_core::{
+    Accepted, Engine, OfferError, ParticipantId, RoomId, RtcSettings, ShardEvent, ShardId,
+};
 use str0m::change::SdpOffer;
 use tokio::io::Interest;
 use tokio::sync::{mpsc, oneshot};
@@ -77,7 +79,7 @@ pub enum Command {
 /// A shard's figures, copied out as a value.
 #[derive(Clone, Debug, Default)]
 pub struct Report {
-    pub shard: usize,
+    pub shard: ShardId,
     pub counters: Counters,
     pub participants: usize,
     pub rooms: usize,
@@ -105,7 +107,7 @@ pub enum ToControl {
     /// The shard thread stopped for good (a panic outside any participant,
     /// or a socket error).
     Failed {
-        shard: usize,
+        shard: ShardId,
         reason: String,
     },
 }
@@ -113,14 +115,14 @@ pub enum ToControl {
 /// The control thread's handle on a shard.
 #[derive(Clone)]
 pub struct ShardHandle {
-    pub index: usize,
+    pub index: ShardId,
     /// The address clients are told to send media to (ICE candidate).
     pub advertised: SocketAddr,
     pub commands: mpsc::UnboundedSender<Command>,
 }
 
 pub struct ShardSpec {
-    pub index: usize,
+    pub index: ShardId,
     pub socket: UdpSocket,
     pub advertised: SocketAddr,
     pub settings: RtcSettings,
@@ -199,7 +201,7 @@ fn pin_to_core(core: usize) {
 }
 
 struct Driver {
-    index: usize,
+    index: ShardId,
     engine: Engine,
     advertised: SocketAddr,
     recv: RecvBatch,
@@ -341,7 +343,7 @@ async fn run(spec: ShardSpec, mut commands: mpsc::UnboundedReceiver<Command>) ->
                         Err(e) => {
                             // ICMP errors surface here (e.g. a client went
                             // away); they concern one peer, not the socket.
-                            tracing::debug!(shard = d.index, "recv: {e}");
+                            tracing::debug!(shard = d.index.0, "recv: {e}");
                         }
                     }
                 }
@@ -433,7 +435,7 @@ impl Driver {
             for (to, msg) in out.peers.drain(..) {
                 if !self.mesh.push(self.index, to, msg) {
                     dropped += 1;
-                } else if let Some(t) = self.touched_peers.get_mut(to) {
+                } else if let Some(t) = self.touched_peers.get_mut(to.0) {
                     *t = true;
                 } else {
                     self.mesh.wake(to);
@@ -441,7 +443,7 @@ impl Driver {
             }
             for (to, touched) in self.touched_peers.iter().enumerate() {
                 if *touched {
-                    self.mesh.wake(to);
+                    self.mesh.wake(ShardId(to));
                 }
             }
         }
