@@ -27,9 +27,7 @@ pub mod ids;
 pub mod media;
 pub mod metrics;
 pub mod offer;
-pub mod participant;
 pub mod room;
-pub mod slot;
 
 pub use engine::{Engine, LeaveReason, Outputs, PeerMsg, ShardEvent};
 pub use ids::{ParticipantId, RoomId, ShardId, TrackKey};

@@ -18,20 +18,20 @@ use crate::ids::TrackKey;
 const FIRST_SEQ: u64 = 1000;
 
 #[derive(Debug)]
-pub struct Slot {
-    pub mid: Mid,
-    pub kind: MediaKind,
-    pub source: Option<TrackKey>,
-    pub pinned: bool,
+pub(super) struct Slot {
+    pub(super) mid: Mid,
+    pub(super) kind: MediaKind,
+    pub(super) source: Option<TrackKey>,
+    pub(super) pinned: bool,
     /// Video after a source change: hold packets until a keyframe starts.
-    pub need_keyframe: bool,
+    pub(super) need_keyframe: bool,
     /// Cached payload-type mapping: publisher codec -> this leg's pt.
-    pub pt_map: Option<(CodecSpec, Pt)>,
-    pub rewriter: Rewriter,
+    pub(super) pt_map: Option<(CodecSpec, Pt)>,
+    pub(super) rewriter: Rewriter,
 }
 
 impl Slot {
-    pub fn new(mid: Mid, kind: MediaKind) -> Self {
+    pub(super) fn new(mid: Mid, kind: MediaKind) -> Self {
         Slot {
             mid,
             kind,
@@ -44,7 +44,7 @@ impl Slot {
     }
 
     /// Points the slot at a new source (or none). Returns true if it changed.
-    pub fn set_source(&mut self, source: Option<TrackKey>) -> bool {
+    pub(super) fn set_source(&mut self, source: Option<TrackKey>) -> bool {
         if self.source == source {
             return false;
         }
@@ -58,7 +58,7 @@ impl Slot {
 
 /// Sequence/timestamp rewriting state of one slot.
 #[derive(Debug, Default)]
-pub struct Rewriter {
+pub(super) struct Rewriter {
     rebase_pending: bool,
     seq_offset: u64,
     ts_offset: u32,
@@ -71,14 +71,14 @@ pub struct Rewriter {
 
 impl Rewriter {
     /// The next packet starts a new source.
-    pub fn rebase(&mut self) {
+    pub(super) fn rebase(&mut self) {
         self.rebase_pending = true;
     }
 
     /// Rewrites (extended seq, timestamp) of a source packet to the slot's
     /// numbering, or `None` when the packet must be dropped (older than the
     /// current source's first packet in this slot).
-    pub fn rewrite(
+    pub(super) fn rewrite(
         &mut self,
         seq: u64,
         ts: u32,

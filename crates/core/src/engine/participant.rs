@@ -1,9 +1,10 @@
 //! One participant on a shard: its str0m `Rtc`, the tracks it publishes, its
-//! receive slots, and its data channel.
+//! receive slots, its data channel, its request budget and its figures.
 //!
-//! Must not: decide what goes in a slot (the engine does, from the room view).
+//! Must not: decide what goes in a slot ([`super::policy`] does, from the
+//! room view), know its addresses ([`super::demux`]) or its deadlines
+//! ([`super::timers`]).
 
-use std::net::SocketAddr;
 use std::time::Instant;
 
 use str0m::Rtc;
@@ -12,77 +13,62 @@ use str0m::format::CodecSpec;
 use str0m::media::{MediaKind, Mid, Pt};
 use str0m::rtp::Ssrc;
 
+use super::slot::Slot;
 use crate::ids::{ParticipantId, RoomId};
 use crate::metrics::ParticipantStats;
 use crate::offer::MediaLine;
-use crate::slot::Slot;
 
 #[derive(Debug)]
-pub struct PublishedTrack {
-    pub mid: Mid,
-    pub kind: MediaKind,
+pub(super) struct PublishedTrack {
+    pub(super) mid: Mid,
+    pub(super) kind: MediaKind,
     /// Last payload type seen and its codec (publishers rarely switch).
-    pub codec: Option<(Pt, CodecSpec)>,
-    pub last_keyframe_request: Option<Instant>,
-    /// A request arrived within the rate limit: send it when the limit allows,
-    /// unless a keyframe arrives first.
-    pub keyframe_pending: bool,
+    pub(super) codec: Option<(Pt, CodecSpec)>,
 }
 
-pub struct Participant {
-    pub id: ParticipantId,
-    pub room: RoomId,
-    pub name: String,
-    pub rtc: Rtc,
-    pub ufrag: String,
-    pub tracks: Vec<PublishedTrack>,
+pub(super) struct Participant {
+    pub(super) room: RoomId,
+    /// Its display name (only the test fault injection looks at it here).
+    pub(super) name: String,
+    pub(super) rtc: Rtc,
+    pub(super) tracks: Vec<PublishedTrack>,
     /// SSRC -> index in `tracks`, filled on first sight of each SSRC.
-    pub ssrcs: Vec<(Ssrc, usize)>,
-    pub slots: Vec<Slot>,
-    pub channel: Option<ChannelId>,
-    /// Remote addresses that proved (by ICE) to be this participant.
-    pub addrs: Vec<SocketAddr>,
-    /// str0m's next deadline, and the earliest entry we have in the timer heap.
-    pub timeout: Option<Instant>,
-    pub scheduled: Option<Instant>,
+    ssrcs: Vec<(Ssrc, usize)>,
+    pub(super) slots: Vec<Slot>,
+    pub(super) channel: Option<ChannelId>,
     /// A panic happened inside this participant's handling: its `Rtc` may be
     /// inconsistent, so nothing calls into it again; it is being evicted.
-    pub poisoned: bool,
-    pub connected: bool,
+    pub(super) poisoned: bool,
+    /// ICE and DTLS came up (the connect deadline no longer applies).
+    pub(super) connected: bool,
     /// Data-channel requests it may still make now (token bucket), and when
     /// the bucket was last refilled.
-    pub request_tokens: f64,
-    pub requests_refilled: Option<Instant>,
+    request_tokens: f64,
+    requests_refilled: Option<Instant>,
     /// Latest transport figures (str0m statistics events).
-    pub stats: ParticipantStats,
+    pub(super) stats: ParticipantStats,
     /// Last cumulative NACK counts per (mid, egress?), to turn str0m's
     /// cumulative per-stream figures into shard counter deltas.
-    pub nack_seen: Vec<(Mid, bool, u64)>,
+    nack_seen: Vec<(Mid, bool, u64)>,
 }
 
 impl Participant {
-    pub fn new(
+    pub(super) fn new(
         id: ParticipantId,
         room: RoomId,
         name: String,
         rtc: Rtc,
-        ufrag: String,
         tracks: &[MediaLine],
         slots: &[MediaLine],
     ) -> Self {
         let mut p = Participant {
-            id,
             room,
             name,
             rtc,
-            ufrag,
             tracks: Vec::new(),
             ssrcs: Vec::new(),
             slots: Vec::new(),
             channel: None,
-            addrs: Vec::new(),
-            timeout: None,
-            scheduled: None,
             poisoned: false,
             connected: false,
             request_tokens: 0.0,
@@ -99,7 +85,7 @@ impl Participant {
 
     /// Adds m-lines from a (re)negotiation, ignoring mids already known.
     /// Returns true if anything was new.
-    pub fn add_lines(&mut self, tracks: &[MediaLine], slots: &[MediaLine]) -> bool {
+    pub(super) fn add_lines(&mut self, tracks: &[MediaLine], slots: &[MediaLine]) -> bool {
         let before = (self.tracks.len(), self.slots.len());
         for t in tracks {
             if !self.tracks.iter().any(|x| x.mid == t.mid) {
@@ -107,8 +93,6 @@ impl Participant {
                     mid: t.mid,
                     kind: t.kind,
                     codec: None,
-                    last_keyframe_request: None,
-                    keyframe_pending: false,
                 });
             }
         }
@@ -120,7 +104,7 @@ impl Participant {
         before != (self.tracks.len(), self.slots.len())
     }
 
-    pub fn track_lines(&self) -> Vec<MediaLine> {
+    pub(super) fn track_lines(&self) -> Vec<MediaLine> {
         self.tracks
             .iter()
             .map(|t| MediaLine {
@@ -130,7 +114,7 @@ impl Participant {
             .collect()
     }
 
-    pub fn slot_lines(&self) -> Vec<MediaLine> {
+    pub(super) fn slot_lines(&self) -> Vec<MediaLine> {
         self.slots
             .iter()
             .map(|s| MediaLine {
@@ -141,7 +125,7 @@ impl Participant {
     }
 
     /// Which published track an incoming SSRC belongs to.
-    pub fn track_index(&mut self, ssrc: Ssrc) -> Option<usize> {
+    pub(super) fn track_index(&mut self, ssrc: Ssrc) -> Option<usize> {
         if let Some(&(_, i)) = self.ssrcs.iter().find(|(s, _)| *s == ssrc) {
             return Some(i);
         }
@@ -155,7 +139,7 @@ impl Participant {
 impl Participant {
     /// Takes one data-channel request from its budget of `per_second`
     /// (bursts of twice that); false when the budget is spent.
-    pub fn take_request(&mut self, now: Instant, per_second: u32) -> bool {
+    pub(super) fn take_request(&mut self, now: Instant, per_second: u32) -> bool {
         let rate = f64::from(per_second);
         let burst = 2.0 * rate;
         let elapsed = self.requests_refilled.map_or(f64::INFINITY, |t| {
@@ -172,7 +156,7 @@ impl Participant {
     }
 
     /// Records a cumulative NACK figure for (mid, direction); returns the increase.
-    pub fn nack_delta(&mut self, mid: Mid, egress: bool, total: u64) -> u64 {
+    pub(super) fn nack_delta(&mut self, mid: Mid, egress: bool, total: u64) -> u64 {
         match self
             .nack_seen
             .iter_mut()

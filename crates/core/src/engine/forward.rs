@@ -1,0 +1,220 @@
+//! Forwarding: a publisher's RTP packet is classified once (track, codec,
+//! keyframe), then written into every local subscriber slot that shows its
+//! track, with the slot's own sequence numbers and timestamps, and (when it
+//! was received here) copied once to each peer shard of the room.
+//!
+//! Owns the per-packet path. Must not: change slot assignments (it only
+//! asks for a keyframe when a slot waits for one), or allocate per
+//! subscriber beyond what str0m's `write_rtp` takes.
+
+use std::time::{Duration, Instant};
+
+use str0m::media::MediaKind;
+use str0m::rtp::{RtpPacket, RtpWrite, SeqNo};
+
+use super::io::{drain_rtc, guarded};
+use super::participant::Participant;
+use super::{Engine, PeerMsg};
+use crate::codec::{is_keyframe_start, map_pt};
+use crate::ids::{ParticipantId, RoomId, TrackKey};
+use crate::media::{E2eExt, MediaPacket};
+
+impl Engine {
+    /// A publisher's RTP packet: classify it once, then forward it.
+    pub(super) fn on_rtp(
+        &mut self,
+        now: Instant,
+        kernel_rx: Option<Duration>,
+        id: ParticipantId,
+        pkt: RtpPacket,
+    ) {
+        let Some(p) = self.participants.get_mut(&id) else {
+            return;
+        };
+        let Some(idx) = p.track_index(pkt.header.ssrc) else {
+            self.io.counters.dropped_no_codec += 1;
+            return;
+        };
+        let pt = pkt.header.payload_type;
+        let cached = p
+            .tracks
+            .get(idx)
+            .and_then(|t| t.codec)
+            .filter(|(cpt, _)| *cpt == pt)
+            .map(|(_, spec)| spec);
+        let spec = match cached {
+            Some(s) => s,
+            None => {
+                let Some(spec) = p
+                    .rtc
+                    .codec_config()
+                    .find(|pp| pp.pt() == pt)
+                    .map(|pp| pp.spec())
+                else {
+                    self.io.counters.dropped_no_codec += 1;
+                    return;
+                };
+                if let Some(t) = p.tracks.get_mut(idx) {
+                    t.codec = Some((pt, spec));
+                }
+                spec
+            }
+        };
+        let Some(track) = p.tracks.get(idx) else {
+            return;
+        };
+        let media = MediaPacket {
+            track: TrackKey {
+                participant: id,
+                mid: track.mid,
+            },
+            kind: track.kind,
+            spec,
+            seq: *pkt.seq_no,
+            timestamp: pkt.header.timestamp,
+            marker: pkt.header.marker,
+            keyframe: track.kind == MediaKind::Video && is_keyframe_start(spec.codec, &pkt.payload),
+            ext: E2eExt::from_ext(&pkt.header.ext_vals),
+            payload: pkt.payload,
+            received: pkt.timestamp,
+            kernel_rx,
+        };
+        let room = p.room;
+        self.forward(now, room, &media, true);
+    }
+
+    /// Sends `media` to every local subscriber whose slot shows its track, and
+    /// (when it originated here) one copy to each peer shard of the room.
+    pub(super) fn forward(
+        &mut self,
+        now: Instant,
+        room_id: RoomId,
+        media: &MediaPacket,
+        origin: bool,
+    ) {
+        if media.keyframe {
+            // A request waiting for the rate limit is moot.
+            self.keyframes.arrived(media.track);
+        }
+        let Some(room) = self.rooms.get_mut(&room_id) else {
+            return;
+        };
+        if media.kind == MediaKind::Audio {
+            room.note_audio(
+                media.track.participant,
+                media.ext.audio_level,
+                media.ext.voice_activity,
+                now,
+            );
+        }
+        if origin {
+            for &shard in &room.peer_shards {
+                self.io.counters.cross_shard_out += 1;
+                self.io.out.peers.push((
+                    shard,
+                    PeerMsg::Media {
+                        room: room_id,
+                        packet: media.to_copy(),
+                    },
+                ));
+            }
+        }
+        let mut want_keyframe = false;
+        let mut reached = false;
+        for &sub in &room.local {
+            if sub == media.track.participant {
+                continue;
+            }
+            let Some(p) = self.participants.get_mut(&sub) else {
+                continue;
+            };
+            let Participant {
+                slots,
+                rtc,
+                poisoned,
+                ..
+            } = p;
+            if *poisoned {
+                continue;
+            }
+            for slot in slots.iter_mut().filter(|s| s.source == Some(media.track)) {
+                if slot.need_keyframe {
+                    if !media.keyframe {
+                        self.io.counters.dropped_waiting_keyframe += 1;
+                        want_keyframe = true;
+                        continue;
+                    }
+                    slot.need_keyframe = false;
+                }
+                let out_pt = match slot.pt_map {
+                    Some((spec, pt)) if spec == media.spec => Some(pt),
+                    _ => {
+                        let mapped = subscriber_pt(rtc, slot.mid, &media.spec);
+                        slot.pt_map = mapped.map(|pt| (media.spec, pt));
+                        mapped
+                    }
+                };
+                let Some(out_pt) = out_pt else {
+                    self.io.counters.dropped_no_codec += 1;
+                    continue;
+                };
+                let clock = media.spec.clock_rate.get();
+                let Some((seq, ts)) = slot
+                    .rewriter
+                    .rewrite(media.seq, media.timestamp, clock, now)
+                else {
+                    self.io.counters.dropped_stale += 1;
+                    continue;
+                };
+                let written = guarded(&mut self.io, sub, poisoned, |_| {
+                    let mut api = rtc.direct_api();
+                    let Some(tx) = api.stream_tx_by_mid(slot.mid, None) else {
+                        return false;
+                    };
+                    tx.write_rtp(
+                        RtpWrite::new(
+                            out_pt,
+                            SeqNo::from(seq),
+                            ts,
+                            media.received,
+                            media.payload.clone(),
+                        )
+                        .marker(media.marker)
+                        .ext_vals(media.ext.to_ext())
+                        .nackable(media.kind == MediaKind::Video),
+                    );
+                    true
+                });
+                if written != Some(true) {
+                    continue;
+                }
+                self.io.counters.forwarded += 1;
+                reached = true;
+                // str0m: drain after every mutation, before the next one.
+                drain_rtc(&mut self.io, now, None, sub, rtc, poisoned);
+            }
+        }
+        if let (true, Some(rx)) = (reached, media.kernel_rx) {
+            self.io.out.forwarded.push((rx, !origin));
+        }
+        if want_keyframe {
+            self.request_keyframe(now, media.track);
+        }
+    }
+}
+
+/// The payload type on a subscriber's slot that carries `spec`.
+fn subscriber_pt(
+    rtc: &str0m::Rtc,
+    mid: str0m::media::Mid,
+    spec: &str0m::format::CodecSpec,
+) -> Option<str0m::media::Pt> {
+    let cfg = rtc.codec_config();
+    let media = rtc.media(mid)?;
+    let cands: Vec<_> = media
+        .remote_pts()
+        .iter()
+        .filter_map(|pt| cfg.find(|pp| pp.pt() == *pt).map(|pp| (*pt, pp.spec())))
+        .collect();
+    map_pt(spec, cands.iter().map(|(pt, s)| (*pt, s)))
+}

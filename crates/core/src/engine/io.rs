@@ -1,0 +1,144 @@
+//! What one engine step accumulates, kept apart from the participants so that
+//! one participant can be borrowed while it is filled: the outputs, str0m's
+//! events waiting to be handled, the deadlines, the counters, and the work
+//! left for the end of the step (evictions, slot notices, keyframe requests).
+//!
+//! Also the two ways into a participant's `Rtc` that every other engine
+//! module uses: [`guarded`] (the fault boundary) and [`drain_rtc`] (str0m's
+//! drain-after-every-mutation rule). Must not: decide anything about rooms,
+//! slots or forwarding.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use str0m::{Event, Input, Output};
+
+use super::timers::Timers;
+use super::{LeaveReason, Outputs};
+use crate::guard;
+use crate::ids::{ParticipantId, TrackKey};
+use crate::metrics::Counters;
+
+/// Upper bound of outputs drained from one `Rtc` in one go (defensive).
+pub(super) const MAX_DRAIN: usize = 100_000;
+/// How many already-due timeouts one drain feeds back to str0m.
+const MAX_REFEEDS: usize = 8;
+
+/// A str0m event waiting to be handled, with what it needs to know of the
+/// input that caused it.
+pub(super) struct Queued {
+    pub(super) id: ParticipantId,
+    pub(super) event: Event,
+    /// Kernel receive time of the datagram that produced it, if any.
+    pub(super) kernel_rx: Option<Duration>,
+}
+
+#[derive(Default)]
+pub(super) struct Io {
+    pub(super) out: Outputs,
+    pub(super) events: VecDeque<Queued>,
+    pub(super) timers: Timers,
+    pub(super) counters: Counters,
+    pub(super) doomed: Vec<(ParticipantId, LeaveReason)>,
+    /// Subscribers whose slot assignment changed and must be told.
+    pub(super) slots_dirty: Vec<ParticipantId>,
+    /// Tracks whose publisher must be asked for a keyframe.
+    pub(super) keyframes_wanted: Vec<TrackKey>,
+}
+
+impl Io {
+    /// Asks for a keyframe once the current step settles (never inside a drain).
+    pub(super) fn want_keyframe(&mut self, track: TrackKey) {
+        if !self.keyframes_wanted.contains(&track) {
+            self.keyframes_wanted.push(track);
+        }
+    }
+}
+
+/// Runs `f` on participant `id`'s state inside the fault boundary. A panic
+/// poisons the participant (nothing calls into its `Rtc` again), dooms it,
+/// counts it and logs it once at ERROR; `None` then, and for a participant
+/// that is already poisoned.
+pub(super) fn guarded<R>(
+    io: &mut Io,
+    id: ParticipantId,
+    poisoned: &mut bool,
+    f: impl FnOnce(&mut Io) -> R,
+) -> Option<R> {
+    if *poisoned {
+        return None;
+    }
+    match guard::isolate(|| f(io)) {
+        Ok(r) => Some(r),
+        Err(caught) => {
+            *poisoned = true;
+            io.counters.participant_panics += 1;
+            io.doomed.push((id, LeaveReason::Panic));
+            tracing::error!(participant = %id, "panic while handling this participant, evicting it: {caught}");
+            None
+        }
+    }
+}
+
+/// Drains one `Rtc` to its next timeout (str0m's invariant): datagrams into
+/// the outputs, events into the queue (stamped with `kernel_rx`), the
+/// deadline into the timers. A free function so that a participant's fields
+/// can be borrowed apart (its slots while its `Rtc` drains).
+pub(super) fn drain_rtc(
+    io: &mut Io,
+    now: Instant,
+    kernel_rx: Option<Duration>,
+    id: ParticipantId,
+    rtc: &mut str0m::Rtc,
+    poisoned: &mut bool,
+) {
+    let _ = guarded(io, id, poisoned, |io| {
+        drain_unguarded(io, now, kernel_rx, id, rtc)
+    });
+}
+
+fn drain_unguarded(
+    io: &mut Io,
+    now: Instant,
+    kernel_rx: Option<Duration>,
+    id: ParticipantId,
+    rtc: &mut str0m::Rtc,
+) {
+    // str0m asks for a timeout that is already due when it has queued media
+    // (its pacer releases packets on the next timeout): feed it right away so
+    // that forwarded packets leave in this same synchronous pass.
+    let mut refeeds = 0;
+    for _ in 0..MAX_DRAIN {
+        match rtc.poll_output() {
+            Ok(Output::Timeout(t)) => {
+                if t <= now && refeeds < MAX_REFEEDS {
+                    refeeds += 1;
+                    if rtc.handle_input(Input::Timeout(now)).is_err() {
+                        io.counters.rtc_errors += 1;
+                    }
+                    continue;
+                }
+                io.timers.set_rtc(id, t);
+                break;
+            }
+            Ok(Output::Transmit(t)) => {
+                io.counters.tx_packets += 1;
+                io.counters.tx_bytes += t.contents.len() as u64;
+                io.out.transmits.push(t);
+            }
+            Ok(Output::Event(event)) => io.events.push_back(Queued {
+                id,
+                event,
+                kernel_rx,
+            }),
+            Err(_) => {
+                io.counters.rtc_errors += 1;
+                io.doomed.push((id, LeaveReason::Error));
+                break;
+            }
+        }
+    }
+    if !rtc.is_alive() {
+        io.doomed.push((id, LeaveReason::Closed));
+    }
+}

@@ -1,0 +1,724 @@
+//! The engine of one shard: every participant the shard hosts and the rooms
+//! they are in (as this shard sees them).
+//!
+//! Driven like str0m itself: the shard calls `handle_*` with `now`, then
+//! empties [`Outputs`] (datagrams to send, messages to peer shards and to the
+//! control thread) and asks [`Engine::poll_timeout`] when to call again. A
+//! packet goes from `handle_datagram` to the subscribers' encrypted datagrams
+//! in one synchronous call: no queue, no await in between.
+//!
+//! This file holds the entry points and the step: every entry point does its
+//! work, then [`Engine::settle`] runs what it queued (str0m events, evictions,
+//! keyframe requests, slot notices) to completion. The parts, each in its own
+//! file, split along the borrows they need:
+//! - [`demux`]: which participant a datagram is for (addresses, ufrags);
+//! - [`timers`]: str0m deadlines, connect deadlines, the room tick;
+//! - [`forward`]: the per-packet path (classify, rewrite, write, hop);
+//! - [`keyframes`]: the keyframe request rate limit (a due-set);
+//! - [`policy`]: what each slot shows (pure functions over a room view);
+//! - [`channel`]: the data channel's room events and requests;
+//! - [`stats`]: transport figures;
+//! - [`io`]: what a step accumulates, the fault boundary, the drain;
+//! - [`participant`], [`slot`]: one participant's state, one slot's rewriter.
+//!
+//! `now` is a parameter of every function that needs it, and a datagram's
+//! kernel receive time travels with the str0m events it produced
+//! ([`io::Queued`]): no hidden clock on the engine.
+//!
+//! Fault isolation: every call into a participant's str0m `Rtc` runs under
+//! [`io::guarded`]. A panic there (str0m's or ours) poisons that participant
+//! only: nothing calls into its `Rtc` again, it is evicted at the end of the
+//! step and counted in `participant_panics`. Limits that bound what one
+//! participant can make the shard hold (source addresses, data-channel
+//! requests, the connect deadline) are enforced here too.
+//!
+//! Must not: read a clock, touch a socket, block, or share state with another
+//! shard (peer shards get values in `Outputs::peers`).
+
+mod channel;
+mod demux;
+mod forward;
+mod io;
+mod keyframes;
+mod participant;
+mod policy;
+mod slot;
+mod stats;
+mod timers;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use str0m::change::SdpOffer;
+use str0m::media::{KeyframeRequestKind, MediaAdded, MediaKind};
+use str0m::net::{DatagramRecv, Protocol, Receive, Transmit};
+use str0m::{Event, IceConnectionState, Input};
+
+use self::demux::{Demux, Route};
+use self::io::{Io, MAX_DRAIN, Queued, drain_rtc, guarded};
+use self::keyframes::Keyframes;
+use self::participant::Participant;
+use crate::ids::{ParticipantId, RoomId, ShardId, TrackKey};
+use crate::media::{MediaCopy, MediaPacket};
+use crate::metrics::Counters;
+use crate::offer::{Accepted, MediaLine, OfferError, RtcSettings, apply_prepared};
+use crate::room::{RoomUpdate, RoomView};
+
+/// Largest data-channel request the engine reads (room requests are tiny).
+const MAX_REQUEST_BYTES: usize = 4096;
+
+/// A message to a peer shard. A value: it owns everything it carries.
+#[derive(Debug)]
+pub enum PeerMsg {
+    /// A media packet of `room`, for that shard's subscribers (the one hop).
+    Media { room: RoomId, packet: MediaCopy },
+    /// A subscriber here needs a keyframe from a publisher there.
+    KeyframeRequest { track: TrackKey },
+}
+
+/// What a shard tells the control thread.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ShardEvent {
+    /// The participant is gone from the shard (ICE/consent failure, DTLS close, error).
+    Left {
+        id: ParticipantId,
+        reason: LeaveReason,
+    },
+    /// ICE and DTLS are up.
+    Connected { id: ParticipantId },
+    /// A renegotiation changed the tracks or slots.
+    LinesChanged {
+        id: ParticipantId,
+        tracks: Vec<MediaLine>,
+        slots: Vec<MediaLine>,
+    },
+}
+
+/// Why a participant left its shard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaveReason {
+    /// The API removed it (DELETE); the control thread already knows.
+    Removed,
+    /// The server is shutting down; the control thread already knows.
+    Shutdown,
+    /// ICE consent failed (the client went away or its network did).
+    IceDisconnected,
+    /// It did not connect within `--connect-timeout`.
+    ConnectTimeout,
+    /// Handling it panicked; it was isolated and evicted.
+    Panic,
+    /// str0m reported an error for its session.
+    Error,
+    /// Its session closed (DTLS close_notify, SCTP abort).
+    Closed,
+    /// A renegotiation that passed the rehearsal failed on the shard.
+    RenegotiationFailed,
+}
+
+impl LeaveReason {
+    /// The stable name used in logs and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LeaveReason::Removed => "left",
+            LeaveReason::Shutdown => "shutdown",
+            LeaveReason::IceDisconnected => "ice_disconnected",
+            LeaveReason::ConnectTimeout => "connect_timeout",
+            LeaveReason::Panic => "panic",
+            LeaveReason::Error => "error",
+            LeaveReason::Closed => "closed",
+            LeaveReason::RenegotiationFailed => "renegotiation_failed",
+        }
+    }
+
+    /// Whether the control thread asked for it (and needs no report).
+    pub fn requested(self) -> bool {
+        matches!(self, LeaveReason::Removed | LeaveReason::Shutdown)
+    }
+}
+
+impl std::fmt::Display for LeaveReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Everything the engine produced since the shard last emptied it.
+#[derive(Default)]
+pub struct Outputs {
+    pub transmits: Vec<Transmit>,
+    /// Kernel receive time of each media packet that reached at least one
+    /// subscriber in this step, and whether it came from a peer shard: the
+    /// shard turns these into forwarding latency once the datagrams are sent.
+    pub forwarded: Vec<(Duration, bool)>,
+    pub peers: Vec<(ShardId, PeerMsg)>,
+    pub control: Vec<ShardEvent>,
+}
+
+pub struct Engine {
+    shard: ShardId,
+    settings: RtcSettings,
+    participants: HashMap<ParticipantId, Participant>,
+    demux: Demux,
+    rooms: HashMap<RoomId, RoomView>,
+    keyframes: Keyframes,
+    io: Io,
+}
+
+impl Engine {
+    pub fn new(shard: ShardId, settings: RtcSettings) -> Self {
+        Engine {
+            shard,
+            settings,
+            participants: HashMap::new(),
+            demux: Demux::default(),
+            rooms: HashMap::new(),
+            keyframes: Keyframes::default(),
+            io: Io::default(),
+        }
+    }
+
+    pub fn shard(&self) -> ShardId {
+        self.shard
+    }
+
+    pub fn counters(&self) -> &Counters {
+        &self.io.counters
+    }
+
+    /// Counters the shard driver maintains (socket-level drops).
+    pub fn counters_mut(&mut self) -> &mut Counters {
+        &mut self.io.counters
+    }
+
+    pub fn participant_count(&self) -> usize {
+        self.participants.len()
+    }
+
+    pub fn room_count(&self) -> usize {
+        self.rooms.len()
+    }
+
+    /// What accumulated since the shard last emptied it; the shard drains
+    /// each vector (the engine only appends).
+    pub fn outputs(&mut self) -> &mut Outputs {
+        &mut self.io.out
+    }
+
+    /// When the engine next needs `handle_timeout`.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        [self.io.timers.next(), self.keyframes.next()]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    // ---------------------------------------------------------------- control
+
+    /// Adopts a participant whose offer the control thread accepted.
+    pub fn add_participant(
+        &mut self,
+        now: Instant,
+        id: ParticipantId,
+        room: RoomId,
+        name: String,
+        accepted: Accepted,
+        roster: RoomUpdate,
+    ) {
+        let Accepted {
+            rtc,
+            ufrag,
+            tracks,
+            slots,
+            ..
+        } = accepted;
+        let p = Participant::new(id, room, name, rtc, &tracks, &slots);
+        self.demux.add(id, ufrag);
+        self.io
+            .timers
+            .connect_by(id, now + self.settings.participant.connect_timeout);
+        self.participants.insert(id, p);
+        self.io.counters.participants_added += 1;
+        self.io.timers.start_room_tick(now);
+        self.drain(now, None, id);
+        self.apply_room(now, roster);
+        self.settle(now);
+    }
+
+    /// Removes a participant (DELETE from the API). Sends DTLS close_notify.
+    pub fn remove_participant(&mut self, now: Instant, id: ParticipantId) -> bool {
+        let existed = self.participants.contains_key(&id);
+        self.io.doomed.push((id, LeaveReason::Removed));
+        self.settle(now);
+        existed
+    }
+
+    /// A new roster for a room with members on this shard.
+    pub fn apply_room(&mut self, now: Instant, update: RoomUpdate) {
+        let id = update.room;
+        let shard = self.shard;
+        let view = self
+            .rooms
+            .entry(id)
+            .or_insert_with(|| RoomView::new(id, update.name.clone()));
+        let changed = view.apply(update, shard);
+        if view.local.is_empty() {
+            self.rooms.remove(&id);
+            return;
+        }
+        if changed {
+            self.room_changed(now, id);
+        }
+        self.settle(now);
+    }
+
+    /// PATCH: applies a renegotiation (or ICE restart) that the control
+    /// thread parsed and rehearsed ([`crate::offer::check_renegotiation`]).
+    /// If str0m still refuses it or panics, the participant's session can no
+    /// longer be trusted to match either offer: it is evicted.
+    pub fn renegotiate(
+        &mut self,
+        now: Instant,
+        id: ParticipantId,
+        offer: SdpOffer,
+    ) -> Result<String, OfferError> {
+        let Some(p) = self.participants.get_mut(&id) else {
+            return Err(OfferError::UnknownParticipant(id));
+        };
+        let applied = guarded(&mut self.io, id, &mut p.poisoned, |_| {
+            apply_prepared(&mut p.rtc, offer)
+        });
+        let answer = match applied {
+            Some(Ok(answer)) => answer,
+            failed => {
+                if let Some(Err(e)) = &failed {
+                    tracing::warn!(participant = %id, "a rehearsed renegotiation failed on the shard: {e}");
+                    self.io.doomed.push((id, LeaveReason::RenegotiationFailed));
+                }
+                self.settle(now);
+                return Err(OfferError::RenegotiationFailed);
+            }
+        };
+        let ufrag = p.rtc.direct_api().local_ice_credentials().ufrag;
+        self.demux.set_ufrag(id, ufrag);
+        self.drain(now, None, id);
+        self.settle(now);
+        Ok(answer)
+    }
+
+    /// Closes every connection (shutdown): DTLS close_notify to each participant.
+    pub fn close_all(&mut self, now: Instant) {
+        let ids: Vec<ParticipantId> = self.participants.keys().copied().collect();
+        for id in ids {
+            self.io.doomed.push((id, LeaveReason::Shutdown));
+        }
+        self.settle(now);
+    }
+
+    // ---------------------------------------------------------------- network
+
+    /// One datagram from the shard's socket. `kernel_rx` is its kernel
+    /// receive time (CLOCK_REALTIME since the epoch) when the socket reports
+    /// it; it travels with the media the datagram carries.
+    pub fn handle_datagram(
+        &mut self,
+        now: Instant,
+        kernel_rx: Option<Duration>,
+        source: SocketAddr,
+        destination: SocketAddr,
+        data: &[u8],
+    ) {
+        self.io.counters.rx_packets += 1;
+        self.io.counters.rx_bytes += data.len() as u64;
+        if !plausible(data) {
+            self.io.counters.dropped_malformed += 1;
+            return;
+        }
+        let Ok(contents) = DatagramRecv::try_from(data) else {
+            self.io.counters.dropped_malformed += 1;
+            return;
+        };
+        let (id, known) = match self.demux.route(source, data) {
+            Route::Known(id) => (id, true),
+            Route::New(id) => (id, false),
+            Route::Unknown => {
+                self.io.counters.dropped_unknown_source += 1;
+                return;
+            }
+        };
+        let Some(p) = self.participants.get_mut(&id) else {
+            self.io.counters.dropped_unknown_source += 1;
+            return;
+        };
+        if p.poisoned {
+            self.io.counters.dropped_unknown_source += 1;
+            return;
+        }
+        if !known && self.demux.addr_count(id) >= self.settings.participant.max_addrs {
+            self.io.counters.dropped_addr_limit += 1;
+            return;
+        }
+        let input = Input::Receive(
+            now,
+            Receive {
+                proto: Protocol::Udp,
+                source,
+                destination,
+                contents,
+            },
+        );
+        let fault = p.connected
+            && self.settings.participant.fault_injection_name.as_deref() == Some(p.name.as_str());
+        let events_before = self.io.events.len();
+        let transmits_before = self.io.out.transmits.len();
+        let handled = guarded(&mut self.io, id, &mut p.poisoned, |_| {
+            if fault {
+                #[allow(
+                    clippy::panic,
+                    reason = "test-only fault injection (--test-panic-participant)"
+                )]
+                {
+                    panic!("injected fault (--test-panic-participant)");
+                }
+            }
+            if !known && !p.rtc.accepts(&input) {
+                return Err(false);
+            }
+            p.rtc.handle_input(input).map_err(|_| true)
+        });
+        match handled {
+            Some(Ok(())) => {}
+            Some(Err(false)) => {
+                self.io.counters.dropped_unknown_source += 1;
+                return;
+            }
+            Some(Err(true)) => {
+                self.io.counters.dropped_malformed += 1;
+                return;
+            }
+            None => {
+                // Counted as a panic; the datagram is that participant's last.
+                self.io.counters.dropped_malformed += 1;
+                self.settle(now);
+                return;
+            }
+        }
+        if !known {
+            self.demux.learn(id, source);
+        }
+        self.drain(now, kernel_rx, id);
+        // str0m drops some datagrams without a word (an SRTP packet that fails
+        // authentication or replays, a STUN request with bad integrity, a DTLS
+        // record it cannot use): one that produced neither an event nor a
+        // datagram had no effect, and is counted as dropped by the stack.
+        // RTCP is exempt (a valid report may produce nothing at once).
+        if self.io.events.len() == events_before
+            && self.io.out.transmits.len() == transmits_before
+            && !is_rtcp(data)
+        {
+            self.io.counters.dropped_by_stack += 1;
+        }
+        self.settle(now);
+    }
+
+    /// Timers due at `now`: str0m timeouts, connect deadlines, deferred
+    /// keyframe requests and the room tick.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        while let Some(id) = self.io.timers.pop_rtc_due(now) {
+            let Some(p) = self.participants.get_mut(&id) else {
+                continue;
+            };
+            let r = guarded(&mut self.io, id, &mut p.poisoned, |_| {
+                p.rtc.handle_input(Input::Timeout(now))
+            });
+            if let Some(Err(_)) = r {
+                self.io.counters.rtc_errors += 1;
+            }
+            self.drain(now, None, id);
+        }
+        while let Some(id) = self.io.timers.pop_connect_due(now) {
+            if self.participants.get(&id).is_some_and(|p| !p.connected) {
+                self.io.counters.connect_timeouts += 1;
+                self.io.doomed.push((id, LeaveReason::ConnectTimeout));
+            }
+        }
+        while let Some(track) = self.keyframes.pop_due(now) {
+            self.request_keyframe(now, track);
+        }
+        if self.io.timers.room_tick_due(now) {
+            self.tick_rooms(now);
+        }
+        self.settle(now);
+    }
+
+    /// A message from a peer shard.
+    pub fn handle_peer(&mut self, now: Instant, msg: PeerMsg) {
+        match msg {
+            PeerMsg::Media { room, packet } => {
+                self.io.counters.cross_shard_in += 1;
+                let media = MediaPacket::from(packet);
+                self.forward(now, room, &media, false);
+            }
+            PeerMsg::KeyframeRequest { track } => self.request_keyframe(now, track),
+        }
+        self.settle(now);
+    }
+
+    // ---------------------------------------------------------------- the step
+
+    /// Drains one participant's `Rtc` to its next timeout (str0m's invariant).
+    fn drain(&mut self, now: Instant, kernel_rx: Option<Duration>, id: ParticipantId) {
+        if let Some(p) = self.participants.get_mut(&id) {
+            drain_rtc(
+                &mut self.io,
+                now,
+                kernel_rx,
+                id,
+                &mut p.rtc,
+                &mut p.poisoned,
+            );
+        }
+    }
+
+    /// Runs queued events to completion, then removals, keyframe requests
+    /// and slot notifications.
+    fn settle(&mut self, now: Instant) {
+        for _ in 0..MAX_DRAIN {
+            if let Some(q) = self.io.events.pop_front() {
+                self.on_event(now, q);
+                continue;
+            }
+            if let Some((id, reason)) = self.io.doomed.pop() {
+                self.evict(now, id, reason);
+                continue;
+            }
+            if let Some(track) = self.io.keyframes_wanted.pop() {
+                self.request_keyframe(now, track);
+                continue;
+            }
+            if let Some(id) = self.io.slots_dirty.pop() {
+                if !self.io.slots_dirty.contains(&id) {
+                    self.send_slots(now, id);
+                }
+                continue;
+            }
+            break;
+        }
+    }
+
+    fn on_event(&mut self, now: Instant, q: Queued) {
+        let Queued {
+            id,
+            event,
+            kernel_rx,
+        } = q;
+        match event {
+            Event::RtpPacket(pkt) => self.on_rtp(now, kernel_rx, id, pkt),
+            Event::KeyframeRequest(req) => {
+                self.io.counters.keyframe_requests_received += 1;
+                let Some(p) = self.participants.get_mut(&id) else {
+                    return;
+                };
+                p.stats.keyframe_requests_received += 1;
+                let source = p
+                    .slots
+                    .iter()
+                    .find(|s| s.mid == req.mid)
+                    .and_then(|s| s.source);
+                if let Some(track) = source {
+                    self.request_keyframe(now, track);
+                }
+            }
+            Event::Connected => {
+                if let Some(p) = self.participants.get_mut(&id) {
+                    p.connected = true;
+                }
+                self.io.out.control.push(ShardEvent::Connected { id });
+            }
+            Event::IceConnectionStateChange(IceConnectionState::Disconnected) => {
+                self.io.doomed.push((id, LeaveReason::IceDisconnected));
+            }
+            Event::ChannelOpen(cid, _label) => self.on_channel_open(now, id, cid),
+            Event::ChannelData(d) => self.on_channel_data(now, id, d),
+            Event::MediaAdded(m) => self.on_media_added(id, m),
+            ev @ (Event::PeerStats(_)
+            | Event::MediaIngressStats(_)
+            | Event::MediaEgressStats(_)) => self.on_stats(id, ev),
+            _ => {}
+        }
+    }
+
+    /// A renegotiation added m-lines: new tracks and slots.
+    fn on_media_added(&mut self, id: ParticipantId, m: MediaAdded) {
+        let Some(p) = self.participants.get_mut(&id) else {
+            return;
+        };
+        let line = [MediaLine {
+            mid: m.mid,
+            kind: m.kind,
+        }];
+        use str0m::media::Direction::*;
+        let (t, s): (&[MediaLine], &[MediaLine]) = match m.direction {
+            RecvOnly => (&line, &[]),
+            SendOnly => (&[], &line),
+            SendRecv => (&line, &line),
+            Inactive => (&[], &[]),
+        };
+        if !p.add_lines(t, s) {
+            return;
+        }
+        self.io.out.control.push(ShardEvent::LinesChanged {
+            id,
+            tracks: p.track_lines(),
+            slots: p.slot_lines(),
+        });
+        // New slots are announced (empty or filled) right away.
+        self.io.slots_dirty.push(id);
+        self.assign_slots(id);
+    }
+
+    /// Asks the publisher of `track` for a keyframe, within the rate limit
+    /// ([`keyframes`]): on its `Rtc` when it is local, else one message to
+    /// its shard.
+    fn request_keyframe(&mut self, now: Instant, track: TrackKey) {
+        if let Some(p) = self.participants.get_mut(&track.participant) {
+            let video = p
+                .tracks
+                .iter()
+                .any(|t| t.mid == track.mid && t.kind == MediaKind::Video);
+            if !video || !self.keyframes.request(now, track) {
+                return;
+            }
+            let requested = guarded(&mut self.io, track.participant, &mut p.poisoned, |_| {
+                let mut api = p.rtc.direct_api();
+                api.stream_rx_by_mid(track.mid, None)
+                    .map(|rx| rx.request_keyframe(KeyframeRequestKind::Pli))
+                    .is_some()
+            });
+            if requested == Some(true) {
+                self.io.counters.keyframe_requests_sent += 1;
+                tracing::debug!(publisher = %track.participant, mid = %track.mid, "keyframe requested");
+            }
+            self.drain(now, None, track.participant);
+            return;
+        }
+        let shard = self
+            .rooms
+            .values()
+            .find_map(|r| r.member(track.participant))
+            .map(|m| m.info.shard);
+        let Some(shard) = shard else {
+            return;
+        };
+        if self.keyframes.request(now, track) {
+            self.io
+                .out
+                .peers
+                .push((shard, PeerMsg::KeyframeRequest { track }));
+        }
+    }
+
+    /// Fills `id`'s slots from its room's ranking ([`policy::assign`]).
+    fn assign_slots(&mut self, id: ParticipantId) {
+        let Some(p) = self.participants.get_mut(&id) else {
+            return;
+        };
+        let Some(room) = self.rooms.get(&p.room) else {
+            return;
+        };
+        let a = policy::assign(&mut p.slots, room, id);
+        self.assigned(id, a);
+    }
+
+    /// Roster changed: tell every local member and refill their slots.
+    fn room_changed(&mut self, now: Instant, room_id: RoomId) {
+        self.send_roster(now, room_id);
+        let local = self
+            .rooms
+            .get(&room_id)
+            .map(|r| r.local.clone())
+            .unwrap_or_default();
+        for id in local {
+            self.assign_slots(id);
+        }
+    }
+
+    /// The room tick: active speakers (a change reorders slots), and the
+    /// keyframe limiter forgets what is past its interval.
+    fn tick_rooms(&mut self, now: Instant) {
+        self.keyframes.prune(now);
+        let changed: Vec<RoomId> = self
+            .rooms
+            .iter_mut()
+            .filter_map(|(id, r)| r.update_speaker(now).then_some(*id))
+            .collect();
+        for room_id in changed {
+            self.send_speaker(now, room_id);
+            let local = self
+                .rooms
+                .get(&room_id)
+                .map(|r| r.local.clone())
+                .unwrap_or_default();
+            for id in local {
+                self.assign_slots(id);
+            }
+        }
+    }
+
+    /// Removes a participant from this shard: closes its `Rtc` (DTLS
+    /// close_notify goes out), forgets its addresses and deadlines, frees
+    /// slots showing it.
+    fn evict(&mut self, now: Instant, id: ParticipantId, reason: LeaveReason) {
+        let Some(mut p) = self.participants.remove(&id) else {
+            return;
+        };
+        self.io.counters.participants_removed += 1;
+        // A poisoned `Rtc` is only dropped: closing it would call into it.
+        let closable = !p.poisoned
+            && guarded(&mut self.io, id, &mut p.poisoned, |_| p.rtc.is_alive()) == Some(true);
+        if closable {
+            let _ = guarded(&mut self.io, id, &mut p.poisoned, |_| p.rtc.close());
+            drain_rtc(&mut self.io, now, None, id, &mut p.rtc, &mut p.poisoned);
+        }
+        // Events of a participant that is leaving are moot.
+        self.io.events.retain(|q| q.id != id);
+        self.io.doomed.retain(|(d, _)| *d != id);
+        self.io.timers.forget(id);
+        self.demux.remove(id);
+        if !reason.requested() {
+            self.io.out.control.push(ShardEvent::Left { id, reason });
+        }
+        // Forget it in the local room view right away; the control thread's
+        // roster update will confirm.
+        let room_id = p.room;
+        if let Some(room) = self.rooms.get_mut(&room_id) {
+            room.members.retain(|m| m.info.id != id);
+            room.local.retain(|l| *l != id);
+            if room.local.is_empty() {
+                self.rooms.remove(&room_id);
+            } else {
+                self.room_changed(now, room_id);
+            }
+        }
+        if self.participants.is_empty() {
+            self.io.timers.stop_room_tick();
+        }
+    }
+}
+
+/// An RTCP packet (RFC 5761 demux: version 2, packet type 192-223).
+fn is_rtcp(data: &[u8]) -> bool {
+    matches!(data, [128..=191, 192..=223, ..])
+}
+
+/// Cheap sanity check before str0m sees a datagram: RTP/RTCP need a version-2
+/// header of at least 12 (RTP) or 8 (RTCP) bytes, STUN its 20-byte header.
+fn plausible(data: &[u8]) -> bool {
+    match data.first() {
+        None => false,
+        Some(0..=3) => data.len() >= 20,
+        Some(128..=191) => data.len() >= 8,
+        Some(20..=63) => data.len() >= 13,
+        Some(_) => true, // str0m's demux refuses the rest and we count it
+    }
+}
