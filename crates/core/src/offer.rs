@@ -1,9 +1,10 @@
 //! Turning an SDP offer into a configured str0m `Rtc` and an answer.
 //!
-//! Runs on the control thread (it owns signaling): a first offer becomes an
-//! `Rtc` that is handed to a shard as a value; a renegotiation is validated
-//! here against a shadow `Rtc` ([`check_renegotiation`]) and the shard only
-//! applies the prepared [`SdpOffer`]. Owns the offer rules: size and m-line
+//! Parsing and validation run on the control thread (it owns signaling): a
+//! first offer becomes an `Rtc` that is handed to a shard as a value; a
+//! renegotiation is validated against a shadow `Rtc` ([`check_renegotiation`])
+//! and the shard's engine only applies the prepared [`SdpOffer`] with
+//! [`apply_prepared`], the one function here that runs on a shard. Owns the offer rules: size and m-line
 //! limits, payload types that str0m would assert on, and the codec policy (a
 //! room has one video codec plus Opus, so the answer only ever contains
 //! those, and a client that cannot send or receive them is refused with a

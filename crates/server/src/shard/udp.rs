@@ -1,8 +1,10 @@
 //! Batched UDP for one shard: `recvmmsg` with each datagram's kernel receive
 //! time (`SO_TIMESTAMPNS`) and `sendmmsg`, on a non-blocking socket.
 //!
-//! Hand-written over libc because the crates that batch UDP (quinn-udp) do not
-//! hand out the receive timestamps this server measures socket dwell with.
+//! Hand-written over libc because quinn-udp's releases (0.5) do not hand out
+//! the receive timestamps this server measures socket dwell with; its main
+//! branch has added them, and this file should give way to it once a release
+//! carries them.
 //! Owns the buffers (allocated once); must not: interpret packets.
 
 use std::io;
