@@ -113,7 +113,8 @@ fn drain_unguarded(
             Ok(Output::Timeout(t)) => {
                 if t <= now && refeeds < MAX_REFEEDS {
                     refeeds += 1;
-                    if rtc.handle_input(Input::Timeout(now)).is_err() {
+                    if let Err(e) = rtc.handle_input(Input::Timeout(now)) {
+                        tracing::debug!(participant = %id, "str0m timeout: {e}");
                         io.counters.rtc_errors += 1;
                     }
                     continue;
@@ -131,7 +132,8 @@ fn drain_unguarded(
                 event,
                 kernel_rx,
             }),
-            Err(_) => {
+            Err(e) => {
+                tracing::warn!(participant = %id, "str0m failed, evicting the participant: {e}");
                 io.counters.rtc_errors += 1;
                 io.doomed.push((id, LeaveReason::Error));
                 break;

@@ -431,7 +431,8 @@ impl Engine {
             let r = guarded(&mut self.io, id, &mut p.poisoned, |_| {
                 p.rtc.handle_input(Input::Timeout(now))
             });
-            if let Some(Err(_)) = r {
+            if let Some(Err(e)) = r {
+                tracing::debug!(participant = %id, "str0m timeout: {e}");
                 self.io.counters.rtc_errors += 1;
             }
             self.drain(now, None, id);
