@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use super::ApiError;
 use crate::config::{Config, TokenArgs};
+use axum::http::StatusCode;
 
 /// Clock skew tolerated on `exp` and `nbf`, seconds.
 pub const LEEWAY_SECS: u64 = 30;
@@ -207,11 +208,11 @@ pub fn sdp_needs(sdp: &str) -> Needs {
 }
 
 fn unauthorized(message: &str) -> ApiError {
-    ApiError::new(401, "unauthorized", message)
+    ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
 }
 
 fn forbidden(message: &str) -> ApiError {
-    ApiError::new(403, "forbidden", message)
+    ApiError::new(StatusCode::FORBIDDEN, "forbidden", message)
 }
 
 /// Who may call the API, and from which web origins.
@@ -456,17 +457,23 @@ mod tests {
     fn missing_malformed_and_forged_tokens_are_401() {
         let a = access();
         let e = err(&a, &HeaderMap::new());
-        assert_eq!((e.status, e.code), (401, "unauthorized"));
+        assert_eq!(
+            (e.status, e.code),
+            (StatusCode::UNAUTHORIZED, "unauthorized")
+        );
         let mut h = HeaderMap::new();
         h.insert(
             header::AUTHORIZATION,
             HeaderValue::from_static("Basic dXNlcg=="),
         );
-        assert_eq!(err(&a, &h).status, 401);
-        assert_eq!(err(&a, &headers("not.a.jwt")).status, 401);
+        assert_eq!(err(&a, &h).status, StatusCode::UNAUTHORIZED);
+        assert_eq!(
+            err(&a, &headers("not.a.jwt")).status,
+            StatusCode::UNAUTHORIZED
+        );
         let forged = mint(b"another-secret", &alice()).unwrap();
         let e = err(&a, &headers(&forged));
-        assert_eq!(e.status, 401);
+        assert_eq!(e.status, StatusCode::UNAUTHORIZED);
         assert!(e.message.contains("signature"), "{e:?}");
         // The message never echoes the token.
         assert!(!e.message.contains(&forged[..20]));
@@ -478,7 +485,7 @@ mod tests {
         let mut c = alice();
         c.exp = now_secs() - 3600;
         let e = err(&a, &headers(&token(&c)));
-        assert_eq!(e.status, 401);
+        assert_eq!(e.status, StatusCode::UNAUTHORIZED);
         assert!(e.message.contains("expired"), "{e:?}");
         // Within the leeway: still fine.
         c.exp = now_secs() - LEEWAY_SECS / 2;
@@ -501,14 +508,17 @@ mod tests {
         )
         .unwrap();
         let e = err(&access(), &headers(&t));
-        assert_eq!(e.status, 401);
+        assert_eq!(e.status, StatusCode::UNAUTHORIZED);
         assert!(e.message.contains("HS256"), "{e:?}");
         // alg "none": header {"alg":"none"} with an empty signature.
         let t = format!(
             "eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0.{}.",
             token(&alice()).split('.').nth(1).unwrap()
         );
-        assert_eq!(err(&access(), &headers(&t)).status, 401);
+        assert_eq!(
+            err(&access(), &headers(&t)).status,
+            StatusCode::UNAUTHORIZED
+        );
     }
 
     #[test]
@@ -516,15 +526,24 @@ mod tests {
         let a = access();
         let mut c = alice();
         c.room = None;
-        assert_eq!(err(&a, &headers(&token(&c))).status, 401);
+        assert_eq!(
+            err(&a, &headers(&token(&c))).status,
+            StatusCode::UNAUTHORIZED
+        );
         // Admin tokens need no room.
         c.admin = true;
         assert!(a.verify(&headers(&token(&c))).unwrap().unwrap().admin);
         let mut c = alice();
         c.sub = String::new();
-        assert_eq!(err(&a, &headers(&token(&c))).status, 401);
+        assert_eq!(
+            err(&a, &headers(&token(&c))).status,
+            StatusCode::UNAUTHORIZED
+        );
         c.sub = "x".repeat(MAX_IDENTITY_LEN + 1);
-        assert_eq!(err(&a, &headers(&token(&c))).status, 401);
+        assert_eq!(
+            err(&a, &headers(&token(&c))).status,
+            StatusCode::UNAUTHORIZED
+        );
     }
 
     #[test]
@@ -532,20 +551,32 @@ mod tests {
         let c = alice();
         assert!(c.may_join("r1").is_ok());
         let e = c.may_join("r2").unwrap_err();
-        assert_eq!((e.status, e.code), (403, "forbidden"));
+        assert_eq!((e.status, e.code), (StatusCode::FORBIDDEN, "forbidden"));
         assert!(c.may(Needs::PUBLISH.and(Needs::SUBSCRIBE)).is_ok());
         let mut viewer = alice();
         viewer.publish = false;
-        assert_eq!(viewer.may(Needs::PUBLISH).unwrap_err().status, 403);
+        assert_eq!(
+            viewer.may(Needs::PUBLISH).unwrap_err().status,
+            StatusCode::FORBIDDEN
+        );
         assert!(viewer.may(Needs::SUBSCRIBE).is_ok());
         let mut publisher = alice();
         publisher.subscribe = false;
-        assert_eq!(publisher.may(Needs::SUBSCRIBE).unwrap_err().status, 403);
+        assert_eq!(
+            publisher.may(Needs::SUBSCRIBE).unwrap_err().status,
+            StatusCode::FORBIDDEN
+        );
         // Ownership: same identity and room, or admin.
         assert!(c.may_manage("r1", "alice").is_ok());
-        assert_eq!(c.may_manage("r1", "bob").unwrap_err().status, 403);
-        assert_eq!(c.may_manage("r2", "alice").unwrap_err().status, 403);
-        assert_eq!(c.must_be_admin().unwrap_err().status, 403);
+        assert_eq!(
+            c.may_manage("r1", "bob").unwrap_err().status,
+            StatusCode::FORBIDDEN
+        );
+        assert_eq!(
+            c.may_manage("r2", "alice").unwrap_err().status,
+            StatusCode::FORBIDDEN
+        );
+        assert_eq!(c.must_be_admin().unwrap_err().status, StatusCode::FORBIDDEN);
         let mut admin = Claims::new("ops", None, Duration::from_secs(60));
         admin.admin = true;
         assert!(admin.may_join("any").is_ok());

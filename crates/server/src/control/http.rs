@@ -1,6 +1,12 @@
 //! The HTTP API (axum): the participant API, WHIP/WHEP, rooms, stats, health
 //! and the demo pages. Every error is JSON `{"code","message"}` with a
 //! meaningful status (see docs/api.md). Who may call what: [`super::auth`].
+//!
+//! Owns the mapping between HTTP and the control thread: it parses requests
+//! (paths, headers, bounded bodies), calls the control state, and turns
+//! [`RoomError`]s into statuses ([`ApiError`]). Must not: decide admission,
+//! placement or room state ([`super::rooms`]), shape the JSON documents
+//! ([`super::views`]), or hold the state lock across an await.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,22 +21,89 @@ use axum::routing::{get, patch, post};
 use serde::Deserialize;
 
 use super::auth::{Access, Claims, Needs, sdp_needs};
-use super::{ApiError, Flavor, Shared, assets, lock, renegotiate};
-use corelay_core::{ParticipantId, ShardId};
+use super::{Flavor, RoomError, Shared, assets, lock, renegotiate, views};
+use corelay_core::{OfferError, ParticipantId, ShardId};
+
+/// Seconds a refused client is asked to wait before retrying.
+const RETRY_AFTER_SECS: u32 = 5;
 
 /// Response header of a join: the participant's public id.
 const PARTICIPANT_ID: header::HeaderName = header::HeaderName::from_static("participant-id");
 
+/// An API error: HTTP status, stable code, human message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub message: String,
+    pub retry_after: Option<u32>,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+
+    pub fn not_found(what: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::NOT_FOUND, "not_found", what)
+    }
+}
+
+impl From<RoomError> for ApiError {
+    fn from(e: RoomError) -> Self {
+        let status = match &e {
+            RoomError::BadRoomName => StatusCode::BAD_REQUEST,
+            RoomError::RoomFull { .. } | RoomError::RenegotiationInProgress => StatusCode::CONFLICT,
+            RoomError::TooManyRooms { .. }
+            | RoomError::NoCapacity { .. }
+            | RoomError::PlacementUnsettled
+            | RoomError::ShardStopped
+            | RoomError::ShardSilent => StatusCode::SERVICE_UNAVAILABLE,
+            RoomError::UnknownResource { .. }
+            | RoomError::UnknownParticipant(_)
+            | RoomError::LeftMeanwhile => StatusCode::NOT_FOUND,
+            RoomError::PreconditionRequired => StatusCode::PRECONDITION_REQUIRED,
+            RoomError::EtagMismatch { .. } => StatusCode::PRECONDITION_FAILED,
+            RoomError::NoRandomness | RoomError::NoShard => StatusCode::INTERNAL_SERVER_ERROR,
+            RoomError::Offer(o) => match o {
+                OfferError::UnknownParticipant(_) => StatusCode::NOT_FOUND,
+                OfferError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+                OfferError::RenegotiationFailed => StatusCode::INTERNAL_SERVER_ERROR,
+                OfferError::Bad(_)
+                | OfferError::TooManyLines { .. }
+                | OfferError::CodecMismatch(_) => StatusCode::BAD_REQUEST,
+            },
+        };
+        // Admission refusals are temporary: the client may retry later. A
+        // stopped shard is not (its participants are gone).
+        let retry_after = matches!(
+            e,
+            RoomError::TooManyRooms { .. }
+                | RoomError::NoCapacity { .. }
+                | RoomError::PlacementUnsettled
+        )
+        .then_some(RETRY_AFTER_SECS);
+        ApiError {
+            retry_after,
+            ..ApiError::new(status, e.code(), e.to_string())
+        }
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let body = serde_json::json!({"code": self.code, "message": self.message});
-        let mut res = (status, axum::Json(body)).into_response();
+        let mut res = (self.status, axum::Json(body)).into_response();
         if let Some(secs) = self.retry_after {
             res.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
-        if self.status == 401 {
+        if self.status == StatusCode::UNAUTHORIZED {
             res.headers_mut().insert(
                 header::WWW_AUTHENTICATE,
                 HeaderValue::from_static("Bearer realm=\"corelay\""),
@@ -169,7 +242,7 @@ async fn method_not_allowed(method: axum::http::Method) -> Response {
         return StatusCode::NO_CONTENT.into_response();
     }
     ApiError::new(
-        405,
+        StatusCode::METHOD_NOT_ALLOWED,
         "method_not_allowed",
         format!("{method} is not allowed here"),
     )
@@ -225,7 +298,7 @@ async fn stats(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     admin_only(&access, &headers)?;
-    Ok(axum::Json(lock(&state).stats_json()).into_response())
+    Ok(axum::Json(views::stats(&lock(&state))).into_response())
 }
 
 async fn rooms(
@@ -234,7 +307,8 @@ async fn rooms(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     admin_only(&access, &headers)?;
-    Ok(axum::Json(serde_json::json!({"rooms": lock(&state).rooms_json()})).into_response())
+    let rooms = views::rooms(&lock(&state));
+    Ok(axum::Json(serde_json::json!({"rooms": rooms})).into_response())
 }
 
 async fn room(
@@ -247,7 +321,8 @@ async fn room(
     if let Some(c) = access.verify(&headers)? {
         c.may_join(&room)?;
     }
-    Ok(match lock(&state).room_json(&room) {
+    let members = views::room(&lock(&state), &room);
+    Ok(match members {
         Some(members) => {
             axum::Json(serde_json::json!({"room": room, "participants": members})).into_response()
         }
@@ -279,7 +354,7 @@ fn expect_type(headers: &HeaderMap, want: &str) -> Result<(), ApiError> {
         return Ok(());
     }
     Err(ApiError::new(
-        415,
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
         "unsupported_media_type",
         format!("expected Content-Type: {want}"),
     ))
@@ -294,7 +369,7 @@ async fn read_body(
 ) -> Result<Bytes, ApiError> {
     let too_large = || {
         ApiError::new(
-            413,
+            StatusCode::PAYLOAD_TOO_LARGE,
             "payload_too_large",
             format!(
                 "the request body is larger than {} bytes (--max-sdp-bytes)",
@@ -313,7 +388,7 @@ async fn read_body(
         Ok(Ok(bytes)) => Ok(bytes),
         Ok(Err(_)) => Err(too_large()),
         Err(_) => Err(ApiError::new(
-            408,
+            StatusCode::REQUEST_TIMEOUT,
             "request_timeout",
             "the request body did not arrive in time",
         )),
@@ -328,8 +403,13 @@ async fn sdp_body(
 ) -> Result<String, ApiError> {
     expect_type(headers, "application/sdp")?;
     let bytes = read_body(limits, headers, body).await?;
-    String::from_utf8(bytes.into())
-        .map_err(|_| ApiError::new(400, "bad_offer", "the SDP offer is not UTF-8"))
+    String::from_utf8(bytes.into()).map_err(|_| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_offer",
+            "the SDP offer is not UTF-8",
+        )
+    })
 }
 
 fn created(location: String, id: ParticipantId, etag: String, answer: String) -> Response {
@@ -383,7 +463,7 @@ async fn join(
         .and_then(|c| c.name.as_deref())
         .or(q.name.as_deref());
     let identity = claims.as_ref().map(|c| c.sub.as_str());
-    let joined = lock(&state).join(&room, name, identity, &sdp, flavor)?;
+    let joined = super::join(&state, &room, name, identity, &sdp, flavor)?;
     let location = match flavor {
         Flavor::Participant => format!("/api/v1/rooms/{room}/participants/{}", joined.resource),
         Flavor::Whip => format!("/whip/{room}/{}", joined.resource),

@@ -1,0 +1,1116 @@
+//! The directory of rooms and their members, as the control thread keeps it:
+//! placement of participants across shards, admission control (rooms,
+//! participants per room, shard capacity and load, failed shards), rosters,
+//! resource capabilities and ETags, and the in-flight mark of a
+//! renegotiation.
+//!
+//! Plain data and decisions only: no HTTP (errors are [`RoomError`], mapped
+//! to statuses by [`super::http`]), no channels to the shards (methods
+//! return what the shards must be told, [`super::State`] tells them), no
+//! str0m `Rtc` (offers are accepted and rehearsed by the caller before it
+//! asks for admission), no clock beyond a member's join time.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::time::Instant;
+
+use corelay_core::offer::MediaLine;
+use corelay_core::room::{MemberInfo, RoomUpdate};
+use corelay_core::{OfferError, ParticipantId, RoomId, ShardId};
+use serde::Serialize;
+
+/// How a participant joined: the API it must be addressed through.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Flavor {
+    Participant,
+    Whip,
+    Whep,
+}
+
+/// Admission limits (the `--max-*` options).
+#[derive(Clone, Debug)]
+pub struct Limits {
+    pub max_participants_per_shard: usize,
+    pub max_shard_load: f64,
+    pub max_participants_per_room: usize,
+    pub max_rooms: usize,
+}
+
+/// Why the directory refused a request. [`RoomError::code`] is the stable
+/// error code of the API; `Display` is the human message.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RoomError {
+    /// The room name breaks [`valid_room_name`].
+    BadRoomName,
+    /// The room has `members`, the most allowed.
+    RoomFull { room: String, members: usize },
+    /// `open` rooms are open, the most allowed.
+    TooManyRooms { open: usize },
+    /// No shard can take one more participant: all are full (`full`), or
+    /// every one with room is busier than `max_load`.
+    NoCapacity {
+        shards: usize,
+        per_shard: usize,
+        max_load: f64,
+        full: bool,
+    },
+    /// No such participant resource in `room` (the message does not echo
+    /// the resource id: it is a secret).
+    UnknownResource { room: String },
+    /// No participant with this public id.
+    UnknownParticipant(ParticipantId),
+    /// The participant left while its request was under way.
+    LeftMeanwhile,
+    /// A PATCH without `If-Match` (or with `*`).
+    PreconditionRequired,
+    /// `If-Match` is not the current ETag.
+    EtagMismatch { current: String },
+    /// Another renegotiation of the participant is on its way.
+    RenegotiationInProgress,
+    /// Every shard a join was placed on stopped fitting before its offer
+    /// was accepted for it (shards failing or filling meanwhile).
+    PlacementUnsettled,
+    /// The participant's shard thread stopped.
+    ShardStopped,
+    /// The participant's shard did not answer in time.
+    ShardSilent,
+    /// The operating system gave no randomness for a capability.
+    NoRandomness,
+    /// Placement chose a shard the control thread has no handle on (a bug).
+    NoShard,
+    /// The offer was refused (parse, limits, codec, rehearsal, or by the shard).
+    Offer(OfferError),
+}
+
+impl RoomError {
+    /// The stable error code of the API.
+    pub fn code(&self) -> &'static str {
+        match self {
+            RoomError::BadRoomName => "bad_room_name",
+            RoomError::RoomFull { .. } => "room_full",
+            RoomError::TooManyRooms { .. } => "too_many_rooms",
+            RoomError::NoCapacity { .. } | RoomError::PlacementUnsettled => "no_capacity",
+            RoomError::UnknownResource { .. }
+            | RoomError::UnknownParticipant(_)
+            | RoomError::LeftMeanwhile => "not_found",
+            RoomError::PreconditionRequired => "precondition_required",
+            RoomError::EtagMismatch { .. } => "etag_mismatch",
+            RoomError::RenegotiationInProgress => "renegotiation_in_progress",
+            RoomError::ShardStopped | RoomError::ShardSilent => "shard_unavailable",
+            RoomError::NoRandomness | RoomError::NoShard => "internal",
+            RoomError::Offer(e) => e.code(),
+        }
+    }
+}
+
+impl fmt::Display for RoomError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RoomError::BadRoomName => f.write_str(
+                "room names are 1-64 characters of A-Z, a-z, 0-9, '-', '_' and '.', starting with a letter or digit",
+            ),
+            RoomError::RoomFull { room, members } => write!(
+                f,
+                "room {room} has {members} participants, the most allowed (--max-participants-per-room)"
+            ),
+            RoomError::TooManyRooms { open } => write!(
+                f,
+                "{open} rooms are open, the most allowed (--max-rooms)"
+            ),
+            RoomError::NoCapacity {
+                shards,
+                per_shard,
+                max_load,
+                full,
+            } => {
+                if *full {
+                    write!(
+                        f,
+                        "all {shards} shards are full ({per_shard} participants each, --max-participants-per-shard)"
+                    )
+                } else {
+                    write!(
+                        f,
+                        "every shard with room is busier than {:.0}% (--max-shard-load)",
+                        max_load * 100.0
+                    )
+                }
+            }
+            RoomError::UnknownResource { room } => {
+                write!(f, "no such participant in room {room}")
+            }
+            RoomError::UnknownParticipant(id) => write!(f, "no participant {id}"),
+            RoomError::LeftMeanwhile => f.write_str("the participant left meanwhile"),
+            RoomError::PreconditionRequired => f.write_str(
+                "PATCH needs If-Match with the participant's current ETag (\"*\" is not accepted)",
+            ),
+            RoomError::EtagMismatch { current } => {
+                write!(f, "If-Match does not match the current ETag {current}")
+            }
+            RoomError::RenegotiationInProgress => {
+                f.write_str("another renegotiation of this participant is in progress")
+            }
+            RoomError::PlacementUnsettled => {
+                f.write_str("the shards changed while the offer was being accepted; retry")
+            }
+            RoomError::ShardStopped => f.write_str("the participant's shard stopped"),
+            RoomError::ShardSilent => f.write_str("the participant's shard did not answer"),
+            RoomError::NoRandomness => f.write_str("no randomness available"),
+            RoomError::NoShard => f.write_str("placement chose no shard"),
+            RoomError::Offer(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for RoomError {}
+
+impl From<OfferError> for RoomError {
+    fn from(e: OfferError) -> Self {
+        RoomError::Offer(e)
+    }
+}
+
+/// One participant as the directory knows it.
+#[derive(Debug)]
+pub struct Member {
+    pub id: ParticipantId,
+    /// The secret part of its resource URL (a capability: 128 random bits).
+    resource: String,
+    /// The offer its session state derives from: the last one applied.
+    offer: String,
+    /// A renegotiation is on its way to the shard: another must wait (409).
+    renegotiating: bool,
+    /// Who it is: the access token's `sub`; without authentication its id.
+    pub identity: String,
+    pub name: String,
+    pub shard: ShardId,
+    pub flavor: Flavor,
+    pub tracks: Vec<MediaLine>,
+    pub slots: Vec<MediaLine>,
+    version: u64,
+    pub joined: Instant,
+}
+
+pub struct Room {
+    id: RoomId,
+    pub members: Vec<Member>,
+}
+
+impl Room {
+    /// The shards hosting its members, ascending, each once.
+    pub fn shards(&self) -> Vec<ShardId> {
+        let mut shards: Vec<ShardId> = self.members.iter().map(|m| m.shard).collect();
+        shards.sort_unstable();
+        shards.dedup();
+        shards
+    }
+}
+
+/// What placement knows of a shard.
+#[derive(Clone, Debug, Default)]
+pub struct ShardLoad {
+    /// Why the shard thread stopped, when it did: it takes no one new.
+    pub failed: Option<String>,
+    pub participants: usize,
+    /// Share of wall time its thread used the CPU (its last report).
+    pub busy: f64,
+}
+
+/// A joining participant, its offer accepted for the shard it was placed on.
+pub struct NewMember<'a> {
+    pub name: Option<&'a str>,
+    /// The access token's `sub` (None without authentication: the id stands in).
+    pub identity: Option<&'a str>,
+    /// The offer (kept: a renegotiation is rehearsed against it).
+    pub sdp: &'a str,
+    pub flavor: Flavor,
+    pub tracks: Vec<MediaLine>,
+    pub slots: Vec<MediaLine>,
+}
+
+/// An admitted participant: what its shard and the client need.
+#[derive(Debug)]
+pub struct Admitted {
+    pub id: ParticipantId,
+    /// The secret id in its resource URL.
+    pub resource: String,
+    pub room: RoomId,
+    pub name: String,
+    pub etag: String,
+    /// The room's roster with the newcomer, for its own shard...
+    pub roster: RoomUpdate,
+    /// ...and the other shards hosting members, which get it too.
+    pub notify: Vec<ShardId>,
+}
+
+/// What [`Rooms::admit`] decided.
+#[derive(Debug)]
+pub enum Admission {
+    Admitted(Box<Admitted>),
+    /// Placement now chooses another shard than the one the offer was
+    /// accepted for (the directory changed meanwhile): accept it for this
+    /// one and ask again.
+    Elsewhere(ShardId),
+}
+
+/// A participant removed from the directory: what its room's shards must hear.
+#[derive(Debug)]
+pub struct Departure {
+    pub id: ParticipantId,
+    pub room: String,
+    /// The shard that hosted it.
+    pub shard: ShardId,
+    /// The room's new roster and the shards hosting the remaining members
+    /// (None when it was the last one: the room closed).
+    pub roster: Option<(RoomUpdate, Vec<ShardId>)>,
+}
+
+/// A renegotiation marked in flight: what the caller needs to rehearse it
+/// and send it to the participant's shard.
+#[derive(Debug)]
+pub struct Renegotiation {
+    pub id: ParticipantId,
+    pub shard: ShardId,
+    /// The offer in force, to rehearse the new one against.
+    pub previous: String,
+}
+
+/// The one rule for room names (docs/api.md): 1-64 characters of A-Z, a-z,
+/// 0-9, '-', '_' and '.', starting with a letter or digit (so never "." or
+/// "..", which URL normalisation would turn into another path).
+pub fn valid_room_name(room: &str) -> bool {
+    room.len() <= 64
+        && room
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphanumeric())
+        && room
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+/// An unguessable resource id: 128 bits from the operating system's CSPRNG.
+fn capability() -> Result<String, RoomError> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).map_err(|_| RoomError::NoRandomness)?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+pub fn etag(id: ParticipantId, version: u64) -> String {
+    format!("\"{id}.{version}\"")
+}
+
+/// The directory: every room, every member, and every shard's load.
+pub struct Rooms {
+    limits: Limits,
+    shards: Vec<ShardLoad>,
+    rooms: BTreeMap<String, Room>,
+    where_is: HashMap<ParticipantId, String>,
+    next_room: u64,
+    admission_refusals: u64,
+}
+
+impl Rooms {
+    pub fn new(limits: Limits, shards: usize) -> Self {
+        Rooms {
+            limits,
+            shards: vec![ShardLoad::default(); shards],
+            rooms: BTreeMap::new(),
+            where_is: HashMap::new(),
+            next_room: 1,
+            admission_refusals: 0,
+        }
+    }
+
+    pub fn shard_count(&self) -> usize {
+        self.shards.len()
+    }
+
+    pub fn shard_loads(&self) -> &[ShardLoad] {
+        &self.shards
+    }
+
+    fn load(&self, shard: ShardId) -> Option<&ShardLoad> {
+        self.shards.get(shard.0)
+    }
+
+    fn load_mut(&mut self, shard: ShardId) -> Option<&mut ShardLoad> {
+        self.shards.get_mut(shard.0)
+    }
+
+    /// A shard's latest busy fraction (from its report).
+    pub fn set_busy(&mut self, shard: ShardId, busy: f64) {
+        if let Some(s) = self.load_mut(shard) {
+            s.busy = busy;
+        }
+    }
+
+    pub fn rooms(&self) -> impl Iterator<Item = (&str, &Room)> {
+        self.rooms.iter().map(|(name, r)| (name.as_str(), r))
+    }
+
+    pub fn room(&self, room: &str) -> Option<&Room> {
+        self.rooms.get(room)
+    }
+
+    pub fn room_count(&self) -> usize {
+        self.rooms.len()
+    }
+
+    pub fn participant_count(&self) -> usize {
+        self.where_is.len()
+    }
+
+    pub fn contains(&self, id: ParticipantId) -> bool {
+        self.where_is.contains_key(&id)
+    }
+
+    /// Joins refused by admission control (no capacity, too many rooms).
+    pub fn admission_refusals(&self) -> u64 {
+        self.admission_refusals
+    }
+
+    fn fits(&self, s: &ShardLoad) -> bool {
+        s.failed.is_none()
+            && s.participants < self.limits.max_participants_per_shard
+            && s.busy < self.limits.max_shard_load
+    }
+
+    /// Admission control and placement: the room's own shard while it has
+    /// room (zero hops), else the least loaded shard that can take one more.
+    pub fn place(&mut self, room: &str) -> Result<ShardId, RoomError> {
+        if let Some(r) = self.rooms.get(room) {
+            // The shard hosting most of the room first.
+            let mut counts: Vec<(ShardId, usize)> = Vec::new();
+            for m in &r.members {
+                match counts.iter_mut().find(|(s, _)| *s == m.shard) {
+                    Some(c) => c.1 += 1,
+                    None => counts.push((m.shard, 1)),
+                }
+            }
+            counts.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+            for (s, _) in counts {
+                if self.load(s).is_some_and(|s| self.fits(s)) {
+                    return Ok(s);
+                }
+            }
+        }
+        let best = self
+            .shards
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| self.fits(s))
+            .min_by(|(_, a), (_, b)| {
+                a.participants
+                    .cmp(&b.participants)
+                    .then(a.busy.total_cmp(&b.busy))
+            })
+            .map(|(i, _)| ShardId(i));
+        best.ok_or_else(|| {
+            self.admission_refusals += 1;
+            let per_shard = self.limits.max_participants_per_shard;
+            RoomError::NoCapacity {
+                shards: self.shards.len(),
+                per_shard,
+                max_load: self.limits.max_shard_load,
+                full: self.shards.iter().all(|s| s.participants >= per_shard),
+            }
+        })
+    }
+
+    /// The limits on rooms: a valid name, room in the room, and a free room
+    /// when it is a new one.
+    fn check_room(&mut self, room: &str) -> Result<(), RoomError> {
+        if !valid_room_name(room) {
+            return Err(RoomError::BadRoomName);
+        }
+        match self.rooms.get(room) {
+            Some(r) if r.members.len() >= self.limits.max_participants_per_room => {
+                Err(RoomError::RoomFull {
+                    room: room.to_string(),
+                    members: r.members.len(),
+                })
+            }
+            None if self.rooms.len() >= self.limits.max_rooms => {
+                self.admission_refusals += 1;
+                Err(RoomError::TooManyRooms {
+                    open: self.rooms.len(),
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The first step of a join: admission control and placement. The
+    /// caller then accepts the offer for the returned shard (without
+    /// holding the directory) and asks [`Rooms::admit`].
+    pub fn prepare_join(&mut self, room: &str) -> Result<ShardId, RoomError> {
+        self.check_room(room)?;
+        self.place(room)
+    }
+
+    /// The second step of a join: the same checks again (the directory may
+    /// have changed since [`Rooms::prepare_join`]), then the member is in.
+    /// `prepared`: the shard its offer was accepted for. When placement now
+    /// picks another one, the answer is [`Admission::Elsewhere`], unless
+    /// `insist` and `prepared` can still take one more.
+    pub fn admit(
+        &mut self,
+        room: &str,
+        prepared: ShardId,
+        insist: bool,
+        new: NewMember<'_>,
+    ) -> Result<Admission, RoomError> {
+        self.check_room(room)?;
+        let shard = self.place(room)?;
+        let prepared_fits = self.load(prepared).is_some_and(|s| self.fits(s));
+        if shard != prepared && !(insist && prepared_fits) {
+            return Ok(Admission::Elsewhere(shard));
+        }
+        let shard = prepared;
+        let resource = capability()?;
+        // Public ids (rosters, logs) are random too, so they tell nothing of
+        // how many joined; they are not secrets (the resource is).
+        let id = loop {
+            let id = ParticipantId(fastrand::u64(1..1 << 53));
+            if !self.where_is.contains_key(&id) {
+                break id;
+            }
+        };
+        let name = new
+            .name
+            .map(|n| {
+                n.chars()
+                    .filter(|c| !c.is_control())
+                    .take(64)
+                    .collect::<String>()
+            })
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| format!("guest-{:04x}", id.0 & 0xffff));
+        let next_room = &mut self.next_room;
+        let r = self.rooms.entry(room.to_string()).or_insert_with(|| {
+            *next_room += 1;
+            Room {
+                id: RoomId(*next_room),
+                members: Vec::new(),
+            }
+        });
+        r.members.push(Member {
+            id,
+            resource: resource.clone(),
+            offer: new.sdp.to_string(),
+            renegotiating: false,
+            identity: new.identity.map_or_else(|| id.to_string(), str::to_string),
+            name: name.clone(),
+            shard,
+            flavor: new.flavor,
+            tracks: new.tracks,
+            slots: new.slots,
+            version: 1,
+            joined: Instant::now(),
+        });
+        let room_id = r.id;
+        let notify = r.shards().into_iter().filter(|s| *s != shard).collect();
+        self.where_is.insert(id, room.to_string());
+        if let Some(s) = self.load_mut(shard) {
+            s.participants += 1;
+        }
+        let roster = self.roster(room).ok_or(RoomError::LeftMeanwhile)?;
+        Ok(Admission::Admitted(Box::new(Admitted {
+            id,
+            resource,
+            room: room_id,
+            name,
+            etag: etag(id, 1),
+            roster,
+            notify,
+        })))
+    }
+
+    /// Removes a participant (API DELETE, or its shard reported it gone).
+    pub fn leave(&mut self, id: ParticipantId) -> Result<Departure, RoomError> {
+        let room = self
+            .where_is
+            .remove(&id)
+            .ok_or(RoomError::UnknownParticipant(id))?;
+        let Some(r) = self.rooms.get_mut(&room) else {
+            return Err(RoomError::UnknownParticipant(id));
+        };
+        let Some(pos) = r.members.iter().position(|m| m.id == id) else {
+            return Err(RoomError::UnknownParticipant(id));
+        };
+        let m = r.members.remove(pos);
+        if let Some(s) = self.shards.get_mut(m.shard.0) {
+            s.participants = s.participants.saturating_sub(1);
+        }
+        let roster = if r.members.is_empty() {
+            self.rooms.remove(&room);
+            None
+        } else {
+            // The leaver's shard needs the new roster too if it hosts others.
+            let shards = r.shards();
+            self.roster(&room).map(|u| (u, shards))
+        };
+        Ok(Departure {
+            id,
+            room,
+            shard: m.shard,
+            roster,
+        })
+    }
+
+    /// Looks up a participant for the API: it must be in `room` and of `flavor`.
+    pub fn find(&self, room: &str, resource: &str, flavor: Flavor) -> Result<&Member, RoomError> {
+        self.rooms
+            .get(room)
+            .and_then(|r| r.members.iter().find(|m| m.resource == resource))
+            .filter(|m| m.flavor == flavor)
+            .ok_or_else(|| RoomError::UnknownResource {
+                room: room.to_string(),
+            })
+    }
+
+    /// The preconditions of a PATCH: the resource exists and `If-Match` is
+    /// its current ETag (a weak `*` is refused: a renegotiation must say
+    /// which state it builds on).
+    pub fn check_patch(
+        &self,
+        room: &str,
+        resource: &str,
+        if_match: Option<&str>,
+    ) -> Result<&Member, RoomError> {
+        let m = self.find(room, resource, Flavor::Participant)?;
+        let current = etag(m.id, m.version);
+        match if_match.map(str::trim) {
+            None | Some("*") => Err(RoomError::PreconditionRequired),
+            Some(v) if v != current => Err(RoomError::EtagMismatch { current }),
+            Some(_) => Ok(m),
+        }
+    }
+
+    /// Starts a renegotiation: checks the preconditions and marks it in
+    /// flight, so that another one is refused until
+    /// [`Rooms::finish_renegotiate`]. The caller rehearses the offer against
+    /// [`Renegotiation::previous`] without holding the directory.
+    pub fn begin_renegotiate(
+        &mut self,
+        room: &str,
+        resource: &str,
+        if_match: Option<&str>,
+    ) -> Result<Renegotiation, RoomError> {
+        let m = self.check_patch(room, resource, if_match)?;
+        if m.renegotiating {
+            return Err(RoomError::RenegotiationInProgress);
+        }
+        if self.load(m.shard).is_none_or(|s| s.failed.is_some()) {
+            return Err(RoomError::ShardStopped);
+        }
+        let r = Renegotiation {
+            id: m.id,
+            shard: m.shard,
+            previous: m.offer.clone(),
+        };
+        if let Some(m) = self.member_mut(r.id) {
+            m.renegotiating = true;
+        }
+        Ok(r)
+    }
+
+    /// Records the end of a renegotiation: the offer now in force when it
+    /// applied (`Some`), nothing new when it did not. Returns the ETag
+    /// (None when the participant left meanwhile).
+    pub fn finish_renegotiate(
+        &mut self,
+        id: ParticipantId,
+        applied: Option<String>,
+    ) -> Option<String> {
+        let m = self.member_mut(id)?;
+        m.renegotiating = false;
+        if let Some(offer) = applied {
+            m.offer = offer;
+            m.version += 1;
+        }
+        Some(etag(id, m.version))
+    }
+
+    fn member_mut(&mut self, id: ParticipantId) -> Option<&mut Member> {
+        let room = self.where_is.get(&id)?;
+        self.rooms
+            .get_mut(room)?
+            .members
+            .iter_mut()
+            .find(|m| m.id == id)
+    }
+
+    /// A member's shard told what it sends and receives now. Returns the
+    /// room's new roster and the shards that must get it.
+    pub fn lines_changed(
+        &mut self,
+        id: ParticipantId,
+        tracks: Vec<MediaLine>,
+        slots: Vec<MediaLine>,
+    ) -> Option<(RoomUpdate, Vec<ShardId>)> {
+        let m = self.member_mut(id)?;
+        m.tracks = tracks;
+        m.slots = slots;
+        let room = self.where_is.get(&id)?;
+        let shards = self.rooms.get(room)?.shards();
+        Some((self.roster(room)?, shards))
+    }
+
+    /// The roster of `room` as the shards get it.
+    pub fn roster(&self, room: &str) -> Option<RoomUpdate> {
+        let r = self.rooms.get(room)?;
+        Some(RoomUpdate {
+            room: r.id,
+            name: room.to_string(),
+            members: r
+                .members
+                .iter()
+                .map(|m| MemberInfo {
+                    id: m.id,
+                    name: m.name.clone(),
+                    shard: m.shard,
+                    tracks: m.tracks.clone(),
+                })
+                .collect(),
+        })
+    }
+
+    /// Shards whose thread stopped, and why.
+    pub fn failed_shards(&self) -> Vec<(ShardId, String)> {
+        self.shards
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.failed.clone().map(|why| (ShardId(i), why)))
+            .collect()
+    }
+
+    /// A shard thread stopped: it takes no one new, and its participants
+    /// (whose calls ended with it) leave their rooms.
+    pub fn shard_failed(&mut self, shard: ShardId, reason: String) -> Vec<Departure> {
+        let Some(s) = self.load_mut(shard) else {
+            return Vec::new();
+        };
+        s.failed = Some(reason);
+        let gone: Vec<ParticipantId> = self
+            .rooms
+            .values()
+            .flat_map(|r| r.members.iter().filter(|m| m.shard == shard).map(|m| m.id))
+            .collect();
+        gone.into_iter()
+            .filter_map(|id| self.leave(id).ok())
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> Limits {
+        Limits {
+            max_participants_per_shard: 3,
+            max_shard_load: 0.9,
+            max_participants_per_room: 4,
+            max_rooms: 2,
+        }
+    }
+
+    fn new_member(name: &str) -> NewMember<'_> {
+        NewMember {
+            name: Some(name),
+            identity: None,
+            sdp: "v=0 (an offer)",
+            flavor: Flavor::Participant,
+            tracks: Vec::new(),
+            slots: Vec::new(),
+        }
+    }
+
+    /// Both steps of a join, as the control thread runs them.
+    fn join(rooms: &mut Rooms, room: &str, name: &str) -> Result<Admitted, RoomError> {
+        let mut shard = rooms.prepare_join(room)?;
+        loop {
+            match rooms.admit(room, shard, false, new_member(name))? {
+                Admission::Admitted(a) => return Ok(*a),
+                Admission::Elsewhere(s) => shard = s,
+            }
+        }
+    }
+
+    fn shard_of(rooms: &Rooms, id: ParticipantId) -> usize {
+        rooms
+            .rooms()
+            .flat_map(|(_, r)| r.members.iter())
+            .find(|m| m.id == id)
+            .map(|m| m.shard.0)
+            .unwrap()
+    }
+
+    #[test]
+    fn room_names() {
+        assert!(valid_room_name("a"));
+        assert!(valid_room_name("Room-1_x.y"));
+        assert!(valid_room_name(&"a".repeat(64)));
+        for bad in ["", ".", "..", "-a", "a b", "a/b", "ä", &"a".repeat(65)] {
+            assert!(!valid_room_name(bad), "{bad:?}");
+        }
+        let mut rooms = Rooms::new(limits(), 1);
+        assert_eq!(
+            rooms.prepare_join("..").unwrap_err(),
+            RoomError::BadRoomName
+        );
+    }
+
+    #[test]
+    fn a_new_room_goes_to_the_least_loaded_shard() {
+        let mut rooms = Rooms::new(
+            Limits {
+                max_rooms: 10,
+                ..limits()
+            },
+            3,
+        );
+        let a = join(&mut rooms, "a", "ann").unwrap();
+        assert_eq!(shard_of(&rooms, a.id), 0);
+        let b = join(&mut rooms, "b", "bob").unwrap();
+        assert_eq!(shard_of(&rooms, b.id), 1);
+        let c = join(&mut rooms, "c", "cy").unwrap();
+        assert_eq!(shard_of(&rooms, c.id), 2);
+        // Equal counts: the less busy one.
+        rooms.set_busy(ShardId(0), 0.5);
+        rooms.set_busy(ShardId(1), 0.1);
+        rooms.set_busy(ShardId(2), 0.3);
+        let d = join(&mut rooms, "d", "dee").unwrap();
+        assert_eq!(shard_of(&rooms, d.id), 1);
+    }
+
+    #[test]
+    fn a_room_stays_on_its_shard_while_it_has_room() {
+        let mut rooms = Rooms::new(limits(), 2);
+        let first = join(&mut rooms, "r", "a").unwrap();
+        assert_eq!(shard_of(&rooms, first.id), 0);
+        // Shard 1 is emptier, but the room lives on 0.
+        let second = join(&mut rooms, "r", "b").unwrap();
+        assert_eq!(shard_of(&rooms, second.id), 0);
+        let third = join(&mut rooms, "r", "c").unwrap();
+        assert_eq!(shard_of(&rooms, third.id), 0);
+        assert_eq!(third.notify, Vec::<ShardId>::new());
+        // Shard 0 is full (3 per shard): the room spills over to 1, and
+        // shard 0 hears of the newcomer.
+        let fourth = join(&mut rooms, "r", "d").unwrap();
+        assert_eq!(shard_of(&rooms, fourth.id), 1);
+        assert_eq!(fourth.notify, vec![ShardId(0)]);
+        assert_eq!(fourth.roster.members.len(), 4);
+    }
+
+    #[test]
+    fn failed_and_busy_shards_get_no_one() {
+        let mut rooms = Rooms::new(limits(), 3);
+        rooms.set_busy(ShardId(1), 0.95);
+        let failed = rooms.shard_failed(ShardId(0), "boom".into());
+        assert!(failed.is_empty());
+        assert_eq!(
+            rooms.failed_shards(),
+            vec![(ShardId(0), "boom".to_string())]
+        );
+        let a = join(&mut rooms, "r", "a").unwrap();
+        assert_eq!(shard_of(&rooms, a.id), 2);
+        rooms.set_busy(ShardId(2), 0.95);
+        let e = join(&mut rooms, "r", "b").unwrap_err();
+        assert_eq!(e.code(), "no_capacity");
+        assert_eq!(
+            e.to_string(),
+            "every shard with room is busier than 90% (--max-shard-load)"
+        );
+        assert_eq!(rooms.admission_refusals(), 1);
+    }
+
+    #[test]
+    fn a_failed_shard_takes_its_participants_out_of_their_rooms() {
+        let mut rooms = Rooms::new(limits(), 2);
+        let a = join(&mut rooms, "r", "a").unwrap();
+        let b = join(&mut rooms, "s", "b").unwrap();
+        assert_eq!(shard_of(&rooms, b.id), 1);
+        let gone = rooms.shard_failed(ShardId(0), "boom".into());
+        assert_eq!(gone.len(), 1);
+        assert_eq!(gone[0].id, a.id);
+        assert!(gone[0].roster.is_none(), "room r closed");
+        assert!(rooms.room("r").is_none());
+        assert!(rooms.contains(b.id));
+        // Room r again: not on the failed shard.
+        let c = join(&mut rooms, "r", "c").unwrap();
+        assert_eq!(shard_of(&rooms, c.id), 1);
+    }
+
+    #[test]
+    fn full_shards_refuse_with_no_capacity() {
+        let mut rooms = Rooms::new(
+            Limits {
+                max_participants_per_shard: 1,
+                ..limits()
+            },
+            2,
+        );
+        join(&mut rooms, "r", "a").unwrap();
+        join(&mut rooms, "r", "b").unwrap();
+        let e = join(&mut rooms, "r", "c").unwrap_err();
+        assert_eq!(
+            e,
+            RoomError::NoCapacity {
+                shards: 2,
+                per_shard: 1,
+                max_load: 0.9,
+                full: true
+            }
+        );
+        assert_eq!(
+            e.to_string(),
+            "all 2 shards are full (1 participants each, --max-participants-per-shard)"
+        );
+        assert_eq!(rooms.admission_refusals(), 1);
+    }
+
+    #[test]
+    fn room_and_room_count_limits() {
+        let mut rooms = Rooms::new(
+            Limits {
+                max_participants_per_shard: 100,
+                max_participants_per_room: 2,
+                ..limits()
+            },
+            1,
+        );
+        join(&mut rooms, "r", "a").unwrap();
+        join(&mut rooms, "r", "b").unwrap();
+        let e = join(&mut rooms, "r", "c").unwrap_err();
+        assert_eq!(
+            e,
+            RoomError::RoomFull {
+                room: "r".into(),
+                members: 2
+            }
+        );
+        // A full room is a conflict, not an admission refusal.
+        assert_eq!(rooms.admission_refusals(), 0);
+        join(&mut rooms, "s", "d").unwrap();
+        let e = join(&mut rooms, "t", "e").unwrap_err();
+        assert_eq!(e, RoomError::TooManyRooms { open: 2 });
+        assert_eq!(
+            e.to_string(),
+            "2 rooms are open, the most allowed (--max-rooms)"
+        );
+        assert_eq!(rooms.admission_refusals(), 1);
+    }
+
+    #[test]
+    fn admission_is_checked_again_when_the_offer_is_ready() {
+        let mut rooms = Rooms::new(
+            Limits {
+                max_participants_per_room: 1,
+                ..limits()
+            },
+            2,
+        );
+        // Two joins of one room prepared at once: the second admission
+        // finds the room full.
+        let s1 = rooms.prepare_join("r").unwrap();
+        let s2 = rooms.prepare_join("r").unwrap();
+        assert!(matches!(
+            rooms.admit("r", s1, false, new_member("a")).unwrap(),
+            Admission::Admitted(_)
+        ));
+        let e = rooms.admit("r", s2, false, new_member("b")).unwrap_err();
+        assert_eq!(e.code(), "room_full");
+        assert_eq!(rooms.participant_count(), 1);
+    }
+
+    #[test]
+    fn a_changed_placement_sends_the_join_elsewhere() {
+        let mut rooms = Rooms::new(limits(), 2);
+        // Two joins of a new room prepared at once: both on shard 0.
+        let s1 = rooms.prepare_join("r").unwrap();
+        let s2 = rooms.prepare_join("q").unwrap();
+        assert_eq!((s1, s2), (ShardId(0), ShardId(0)));
+        let Admission::Admitted(_) = rooms.admit("r", s1, false, new_member("a")).unwrap() else {
+            panic!("first admission")
+        };
+        // Shard 0 now has one more: room q belongs on shard 1.
+        match rooms.admit("q", s2, false, new_member("b")).unwrap() {
+            Admission::Elsewhere(ShardId(1)) => {}
+            other => panic!("{other:?}"),
+        }
+        // Insisting on a shard that still fits admits there.
+        let Admission::Admitted(a) = rooms.admit("q", s2, true, new_member("b")).unwrap() else {
+            panic!("insisted admission")
+        };
+        assert_eq!(shard_of(&rooms, a.id), 0);
+        // A shard that failed meanwhile is never insisted on.
+        rooms.shard_failed(ShardId(0), "boom".into());
+        let s = rooms.prepare_join("p").unwrap();
+        assert_eq!(s, ShardId(1));
+        match rooms.admit("p", ShardId(0), true, new_member("c")).unwrap() {
+            Admission::Elsewhere(ShardId(1)) => {}
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn join_and_leave_keep_rosters_and_counts() {
+        let mut rooms = Rooms::new(limits(), 1);
+        let a = join(&mut rooms, "r", "ann").unwrap();
+        assert_eq!(a.etag, format!("\"{}.1\"", a.id));
+        assert_eq!(a.resource.len(), 32);
+        assert_eq!(a.roster.members.len(), 1);
+        let b = join(&mut rooms, "r", "\u{7}bob\n").unwrap();
+        assert_eq!(b.name, "bob", "control characters are dropped");
+        assert_eq!(b.room, a.room, "one room, one id");
+        let names: Vec<_> = b.roster.members.iter().map(|m| m.name.as_str()).collect();
+        assert_eq!(names, ["ann", "bob"]);
+        assert_eq!(rooms.shard_loads()[0].participants, 2);
+        // Identity: the id without authentication.
+        let m = rooms.find("r", &a.resource, Flavor::Participant).unwrap();
+        assert_eq!(m.identity, a.id.to_string());
+
+        let d = rooms.leave(a.id).unwrap();
+        assert_eq!(d.shard, ShardId(0));
+        let (roster, shards) = d.roster.unwrap();
+        assert_eq!(roster.members.len(), 1);
+        assert_eq!(shards, vec![ShardId(0)]);
+        assert_eq!(rooms.shard_loads()[0].participants, 1);
+        assert_eq!(
+            rooms.leave(a.id).unwrap_err(),
+            RoomError::UnknownParticipant(a.id)
+        );
+    }
+
+    #[test]
+    fn the_last_leave_closes_the_room() {
+        let mut rooms = Rooms::new(limits(), 1);
+        let a = join(&mut rooms, "r", "a").unwrap();
+        assert_eq!(rooms.room_count(), 1);
+        let d = rooms.leave(a.id).unwrap();
+        assert!(d.roster.is_none());
+        assert_eq!(rooms.room_count(), 0);
+        assert_eq!(rooms.participant_count(), 0);
+        assert_eq!(rooms.shard_loads()[0].participants, 0);
+        // A new room of that name is a new room.
+        let b = join(&mut rooms, "r", "b").unwrap();
+        assert_ne!(b.room, a.room);
+    }
+
+    #[test]
+    fn resources_are_found_by_room_and_flavor_only() {
+        let mut rooms = Rooms::new(limits(), 1);
+        let a = join(&mut rooms, "r", "a").unwrap();
+        assert!(rooms.find("r", &a.resource, Flavor::Participant).is_ok());
+        for (room, resource, flavor) in [
+            ("s", a.resource.as_str(), Flavor::Participant),
+            ("r", a.resource.as_str(), Flavor::Whip),
+            ("r", "0123", Flavor::Participant),
+        ] {
+            let e = rooms.find(room, resource, flavor).unwrap_err();
+            assert_eq!(e.code(), "not_found");
+            assert!(!e.to_string().contains(&a.resource), "{e}");
+        }
+    }
+
+    #[test]
+    fn patch_needs_the_current_etag() {
+        let mut rooms = Rooms::new(limits(), 1);
+        let a = join(&mut rooms, "r", "a").unwrap();
+        fn patch(
+            rooms: &Rooms,
+            resource: &str,
+            if_match: Option<&str>,
+        ) -> Result<ParticipantId, RoomError> {
+            rooms.check_patch("r", resource, if_match).map(|m| m.id)
+        }
+        let res = a.resource.as_str();
+        assert_eq!(
+            patch(&rooms, res, None),
+            Err(RoomError::PreconditionRequired)
+        );
+        assert_eq!(
+            patch(&rooms, res, Some("*")),
+            Err(RoomError::PreconditionRequired)
+        );
+        assert_eq!(
+            patch(&rooms, res, Some("\"1.1\"")),
+            Err(RoomError::EtagMismatch {
+                current: a.etag.clone()
+            })
+        );
+        assert_eq!(patch(&rooms, res, Some(&format!(" {} ", a.etag))), Ok(a.id));
+
+        // An applied renegotiation moves the ETag on; a refused one does not.
+        let r = rooms
+            .begin_renegotiate("r", &a.resource, Some(&a.etag))
+            .unwrap();
+        assert_eq!(r.previous, "v=0 (an offer)");
+        assert_eq!(rooms.finish_renegotiate(a.id, None), Some(a.etag.clone()));
+        rooms
+            .begin_renegotiate("r", &a.resource, Some(&a.etag))
+            .unwrap();
+        let next = rooms
+            .finish_renegotiate(a.id, Some("v=0 (another)".into()))
+            .unwrap();
+        assert_eq!(next, format!("\"{}.2\"", a.id));
+        assert!(matches!(
+            patch(&rooms, res, Some(&a.etag)),
+            Err(RoomError::EtagMismatch { .. })
+        ));
+        let r = rooms
+            .begin_renegotiate("r", &a.resource, Some(&next))
+            .unwrap();
+        assert_eq!(r.previous, "v=0 (another)");
+    }
+
+    #[test]
+    fn one_renegotiation_at_a_time() {
+        let mut rooms = Rooms::new(limits(), 2);
+        let a = join(&mut rooms, "r", "a").unwrap();
+        let r = rooms
+            .begin_renegotiate("r", &a.resource, Some(&a.etag))
+            .unwrap();
+        assert_eq!((r.id, r.shard), (a.id, ShardId(0)));
+        assert_eq!(
+            rooms
+                .begin_renegotiate("r", &a.resource, Some(&a.etag))
+                .unwrap_err(),
+            RoomError::RenegotiationInProgress
+        );
+        rooms.finish_renegotiate(a.id, None);
+        rooms
+            .begin_renegotiate("r", &a.resource, Some(&a.etag))
+            .unwrap();
+        rooms.finish_renegotiate(a.id, None);
+        // Its shard stopped (its members left with it): the participant is
+        // gone, and so is its resource.
+        rooms.shard_failed(ShardId(0), "boom".into());
+        assert_eq!(
+            rooms
+                .begin_renegotiate("r", &a.resource, Some(&a.etag))
+                .unwrap_err()
+                .code(),
+            "not_found"
+        );
+        assert_eq!(rooms.finish_renegotiate(a.id, None), None);
+    }
+
+    #[test]
+    fn lines_changed_updates_the_roster() {
+        let mut rooms = Rooms::new(limits(), 1);
+        let a = join(&mut rooms, "r", "a").unwrap();
+        let (roster, shards) = rooms.lines_changed(a.id, Vec::new(), Vec::new()).unwrap();
+        assert_eq!(roster.members.len(), 1);
+        assert_eq!(shards, vec![ShardId(0)]);
+        assert!(
+            rooms
+                .lines_changed(ParticipantId(7), Vec::new(), Vec::new())
+                .is_none()
+        );
+    }
+}

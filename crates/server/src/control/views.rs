@@ -1,0 +1,215 @@
+//! The JSON bodies of the read-only API (`/api/v1/rooms`, `/api/v1/rooms/{room}`,
+//! `/api/v1/stats`; docs/api.md), built from the control state as values.
+//!
+//! Owns the shape of those documents (field names and units are API).
+//! Must not: decide anything, change the state, or know HTTP (the handlers
+//! in [`super::http`] wrap these in responses).
+
+use corelay_core::ShardId;
+use corelay_core::metrics::{Counters, LatencyHistogram, ParticipantStats};
+use corelay_core::offer::MediaLine;
+use serde::Serialize;
+
+use super::State;
+use super::rooms::Flavor;
+
+#[derive(Serialize)]
+pub struct TrackOut {
+    pub mid: String,
+    pub kind: &'static str,
+}
+
+#[derive(Serialize)]
+pub struct MemberOut {
+    pub id: String,
+    pub identity: String,
+    pub name: String,
+    pub shard: ShardId,
+    pub kind: Flavor,
+    pub tracks: Vec<TrackOut>,
+    pub slots: Vec<TrackOut>,
+    pub joined_secs_ago: u64,
+}
+
+#[derive(Serialize)]
+pub struct RoomSummary {
+    pub room: String,
+    pub participants: usize,
+    pub shards: Vec<ShardId>,
+}
+
+/// A latency histogram as the stats API shows it.
+#[derive(Serialize)]
+pub struct HistOut {
+    pub count: u64,
+    pub mean_us: f64,
+    pub max_us: u64,
+    /// Upper bucket edge (µs) under which half / 99% of the samples lie.
+    pub p50_us: Option<u64>,
+    pub p99_us: Option<u64>,
+    /// `[upper edge µs (null = +Inf), samples in this bucket]`.
+    pub buckets: Vec<(Option<u64>, u64)>,
+}
+
+impl From<&LatencyHistogram> for HistOut {
+    fn from(h: &LatencyHistogram) -> Self {
+        use corelay_core::metrics::LATENCY_EDGES_US;
+        HistOut {
+            count: h.count,
+            mean_us: h.mean_us(),
+            max_us: h.max_us,
+            p50_us: h.quantile_edge_us(0.5),
+            p99_us: h.quantile_edge_us(0.99),
+            buckets: h
+                .counts
+                .iter()
+                .enumerate()
+                .map(|(i, c)| (LATENCY_EDGES_US.get(i).copied(), *c))
+                .collect(),
+        }
+    }
+}
+
+#[derive(Serialize)]
+pub struct ShardOut {
+    pub shard: ShardId,
+    pub udp: String,
+    pub participants: usize,
+    pub rooms: usize,
+    pub busy: f64,
+    pub loop_iterations: u64,
+    pub counters: Counters,
+    pub socket_dwell: HistOut,
+    pub forward_latency: HistOut,
+    pub forward_cross_shard_latency: HistOut,
+    pub loop_iteration: HistOut,
+}
+
+#[derive(Serialize)]
+pub struct ParticipantOut {
+    pub id: String,
+    pub name: String,
+    pub shard: ShardId,
+    #[serde(flatten)]
+    pub stats: Option<ParticipantStats>,
+    /// Its shard's socket dwell and forwarding latency (mean, µs).
+    pub shard_dwell_mean_us: f64,
+    pub shard_forward_mean_us: f64,
+}
+
+#[derive(Serialize)]
+pub struct RoomStatsOut {
+    pub room: String,
+    pub shards: Vec<ShardId>,
+    pub participants: Vec<ParticipantOut>,
+}
+
+#[derive(Serialize)]
+pub struct StatsOut {
+    pub shards: Vec<ShardOut>,
+    pub total: Counters,
+    pub rooms: usize,
+    pub participants: usize,
+    pub admission_refusals: u64,
+    pub room_detail: Vec<RoomStatsOut>,
+}
+
+fn lines_out(lines: &[MediaLine]) -> Vec<TrackOut> {
+    lines
+        .iter()
+        .map(|l| TrackOut {
+            mid: l.mid.to_string(),
+            kind: corelay_core::events::kind_str(l.kind),
+        })
+        .collect()
+}
+
+/// `GET /api/v1/rooms`: every room, its size and shards.
+pub fn rooms(state: &State) -> Vec<RoomSummary> {
+    state
+        .rooms
+        .rooms()
+        .map(|(name, r)| RoomSummary {
+            room: name.to_string(),
+            participants: r.members.len(),
+            shards: r.shards(),
+        })
+        .collect()
+}
+
+/// `GET /api/v1/rooms/{room}`: its members (None: no such room).
+pub fn room(state: &State, room: &str) -> Option<Vec<MemberOut>> {
+    let r = state.rooms.room(room)?;
+    Some(
+        r.members
+            .iter()
+            .map(|m| MemberOut {
+                id: m.id.to_string(),
+                identity: m.identity.clone(),
+                name: m.name.clone(),
+                shard: m.shard,
+                kind: m.flavor,
+                tracks: lines_out(&m.tracks),
+                slots: lines_out(&m.slots),
+                joined_secs_ago: m.joined.elapsed().as_secs(),
+            })
+            .collect(),
+    )
+}
+
+/// `GET /api/v1/stats`: every shard's figures, their sum, and per room the
+/// participants' transport figures.
+pub fn stats(state: &State) -> StatsOut {
+    let mut total = Counters::default();
+    for s in &state.shards {
+        total.add(&s.last.counters);
+    }
+    let loads = state.rooms.shard_loads();
+    StatsOut {
+        shards: state
+            .shards
+            .iter()
+            .enumerate()
+            .map(|(i, s)| ShardOut {
+                shard: s.handle.index,
+                udp: s.handle.advertised.to_string(),
+                participants: loads.get(i).map_or(0, |l| l.participants),
+                rooms: s.last.rooms,
+                busy: s.last.busy,
+                loop_iterations: s.last.loop_iterations,
+                counters: s.last.counters,
+                socket_dwell: (&s.last.dwell).into(),
+                forward_latency: (&s.last.forward_local).into(),
+                forward_cross_shard_latency: (&s.last.forward_cross).into(),
+                loop_iteration: (&s.last.iteration).into(),
+            })
+            .collect(),
+        total,
+        rooms: state.rooms.room_count(),
+        participants: state.rooms.participant_count(),
+        admission_refusals: state.rooms.admission_refusals(),
+        room_detail: state
+            .rooms
+            .rooms()
+            .map(|(name, r)| RoomStatsOut {
+                room: name.to_string(),
+                shards: r.shards(),
+                participants: r
+                    .members
+                    .iter()
+                    .map(|m| {
+                        let last = state.link(m.shard).map(|s| &s.last);
+                        ParticipantOut {
+                            id: m.id.to_string(),
+                            name: m.name.clone(),
+                            shard: m.shard,
+                            stats: state.detail.get(&m.id).cloned(),
+                            shard_dwell_mean_us: last.map_or(0.0, |l| l.dwell.mean_us()),
+                            shard_forward_mean_us: last.map_or(0.0, |l| l.forward_local.mean_us()),
+                        }
+                    })
+                    .collect(),
+            })
+            .collect(),
+    }
+}
