@@ -2,105 +2,21 @@
 //! binary against a real `corelay` server started on free loopback ports,
 //! and checks the report. Nothing here asserts a speed.
 //!
-//! The server binary: `$CORELAY_BIN`, else `corelay` next to this test's
-//! target directory (`cargo build -p corelay` puts it there; a workspace
-//! `cargo test` builds it anyway for the server's own tests).
+//! The server binary: [`corelay_bin`] (`$CORELAY_BIN`, else `corelay` in
+//! this test's target directory, built there when missing).
 
-#![allow(clippy::collapsible_if)]
-
-use std::net::{TcpListener, UdpSocket};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
+use corelay_testkit::{Server, corelay_bin};
 use serde_json::Value;
 
-fn corelay_bin() -> PathBuf {
-    if let Ok(p) = std::env::var("CORELAY_BIN") {
-        return PathBuf::from(p);
-    }
-    let mut candidates = Vec::new();
-    if let Ok(t) = std::env::var("CARGO_TARGET_DIR") {
-        candidates.push(PathBuf::from(t).join("debug/corelay"));
-    }
-    // target/debug/deps/<test> -> target/debug/corelay
-    if let Ok(exe) = std::env::current_exe() {
-        if let Some(dir) = exe.parent().and_then(|d| d.parent()) {
-            candidates.push(dir.join("corelay"));
-        }
-    }
-    for c in &candidates {
-        if c.is_file() {
-            return c.clone();
-        }
-    }
-    panic!(
-        "corelay server binary not found (tried {candidates:?}); run `cargo build -p corelay` or set CORELAY_BIN"
-    );
-}
-
-struct Server {
-    child: Child,
-    url: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_server() -> Server {
-    let http = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let udp = (0..200)
-        .map(|_| fastrand::u16(20_000..60_000))
-        .find(|p| UdpSocket::bind(("127.0.0.1", *p)).is_ok())
-        .expect("free UDP port");
-    let child = Command::new(corelay_bin())
-        .args([
-            "--http",
-            &format!("127.0.0.1:{http}"),
-            "--udp-port",
-            &udp.to_string(),
-        ])
-        .args([
-            "--public-ip",
-            "127.0.0.1",
-            "--bind-ip",
-            "127.0.0.1",
-            "--shards",
-            "1",
-            "--no-pin",
-            "--log",
-            "warn",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start corelay");
-    let s = Server {
-        child,
-        url: format!("http://127.0.0.1:{http}"),
-    };
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while corelay_client::signal::get_json(&s.url, "/healthz").is_err() {
-        assert!(Instant::now() < deadline, "corelay did not come up");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    s
-}
-
 fn run_bench(server: &Server, out: &std::path::Path, args: &[&str]) -> Value {
-    let pid = server.child.id().to_string();
+    let pid = server.pid().to_string();
     let st = Command::new(env!("CARGO_BIN_EXE_corelay-bench"))
         .args([
             "--url",
-            &server.url,
+            &server.base(),
             "--out",
             out.to_str().unwrap(),
             "--server-pid",
@@ -183,7 +99,7 @@ fn assert_common(s: &Value, dir: &std::path::Path, planned: u64) {
 
 #[test]
 fn tiny_rooms_and_speakers() {
-    let server = start_server();
+    let server = Server::start(corelay_bin(), 1, &[]);
 
     let dir = out_dir("rooms");
     let s = run_bench(

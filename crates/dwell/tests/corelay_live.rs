@@ -17,21 +17,20 @@
 //! printed. Needs the `bpf` feature; prints `SKIPPED: reason` where BPF
 //! cannot load (CORELAY_DWELL_REQUIRE_BPF=1 makes that a failure).
 //!
-//! The corelay binary: $CORELAY_BIN, else `corelay` next to the
-//! corelay-dwell binary under test (same target dir and profile), built with
-//! `cargo build -p corelay` when missing.
+//! The corelay binary: corelay-testkit's `corelay_bin` ($CORELAY_BIN, else
+//! `corelay` in the same target dir and profile, built with `cargo build -p
+//! corelay` when missing).
 #![cfg(feature = "bpf")]
 
 mod common;
 
-use std::net::{TcpListener, UdpSocket};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{bin, say, skip, start};
 use corelay_client::{JoinSpec, ParticipantHandle, Snapshot};
+use corelay_testkit::{Server, corelay_bin};
 use serde_json::Value;
 
 /// How long the call runs once media flows in every direction.
@@ -52,143 +51,32 @@ const BUCKET_NAMES: [&str; 9] = [
     ">=50ms",
 ];
 
-/// The corelay binary: $CORELAY_BIN, or `corelay` beside corelay-dwell,
-/// built with cargo into that target directory when missing.
-fn corelay_bin() -> PathBuf {
-    if let Some(p) = std::env::var_os("CORELAY_BIN") {
-        let p = PathBuf::from(p);
-        assert!(p.is_file(), "CORELAY_BIN={} is not a file", p.display());
-        return p;
-    }
-    let dwell = Path::new(bin());
-    let profile_dir = dwell.parent().expect("corelay-dwell has a directory");
-    let path = profile_dir.join("corelay");
-    if path.is_file() {
-        return path;
-    }
-    let target_dir = profile_dir.parent().expect("target directory");
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut cmd = Command::new(cargo);
-    cmd.current_dir(&workspace)
-        .args(["build", "-p", "corelay"])
-        .env("CARGO_TARGET_DIR", target_dir);
-    match profile_dir.file_name().and_then(|n| n.to_str()) {
-        Some("debug") | None => {}
-        Some("release") => {
-            cmd.arg("--release");
+/// corelay's socket-dwell histogram of its one shard.
+fn dwell(server: &Server) -> Dwell {
+    let v = server.get_json("/api/v1/stats");
+    Dwell::from_stats(&v["shards"][0]["socket_dwell"])
+}
+
+/// corelay's dwell histogram once its count has not moved for three
+/// reports in a row (reports come every 250 ms): the shard has read
+/// nothing since, so the figures cover every datagram it read.
+fn quiet_dwell(server: &Server) -> Dwell {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut last = dwell(server);
+    let mut since = Instant::now();
+    loop {
+        thread::sleep(Duration::from_millis(50));
+        let cur = dwell(server);
+        if cur.count != last.count {
+            last = cur;
+            since = Instant::now();
+        } else if since.elapsed() >= Duration::from_millis(800) {
+            return cur;
         }
-        Some(other) => {
-            cmd.args(["--profile", other]);
-        }
-    }
-    say(&format!(
-        "corelay_live: building corelay into {} ({cmd:?})",
-        target_dir.display()
-    ));
-    let status = cmd.status().expect("run cargo build -p corelay");
-    assert!(status.success(), "cargo build -p corelay: {status}");
-    assert!(path.is_file(), "{} missing after the build", path.display());
-    path
-}
-
-fn free_tcp_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn free_udp_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A corelay process with one shard on 127.0.0.1; killed when dropped.
-struct Server {
-    child: Child,
-    http: String,
-    udp: u16,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Server {
-    fn start(exe: &Path, extra: &[&str]) -> Server {
-        let http = format!("127.0.0.1:{}", free_tcp_port());
-        let metrics = format!("127.0.0.1:{}", free_tcp_port());
-        let udp = free_udp_port();
-        let child = Command::new(exe)
-            .args(["--http", &http, "--public-ip", "127.0.0.1"])
-            .args(["--bind-ip", "127.0.0.1", "--udp-port", &udp.to_string()])
-            .args(["--shards", "1", "--no-pin", "--metrics", &metrics])
-            .args(["--log", "warn"])
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap_or_else(|e| panic!("start {}: {e}", exe.display()));
-        let mut s = Server { child, http, udp };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while ureq::get(&s.url("/healthz")).call().is_err() {
-            if let Ok(Some(st)) = s.child.try_wait() {
-                panic!("corelay exited with {st} on start");
-            }
-            assert!(Instant::now() < deadline, "corelay did not come up");
-            thread::sleep(Duration::from_millis(20));
-        }
-        s
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.http)
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn dwell(&self) -> Dwell {
-        let body = ureq::get(&self.url("/api/v1/stats"))
-            .call()
-            .expect("GET /api/v1/stats")
-            .into_body()
-            .read_to_string()
-            .expect("stats body");
-        let v: Value = serde_json::from_str(&body).expect("stats JSON");
-        Dwell::from_stats(&v["shards"][0]["socket_dwell"])
-    }
-
-    /// corelay's dwell histogram once its count has not moved for three
-    /// reports in a row (reports come every 250 ms): the shard has read
-    /// nothing since, so the figures cover every datagram it read.
-    fn quiet_dwell(&self) -> Dwell {
-        let deadline = Instant::now() + Duration::from_secs(15);
-        let mut last = self.dwell();
-        let mut since = Instant::now();
-        loop {
-            thread::sleep(Duration::from_millis(50));
-            let cur = self.dwell();
-            if cur.count != last.count {
-                last = cur;
-                since = Instant::now();
-            } else if since.elapsed() >= Duration::from_millis(800) {
-                return cur;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "corelay's socket dwell count kept moving after the call"
-            );
-        }
+        assert!(
+            Instant::now() < deadline,
+            "corelay's socket dwell count kept moving after the call"
+        );
     }
 }
 
@@ -312,9 +200,12 @@ fn tracer_agrees_with_corelay_in_process_so_timestampns() {
         String::from_utf8_lossy(&probe.stderr)
     );
 
-    let exe = corelay_bin();
-    let server = Server::start(&exe, &["--test-stall-every", "25", "--test-stall-ms", "3"]);
-    let port = server.udp;
+    let server = Server::start(
+        corelay_bin(),
+        1,
+        &["--test-stall-every", "25", "--test-stall-ms", "3"],
+    );
+    let port = server.udp_base;
     let pid = server.pid();
     let port_s = port.to_string();
     let pid_s = pid.to_string();
@@ -334,9 +225,9 @@ fn tracer_agrees_with_corelay_in_process_so_timestampns() {
         Err(reason) => return skip(&reason),
     };
 
-    let a = server.quiet_dwell();
+    let a = quiet_dwell(&server);
     let t0 = Instant::now();
-    let url = format!("http://{}", server.http);
+    let url = server.base();
     let parts: Vec<(&str, ParticipantHandle)> = PARTICIPANTS
         .iter()
         .map(|name| {
@@ -355,7 +246,7 @@ fn tracer_agrees_with_corelay_in_process_so_timestampns() {
             .unwrap_or_else(|e| panic!("{name} cannot leave: {e:?}"));
     }
     let call = t0.elapsed();
-    let b = server.quiet_dwell();
+    let b = quiet_dwell(&server);
     tracer.stop();
 
     let corelay = b.since(&a);

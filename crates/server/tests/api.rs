@@ -15,7 +15,7 @@ fn json(body: &str) -> serde_json::Value {
 
 #[test]
 fn bad_offers_get_400_with_a_reason() {
-    let server = Server::start(1, &[]);
+    let server = start_server(1, &[]);
     let path = "/api/v1/rooms/r/participants";
     let (st, _, body) = server.request("POST", path, SDP, "");
     assert_eq!(st, 400);
@@ -46,7 +46,7 @@ fn bad_offers_get_400_with_a_reason() {
 
 #[test]
 fn a_vp8_only_client_in_an_h264_room_gets_a_clear_error() {
-    let server = Server::start(1, &[]);
+    let server = start_server(1, &[]);
     let err = match corelay_client::join({
         let mut s = corelay_client::JoinSpec::new(server.base(), "codec", "v");
         s.codec = corelay_client::VideoCodec::Vp8;
@@ -63,7 +63,7 @@ fn a_vp8_only_client_in_an_h264_room_gets_a_clear_error() {
 
 #[test]
 fn unknown_resources_and_stale_etags() {
-    let server = Server::start(1, &[]);
+    let server = start_server(1, &[]);
     let (st, _, body) = server.request("GET", "/api/v1/rooms/nope", &[], "");
     assert_eq!(st, 404);
     assert_eq!(json(&body)["code"], "not_found");
@@ -111,7 +111,7 @@ fn unknown_resources_and_stale_etags() {
 
 #[test]
 fn garbage_datagrams_are_dropped_and_counted_while_the_call_flows() {
-    let server = Server::start(1, &[]);
+    let server = start_server(1, &[]);
     let a = join(&server, "junk", "a");
     let b = join(&server, "junk", "b");
     let (ok, _) = a.wait_until(Duration::from_secs(20), |s| {
@@ -194,7 +194,7 @@ fn garbage_datagrams_are_dropped_and_counted_while_the_call_flows() {
 
 #[test]
 fn sigterm_closes_connections_and_exits_zero() {
-    let server = Server::start(2, &[]);
+    let server = start_server(2, &[]);
     let a = join(&server, "bye", "a");
     let _b = join(&server, "bye", "b");
     let (ok, _) = a.wait_until(Duration::from_secs(20), |s| s.connected);
@@ -205,7 +205,7 @@ fn sigterm_closes_connections_and_exits_zero() {
 
 #[test]
 fn health_and_rooms_listing() {
-    let server = Server::start(2, &[]);
+    let server = start_server(2, &[]);
     let h = server.get_json("/healthz");
     assert_eq!(h["status"], "ok");
     assert_eq!(h["shards"], 2);

@@ -16,7 +16,7 @@ const ORIGIN: &str = "https://app.example";
 const WAIT: Duration = Duration::from_secs(20);
 
 fn start() -> Server {
-    Server::start(1, &["--auth-secret", SECRET, "--cors-origin", ORIGIN])
+    start_server(1, &["--auth-secret", SECRET, "--cors-origin", ORIGIN])
 }
 
 fn now() -> u64 {
@@ -534,7 +534,7 @@ fn cors_echoes_listed_origins_only() {
     }
 
     // Without --cors-origin no origin gets CORS headers.
-    let plain = Server::start(1, &[]);
+    let plain = start_server(1, &[]);
     let (_, h, _) = plain.request("GET", "/healthz", &[("origin", ORIGIN)], "");
     assert_eq!(header(&h, "access-control-allow-origin"), None, "{h:?}");
 }
@@ -583,7 +583,7 @@ fn corelay_token_mints_what_the_server_accepts() {
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("secret");
     std::fs::write(&file, format!("{SECRET}\n")).unwrap();
-    let server = Server::start(1, &["--auth-secret-file", file.to_str().unwrap()]);
+    let server = start_server(1, &["--auth-secret-file", file.to_str().unwrap()]);
     let mint = |extra: &[&str]| {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_corelay"))
             .args(["token", "--secret", SECRET, "--ttl", "15m"])

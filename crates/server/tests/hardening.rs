@@ -109,7 +109,7 @@ fn keeps_flowing(p: &corelay_client::ParticipantHandle, more: u64, within: Durat
 
 #[test]
 fn offers_str0m_would_assert_on_get_400_and_every_shard_keeps_running() {
-    let server = Server::start(2, &[]);
+    let server = start_server(2, &[]);
     let a = join(&server, "pt", "a");
     let b = join(&server, "pt", "b");
     let (ok, _) = a.wait_until(Duration::from_secs(20), |s| {
@@ -179,7 +179,7 @@ fn offers_str0m_would_assert_on_get_400_and_every_shard_keeps_running() {
 
 #[test]
 fn a_refused_renegotiation_leaves_the_call_as_it_was() {
-    let server = Server::start(1, &[]);
+    let server = start_server(1, &[]);
     let a = join(&server, "reneg", "a");
     let b = join(&server, "reneg", "b");
     let (ok, _) = a.wait_until(Duration::from_secs(20), |s| {
@@ -244,7 +244,7 @@ fn a_refused_renegotiation_leaves_the_call_as_it_was() {
 
 #[test]
 fn a_panic_in_one_participant_evicts_only_that_participant() {
-    let server = Server::start(1, &["--test-panic-participant", "boom"]);
+    let server = start_server(1, &["--test-panic-participant", "boom"]);
     let a = join(&server, "fault", "a");
     let b = join(&server, "fault", "b");
     let (ok, _) = a.wait_until(Duration::from_secs(20), |s| {
@@ -285,7 +285,7 @@ fn a_panic_in_one_participant_evicts_only_that_participant() {
 
 #[test]
 fn a_failed_shard_turns_health_503_and_gets_no_new_joins() {
-    let server = Server::start(
+    let server = start_server(
         2,
         &[
             "--on-shard-failure",
@@ -332,7 +332,7 @@ fn a_failed_shard_turns_health_503_and_gets_no_new_joins() {
 
 #[test]
 fn a_failed_shard_stops_the_process_by_default() {
-    let mut server = Server::start(2, &["--test-fail-shard-room", "doom"]);
+    let mut server = start_server(2, &["--test-fail-shard-room", "doom"]);
     let _ = corelay_client::join(corelay_client::JoinSpec::new(server.base(), "doom", "v"));
     let deadline = Instant::now() + Duration::from_secs(15);
     let status = loop {
@@ -350,7 +350,7 @@ fn a_failed_shard_stops_the_process_by_default() {
 
 #[test]
 fn joins_that_never_connect_are_reaped_and_admission_recovers() {
-    let server = Server::start(
+    let server = start_server(
         1,
         &[
             "--connect-timeout",
@@ -412,7 +412,7 @@ fn joins_that_never_connect_are_reaped_and_admission_recovers() {
 
 #[test]
 fn http_limits_answer_json() {
-    let server = Server::start(1, &["--max-sdp-bytes", "65536"]);
+    let server = start_server(1, &["--max-sdp-bytes", "65536"]);
     let path = "/api/v1/rooms/lim/participants";
     // A 10 MB body is refused on its Content-Length, before it is read...
     let mut tcp = TcpStream::connect(&server.http).unwrap();
@@ -504,7 +504,7 @@ fn http_limits_answer_json() {
 
 #[test]
 fn slow_headers_are_cut_off_and_shutdown_has_a_deadline() {
-    let server = Server::start(
+    let server = start_server(
         1,
         &["--http-header-timeout", "1s", "--shutdown-timeout", "2s"],
     );
@@ -542,7 +542,7 @@ fn slow_headers_are_cut_off_and_shutdown_has_a_deadline() {
 
 #[test]
 fn data_channel_requests_are_rate_limited() {
-    let server = Server::start(1, &["--max-requests-per-second", "10"]);
+    let server = start_server(1, &["--max-requests-per-second", "10"]);
     let a = join(&server, "flood", "a");
     let b = join(&server, "flood", "b");
     let (ok, _) = a.wait_until(Duration::from_secs(20), |s| {

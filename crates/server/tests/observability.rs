@@ -37,7 +37,7 @@ fn run_call(server: &Server) -> serde_json::Value {
 #[test]
 fn a_stalled_shard_shows_in_dwell_and_forwarding_latency() {
     // Reference run: figures exist.
-    let normal = Server::start(1, &[]);
+    let normal = start_server(1, &[]);
     let st = run_call(&normal);
     let shard = &st["shards"][0];
     let dwell_n = shard["socket_dwell"]["count"].as_u64().unwrap();
@@ -48,7 +48,7 @@ fn a_stalled_shard_shows_in_dwell_and_forwarding_latency() {
     // Slow run: the shard sleeps 8 ms every 20 datagrams. Datagrams that
     // arrive meanwhile wait in the socket queue, and the packet handled after
     // each stall leaves at least 8 ms after it arrived.
-    let slow = Server::start(1, &["--test-stall-every", "20", "--test-stall-ms", "8"]);
+    let slow = start_server(1, &["--test-stall-every", "20", "--test-stall-ms", "8"]);
     let st = run_call(&slow);
     let shard = &st["shards"][0];
     let fwd = &shard["forward_latency"];

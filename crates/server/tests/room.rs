@@ -11,7 +11,7 @@ const WAIT: Duration = Duration::from_secs(20);
 
 #[test]
 fn four_participants_receive_each_other() {
-    let server = Server::start(1, &[]);
+    let server = start_server(1, &[]);
     let all = ["alice", "bob", "carol", "dave"];
     let ps: Vec<_> = all.iter().map(|n| join(&server, "r1", n)).collect();
     for (i, p) in ps.iter().enumerate() {
@@ -71,7 +71,7 @@ fn four_participants_receive_each_other() {
 #[test]
 fn one_room_across_two_shards() {
     // Capacity 2 per shard forces the room of 4 onto both shards: one hop.
-    let server = Server::start(2, &["--max-participants-per-shard", "2"]);
+    let server = start_server(2, &["--max-participants-per-shard", "2"]);
     let all = ["s1", "s2", "s3", "s4"];
     let ps: Vec<_> = all.iter().map(|n| join(&server, "split", n)).collect();
     let room = server.get_json("/api/v1/rooms");
@@ -99,7 +99,7 @@ fn one_room_across_two_shards() {
 
 #[test]
 fn two_rooms_on_two_shards_stay_apart() {
-    let server = Server::start(2, &[]);
+    let server = start_server(2, &[]);
     let a: Vec<_> = ["a1", "a2"]
         .iter()
         .map(|n| join(&server, "ra", n))
@@ -145,7 +145,7 @@ fn two_rooms_on_two_shards_stay_apart() {
 
 #[test]
 fn a_freed_slot_is_refilled_continuously_with_a_keyframe() {
-    let server = Server::start(1, &[]);
+    let server = start_server(1, &[]);
     // A viewer with one video slot and no tracks of its own.
     let viewer = join_with(&server, "swap", "viewer", |s| {
         s.publish_video = false;
@@ -201,7 +201,7 @@ fn a_freed_slot_is_refilled_continuously_with_a_keyframe() {
 
 #[test]
 fn admission_refuses_the_third_participant_with_503() {
-    let server = Server::start(1, &["--max-participants-per-shard", "2"]);
+    let server = start_server(1, &["--max-participants-per-shard", "2"]);
     let _a = join(&server, "full", "a");
     let _b = join(&server, "full", "b");
     let err = match corelay_client::join(corelay_client::JoinSpec::new(server.base(), "full", "c"))
@@ -218,7 +218,7 @@ fn admission_refuses_the_third_participant_with_503() {
 
 #[test]
 fn a_vanished_participant_is_removed_and_its_slot_freed() {
-    let server = Server::start(1, &[]);
+    let server = start_server(1, &[]);
     let a = join(&server, "gone", "a");
     let b = join(&server, "gone", "b");
     let (ok, _) = a.wait_until(WAIT, |s| video_sources(s, 10) == vec!["b".to_string()]);

@@ -71,7 +71,7 @@ impl Raw {
 
 #[test]
 fn whip_publisher_reaches_a_whep_viewer() {
-    let server = Server::start(1, &[]);
+    let server = start_server(1, &[]);
     let mut publisher = ParticipantConfig::new("obs");
     publisher.video_slots = 0;
     publisher.audio_slots = 0;
@@ -146,7 +146,7 @@ fn whip_publisher_reaches_a_whep_viewer() {
 
 #[test]
 fn pin_keeps_a_chosen_participant_in_a_slot() {
-    let server = Server::start(1, &[]);
+    let server = start_server(1, &[]);
     let viewer = join_with(&server, "pins", "viewer", |s| {
         s.publish_video = false;
         s.publish_audio = false;
