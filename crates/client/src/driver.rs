@@ -141,30 +141,11 @@ impl Drop for Epoll {
 
 /// CPU time of the calling thread, ns.
 pub fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid timespec pointer.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    if rc != 0 {
-        return 0;
-    }
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    u64::try_from(corelay_thread::thread_cpu().as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// Pin the calling thread to one CPU (best effort).
-pub fn pin_to_cpu(cpu: usize) -> bool {
-    // SAFETY: cpu_set_t is plain data; CPU_SET indexes within it (checked below).
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        if cpu >= 8 * std::mem::size_of::<libc::cpu_set_t>() {
-            return false;
-        }
-        libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
-    }
-}
+pub use corelay_thread::pin_to_cpu;
 
 /// A running driver thread.
 pub struct Driver {

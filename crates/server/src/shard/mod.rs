@@ -189,14 +189,8 @@ pub fn spawn(spec: ShardSpec) -> io::Result<(ShardHandle, std::thread::JoinHandl
 }
 
 fn pin_to_core(core: usize) {
-    // SAFETY: cpu_set_t is a plain bitmask; sched_setaffinity(0, ...) pins
-    // the calling thread.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(core, &mut set);
-        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-            tracing::warn!(core, "could not pin shard thread to its core");
-        }
+    if !corelay_thread::pin_to_cpu(core) {
+        tracing::warn!(core, "could not pin shard thread to its core");
     }
 }
 
@@ -229,22 +223,6 @@ fn realtime() -> Duration {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default()
-}
-
-/// CPU time this thread has used. Busy fraction is CPU time over wall time:
-/// time spent preempted by other processes is not work (and must not make
-/// admission control refuse joins on a shared machine).
-fn thread_cpu() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec we own.
-    let r = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    if r != 0 {
-        return Duration::ZERO;
-    }
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
 fn micros(d: Duration) -> u64 {
@@ -456,7 +434,10 @@ impl Driver {
     fn report(&mut self) {
         let now = Instant::now();
         let window = now.saturating_duration_since(self.last_report);
-        let cpu = thread_cpu();
+        // CPU time over wall time: time spent preempted by other processes
+        // is not work (and must not make admission control refuse joins on
+        // a shared machine).
+        let cpu = corelay_thread::thread_cpu();
         let used = cpu.saturating_sub(self.busy);
         self.busy = cpu;
         let busy = if window.is_zero() {
