@@ -23,7 +23,10 @@
 //! while building an `Rtc` or parsing SDP (a join generates a DTLS
 //! certificate, milliseconds): those run before the lock is taken, and a
 //! short critical section then admits, checking the limits again. The lock
-//! is uncontended by construction and the shards never see it.
+//! is uncontended by construction and the shards never see it. (On today's
+//! current-thread runtime a join still occupies the control thread while it
+//! accepts its offer; because the state is not held meanwhile, that work
+//! could move to a blocking pool without changing admission.)
 #![allow(
     clippy::disallowed_types,
     reason = "the control thread's own state lock; shards never take it (see above)"
