@@ -43,7 +43,7 @@ pub struct RoomUpdate {
 }
 
 #[derive(Debug)]
-pub struct Member {
+pub struct MemberView {
     pub info: MemberInfo,
     /// Last audio packet that carried speech.
     pub last_spoke: Option<Instant>,
@@ -59,7 +59,7 @@ pub struct RoomView {
     pub id: RoomId,
     pub name: String,
     /// In join order.
-    pub members: Vec<Member>,
+    pub members: Vec<MemberView>,
     /// Shards other than this one that host members: where this room's media goes.
     pub peer_shards: Vec<ShardId>,
     /// Members hosted on this shard.
@@ -88,7 +88,7 @@ impl RoomView {
         for info in update.members {
             let old = self.members.iter().find(|m| m.info.id == info.id);
             changed |= old.is_none_or(|o| o.info != info);
-            members.push(Member {
+            members.push(MemberView {
                 last_spoke: old.and_then(|o| o.last_spoke),
                 activity: old.map_or(0.0, |o| o.activity),
                 last_dominant: old.and_then(|o| o.last_dominant),
@@ -127,7 +127,7 @@ impl RoomView {
             .any(|m| m.info.id == t.participant && m.info.tracks.iter().any(|l| l.mid == t.mid))
     }
 
-    pub fn member(&self, id: ParticipantId) -> Option<&Member> {
+    pub fn member(&self, id: ParticipantId) -> Option<&MemberView> {
         self.members.iter().find(|m| m.info.id == id)
     }
 
@@ -153,7 +153,7 @@ impl RoomView {
     /// when it changed. A speaker keeps the floor while they talk unless
     /// someone is clearly more active (hysteresis against flapping).
     pub fn update_speaker(&mut self, now: Instant) -> bool {
-        let recent = |m: &Member| {
+        let recent = |m: &MemberView| {
             m.last_spoke
                 .is_some_and(|t| now.saturating_duration_since(t) < SPEAKER_HOLD)
         };

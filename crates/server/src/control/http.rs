@@ -463,7 +463,7 @@ async fn join(
         .and_then(|c| c.name.as_deref())
         .or(q.name.as_deref());
     let identity = claims.as_ref().map(|c| c.sub.as_str());
-    let joined = super::join(&state, &room, name, identity, &sdp, flavor)?;
+    let joined = super::join(&state, &room, name, identity, &sdp, flavor).await?;
     let location = match flavor {
         Flavor::Participant => format!("/api/v1/rooms/{room}/participants/{}", joined.resource),
         Flavor::Whip => format!("/whip/{room}/{}", joined.resource),

@@ -10,24 +10,24 @@ use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
-use crate::shard::Report;
+use crate::shard::ShardReport;
 
 /// Everything one scrape shows, owned.
 #[derive(Debug, Default)]
-pub struct Snapshot {
-    pub shards: Vec<(Report, usize)>,
+pub struct MetricsSnapshot {
+    pub shards: Vec<(ShardReport, usize)>,
     pub rooms: usize,
     pub admission_refusals: u64,
     /// Shards whose thread stopped.
     pub failed: Vec<corelay_core::ShardId>,
 }
 
-impl Collector for Snapshot {
+impl Collector for MetricsSnapshot {
     fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let gauge = |enc: &mut DescriptorEncoder,
                      name: &str,
                      help: &str,
-                     f: &dyn Fn(&Report, usize) -> f64|
+                     f: &dyn Fn(&ShardReport, usize) -> f64|
          -> Result<(), std::fmt::Error> {
             let mut m = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
             for (r, parts) in &self.shards {
@@ -40,7 +40,7 @@ impl Collector for Snapshot {
         let counter = |enc: &mut DescriptorEncoder,
                        name: &str,
                        help: &str,
-                       f: &dyn Fn(&Report) -> u64|
+                       f: &dyn Fn(&ShardReport) -> u64|
          -> Result<(), std::fmt::Error> {
             let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
             for (r, _) in &self.shards {
@@ -53,7 +53,7 @@ impl Collector for Snapshot {
         let histogram = |enc: &mut DescriptorEncoder,
                          name: &str,
                          help: &str,
-                         f: &dyn Fn(&Report) -> &LatencyHistogram|
+                         f: &dyn Fn(&ShardReport) -> &LatencyHistogram|
          -> Result<(), std::fmt::Error> {
             let mut m = enc.encode_descriptor(name, help, None, MetricType::Histogram)?;
             for (r, _) in &self.shards {
@@ -283,7 +283,7 @@ impl Collector for Snapshot {
 }
 
 /// Renders the Prometheus text exposition format.
-pub fn render(snapshot: Snapshot) -> String {
+pub fn render(snapshot: MetricsSnapshot) -> String {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(snapshot));
     let mut out = String::new();

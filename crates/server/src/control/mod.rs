@@ -47,13 +47,13 @@ use std::time::{Duration, Instant};
 use corelay_core::metrics::ParticipantStats;
 use corelay_core::offer::{accept_offer, check_renegotiation};
 use corelay_core::room::RoomUpdate;
-use corelay_core::{ParticipantId, RtcSettings, ShardEvent, ShardId};
+use corelay_core::{OfferError, ParticipantId, RtcSettings, ShardEvent, ShardId};
 use tokio::sync::{mpsc, oneshot};
 
 pub use self::http::ApiError;
 use self::rooms::{Admission, Departure, NewMember, Rooms};
 pub use self::rooms::{Flavor, Limits, RoomError, valid_room_name};
-use crate::shard::{Command, Report, ShardHandle, ToControl};
+use crate::shard::{ShardCommand, ShardHandle, ShardReport, ToControl};
 
 /// How long a renegotiation may wait for its shard.
 const SHARD_REPLY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -66,7 +66,7 @@ const MAX_OFFER_ACCEPTS: usize = 8;
 /// A shard as the control thread sees it: how to reach it, its last figures.
 struct ShardLink {
     handle: ShardHandle,
-    last: Report,
+    last: ShardReport,
 }
 
 pub struct State {
@@ -97,7 +97,7 @@ impl State {
             shards: shards
                 .into_iter()
                 .map(|handle| ShardLink {
-                    last: Report {
+                    last: ShardReport {
                         shard: handle.index,
                         ..Default::default()
                     },
@@ -165,7 +165,7 @@ impl State {
     pub fn leave(&mut self, id: ParticipantId, tell_shard: bool) -> Result<(), RoomError> {
         let d = self.rooms.leave(id)?;
         if tell_shard && let Some(s) = self.link(d.shard) {
-            let _ = s.handle.commands.send(Command::Remove { id });
+            let _ = s.handle.commands.send(ShardCommand::Remove { id });
         }
         self.departed(d);
         Ok(())
@@ -190,7 +190,7 @@ impl State {
     fn broadcast(&self, roster: &RoomUpdate, shards: &[ShardId]) {
         for s in shards {
             if let Some(st) = self.link(*s) {
-                let _ = st.handle.commands.send(Command::Room(roster.clone()));
+                let _ = st.handle.commands.send(ShardCommand::Room(roster.clone()));
             }
         }
     }
@@ -238,9 +238,9 @@ impl State {
     }
 
     /// What a Prometheus scrape shows.
-    pub fn metrics_snapshot(&self) -> metrics::Snapshot {
+    pub fn metrics_snapshot(&self) -> metrics::MetricsSnapshot {
         let loads = self.rooms.shard_loads();
-        metrics::Snapshot {
+        metrics::MetricsSnapshot {
             shards: self
                 .shards
                 .iter()
@@ -265,7 +265,7 @@ impl State {
                 let (tx, rx) = oneshot::channel();
                 s.handle
                     .commands
-                    .send(Command::Shutdown { done: tx })
+                    .send(ShardCommand::Shutdown { done: tx })
                     .ok()
                     .map(|_| rx)
             })
@@ -277,12 +277,14 @@ impl State {
 /// (None without authentication: the id stands in).
 ///
 /// Admission and placement first (short lock), then the offer is accepted
-/// for the chosen shard without the lock (certificate, SDP: the expensive
-/// part), then a short critical section checks admission again and admits.
+/// for the chosen shard without the lock and off the control thread (on
+/// tokio's blocking pool: the DTLS certificate and the SDP are the expensive
+/// part, ~5 ms, and other requests go on meanwhile), then a short critical
+/// section checks admission again and admits.
 /// When placement changed meanwhile, the offer is accepted again for the
 /// shard it picks now, so the outcome is the one a join holding the lock
 /// throughout would have had.
-pub fn join(
+pub async fn join(
     state: &Shared,
     room: &str,
     name: Option<&str>,
@@ -296,7 +298,16 @@ pub fn join(
         (shard, st.advertised(shard)?, st.settings.clone())
     };
     for attempt in 0..MAX_OFFER_ACCEPTS {
-        let accepted = accept_offer(&settings, Instant::now(), sdp, advertised)?;
+        let accepted = {
+            let (settings, offer) = (settings.clone(), sdp.to_owned());
+            tokio::task::spawn_blocking(move || {
+                accept_offer(&settings, Instant::now(), &offer, advertised)
+            })
+            .await
+            .map_err(|_| {
+                RoomError::Offer(OfferError::Bad("the offer could not be processed".into()))
+            })??
+        };
         let new = NewMember {
             name,
             identity,
@@ -318,7 +329,7 @@ pub fn join(
         let Some(handle) = st.link(shard).map(|s| s.handle.clone()) else {
             return Err(RoomError::NoShard);
         };
-        let _ = handle.commands.send(Command::Add {
+        let _ = handle.commands.send(ShardCommand::Add {
             id: a.id,
             room: a.room,
             name: a.name,
@@ -375,7 +386,7 @@ pub async fn renegotiate(
     let handle = handle.ok_or(RoomError::ShardStopped)?;
     let offer = check_renegotiation(&settings, Instant::now(), &r.previous, &sdp)?;
     let (tx, rx) = oneshot::channel();
-    let sent = handle.commands.send(Command::Renegotiate {
+    let sent = handle.commands.send(ShardCommand::Renegotiate {
         id: pid,
         offer: Box::new(offer),
         reply: tx,

@@ -53,7 +53,7 @@ const PEER_BUDGET: usize = 4096;
 const REPORT_INTERVAL: Duration = Duration::from_millis(250);
 
 /// What the control thread asks of a shard.
-pub enum Command {
+pub enum ShardCommand {
     Add {
         id: ParticipantId,
         room: RoomId,
@@ -78,7 +78,7 @@ pub enum Command {
 
 /// A shard's figures, copied out as a value.
 #[derive(Clone, Debug, Default)]
-pub struct Report {
+pub struct ShardReport {
     pub shard: ShardId,
     pub counters: Counters,
     pub participants: usize,
@@ -103,7 +103,7 @@ pub struct Report {
 /// What a shard sends to the control thread.
 pub enum ToControl {
     Event(ShardEvent),
-    Report(Box<Report>),
+    Report(Box<ShardReport>),
     /// The shard thread stopped for good (a panic outside any participant,
     /// or a socket error).
     Failed {
@@ -118,7 +118,7 @@ pub struct ShardHandle {
     pub index: ShardId,
     /// The address clients are told to send media to (ICE candidate).
     pub advertised: SocketAddr,
-    pub commands: mpsc::UnboundedSender<Command>,
+    pub commands: mpsc::UnboundedSender<ShardCommand>,
 }
 
 pub struct ShardSpec {
@@ -194,7 +194,7 @@ fn pin_to_core(core: usize) {
     }
 }
 
-struct Driver {
+struct ShardLoop {
     index: ShardId,
     engine: Engine,
     advertised: SocketAddr,
@@ -229,9 +229,12 @@ fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
-async fn run(spec: ShardSpec, mut commands: mpsc::UnboundedReceiver<Command>) -> io::Result<()> {
+async fn run(
+    spec: ShardSpec,
+    mut commands: mpsc::UnboundedReceiver<ShardCommand>,
+) -> io::Result<()> {
     let peers = spec.mesh.clone();
-    let mut d = Driver {
+    let mut d = ShardLoop {
         index: spec.index,
         engine: Engine::new(spec.index, spec.settings),
         advertised: spec.advertised,
@@ -269,7 +272,7 @@ async fn run(spec: ShardSpec, mut commands: mpsc::UnboundedReceiver<Command>) ->
             cmd = commands.recv() => {
                 let start = Instant::now();
                 match cmd {
-                    Some(Command::Shutdown { done }) => {
+                    Some(ShardCommand::Shutdown { done }) => {
                         d.engine.close_all(start);
                         shutdown = Some(done);
                     }
@@ -340,14 +343,14 @@ async fn run(spec: ShardSpec, mut commands: mpsc::UnboundedReceiver<Command>) ->
     Ok(())
 }
 
-impl Driver {
+impl ShardLoop {
     fn worked(&mut self, start: Instant) {
         self.iteration.record_us(micros(start.elapsed()));
     }
 
-    fn command(&mut self, now: Instant, cmd: Command) {
+    fn command(&mut self, now: Instant, cmd: ShardCommand) {
         match cmd {
-            Command::Add {
+            ShardCommand::Add {
                 id,
                 room,
                 name,
@@ -366,14 +369,14 @@ impl Driver {
                 self.engine
                     .add_participant(now, id, room, name, *accepted, roster)
             }
-            Command::Remove { id } => {
+            ShardCommand::Remove { id } => {
                 self.engine.remove_participant(now, id);
             }
-            Command::Room(update) => self.engine.apply_room(now, update),
-            Command::Renegotiate { id, offer, reply } => {
+            ShardCommand::Room(update) => self.engine.apply_room(now, update),
+            ShardCommand::Renegotiate { id, offer, reply } => {
                 let _ = reply.send(self.engine.renegotiate(now, id, *offer));
             }
-            Command::Shutdown { .. } => {}
+            ShardCommand::Shutdown { .. } => {}
         }
     }
 
@@ -445,7 +448,7 @@ impl Driver {
         } else {
             (used.as_secs_f64() / window.as_secs_f64()).min(1.0)
         };
-        let report = Report {
+        let report = ShardReport {
             shard: self.index,
             counters: *self.engine.counters(),
             participants: self.engine.participant_count(),
