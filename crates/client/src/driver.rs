@@ -3,6 +3,10 @@
 //! wake-up, and an eventfd for commands. Thread-per-core on the client too:
 //! the load generator starts one driver per core; `join()` starts one for a
 //! single participant.
+//!
+//! Participants own their snapshots (no lock per packet); the driver copies
+//! each one into its shared handle every [`PUBLISH_INTERVAL`], on
+//! [`Command::Publish`], and when it stops driving the participant.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -10,11 +14,10 @@ use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
-use std::sync::mpsc::{Receiver, Sender, TryRecvError, channel};
+use std::sync::mpsc::{Receiver, Sender, SyncSender, TryRecvError, channel};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::clock::mono_ns;
 use crate::participant::Participant;
 use crate::stats::Observer;
 
@@ -41,6 +44,9 @@ pub enum Command {
     Dtx(u64, bool),
     /// Ask for a keyframe on the participant's next video frame.
     Keyframe(u64),
+    /// Publish the participant's snapshot to its shared handle now, then
+    /// signal (the sender is dropped unanswered if the participant is gone).
+    Publish(u64, SyncSender<()>),
     /// Stop the thread (drops every participant).
     Shutdown,
 }
@@ -226,6 +232,8 @@ impl Drop for Driver {
 }
 
 const WAKE_TOKEN: u64 = u64::MAX;
+/// How often every participant's snapshot is copied to its shared handle.
+pub const PUBLISH_INTERVAL: Duration = Duration::from_millis(50);
 const MAX_EPOLL_EVENTS: usize = 256;
 /// Datagrams read from one socket per readiness before moving on (fairness).
 const READ_BUDGET: usize = 32;
@@ -285,9 +293,16 @@ impl Loop {
     fn run(&mut self) {
         let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; MAX_EPOLL_EVENTS];
         let mut last_cpu = Instant::now();
+        let mut last_publish = Instant::now();
         loop {
             let now = Instant::now();
             self.run_timers(now);
+            if now.duration_since(last_publish) >= PUBLISH_INTERVAL {
+                last_publish = now;
+                for e in self.entries.iter().flatten() {
+                    e.p.publish();
+                }
+            }
 
             let timeout_ms = match self.heap.peek() {
                 Some(Reverse((t, _))) => {
@@ -295,10 +310,11 @@ impl Loop {
                     if *t <= now {
                         0
                     } else {
-                        ((*t - now).as_micros().div_ceil(1000)).min(100) as i32
+                        ((*t - now).as_micros().div_ceil(1000)).min(50) as i32
                     }
                 }
-                None => 100,
+                // Wake at least every publish interval.
+                None => PUBLISH_INTERVAL.as_millis() as i32,
             };
             let n = self.epoll.wait(&mut events, timeout_ms);
             for ev in events.iter().take(n) {
@@ -360,10 +376,11 @@ impl Loop {
         for _ in 0..READ_BUDGET {
             match e.sock.recv_from(&mut self.buf) {
                 Ok((n, src)) => {
-                    let rx_ns = mono_ns();
+                    // The receive time (latency, ICE RTT) is this `now`,
+                    // mapped by the participant's clock (CLOCK_MONOTONIC).
                     now = Instant::now();
                     got += 1;
-                    e.p.handle_datagram(now, rx_ns, src, &self.buf[..n], &mut *self.obs);
+                    e.p.handle_datagram(now, src, &self.buf[..n], &mut *self.obs);
                     // Drain after every datagram so events carry this datagram's receive time.
                     flush(e, now, &mut *self.obs, &mut self.heap, idx, &self.stats);
                 }
@@ -397,6 +414,7 @@ impl Loop {
                         if let Some(mut e) = self.entries.get_mut(idx).and_then(Option::take) {
                             self.epoll.del(e.sock.as_raw_fd());
                             e.p.close();
+                            e.p.publish();
                             self.free.push(idx);
                             self.stats.participants.fetch_sub(1, Relaxed);
                         }
@@ -411,6 +429,12 @@ impl Loop {
                 Command::Speaking(id, on) => self.with(id, |e, _| e.p.set_speaking(on)),
                 Command::Dtx(id, on) => self.with(id, |e, _| e.p.set_dtx(on)),
                 Command::Keyframe(id) => self.with(id, |e, _| e.p.force_keyframe()),
+                Command::Publish(id, done) => {
+                    if let Some(Some(e)) = self.by_id.get(&id).and_then(|&i| self.entries.get(i)) {
+                        e.p.publish();
+                        let _ = done.try_send(());
+                    }
+                }
             }
         }
         true

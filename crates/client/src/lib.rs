@@ -16,8 +16,9 @@
 //! ```
 //!
 //! Layers: [`payload`] (stamps), [`media`] (schedules), [`participant`]
-//! (sans-I/O str0m wrapper), [`driver`] (epoll thread driving many
-//! participants), [`signal`] (the HTTP dialect).
+//! (sans-I/O str0m wrapper: time only from its caller, through a
+//! [`clock::Clock`] mapping), [`driver`] (epoll thread driving many
+//! participants, publishing their snapshots), [`signal`] (the HTTP dialect).
 
 // Nested `if let` reads better than long let-chains here (same choice as str0m).
 #![allow(clippy::collapsible_if, clippy::collapsible_match)]
@@ -38,9 +39,10 @@ use std::time::{Duration, Instant};
 
 pub use driver::{Command, Driver};
 pub use media::{Recording, VideoSource};
+pub use clock::Clock;
 pub use participant::{Participant, ParticipantConfig, VideoCodec};
 pub use signal::{JoinError, mint_token};
-pub use stats::{Kind, NoObserver, Observer, SlotStats, Snapshot};
+pub use stats::{Kind, NoObserver, Observer, Received, SlotStats, Snapshot};
 
 /// What to join and how to behave.
 #[derive(Debug, Clone)]
@@ -257,8 +259,14 @@ impl ParticipantHandle {
         self.local
     }
 
-    /// A copy of everything received so far.
+    /// A copy of everything received so far: asks the driver to publish
+    /// the participant's snapshot and waits for it (at most a second; a
+    /// participant no longer driven returns its last published copy).
     pub fn snapshot(&self) -> Snapshot {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        if self.driver.send(Command::Publish(self.key, tx)) {
+            let _ = rx.recv_timeout(Duration::from_secs(1));
+        }
         self.shared
             .lock()
             .unwrap_or_else(|e| e.into_inner())

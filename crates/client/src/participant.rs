@@ -1,12 +1,15 @@
 //! A sans-I/O virtual participant: one str0m `Rtc` in RTP mode, a media
-//! schedule, and receive-side verification. It never reads a clock for
-//! str0m (the driver passes `now`), never touches a socket and never blocks;
-//! a driver loop (see [`crate::driver`]) feeds it datagrams and timeouts and
-//! sends what it produces.
+//! schedule, and receive-side verification. It never reads a clock (all time
+//! is the `now` its driver passes; nanosecond stamps come from the
+//! [`Clock`] mapping in its config), never touches a socket, never blocks and
+//! never locks: it owns its [`Snapshot`]. A driver loop (see
+//! [`crate::driver`], or corelay-sim's virtual network) feeds it datagrams
+//! and timeouts, sends what it produces, and publishes copies of the
+//! snapshot to readers ([`Participant::publish`]).
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use str0m::change::{SdpAnswer, SdpPendingOffer};
@@ -19,37 +22,19 @@ use str0m::rtp::{
 };
 use str0m::{Candidate, Event, IceConnectionState, Input, Output, Rtc};
 
-use crate::clock::{mono_ns, mono_to_system, system_to_mono};
+use crate::clock::{Clock, mono_to_system, system_to_mono};
 use crate::media::{AUDIO_CLOCK, AudioSchedule, VIDEO_CLOCK, VideoSchedule, VideoSource};
 use crate::payload::{self, PayloadCodec, Stamp};
-use crate::stats::{Kind, Observer, SlotStats, Snapshot};
+use crate::stats::{Kind, Observer, Received, SlotStats, Snapshot};
 use crate::stun::StunRtt;
 
-/// Room video codec.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum VideoCodec {
-    /// H.264 (all of str0m's default profiles offered, packetization-mode 1 preferred).
-    #[default]
-    H264,
-    /// VP8.
-    Vp8,
-}
+/// Room video codec: the server's own enum, so client and SFU cannot
+/// disagree on the set (H.264 offers all of str0m's default profiles, with
+/// packetization-mode 1 preferred).
+pub use corelay_core::VideoCodec;
 
-impl VideoCodec {
-    fn payload(self) -> PayloadCodec {
-        match self {
-            VideoCodec::H264 => PayloadCodec::H264,
-            VideoCodec::Vp8 => PayloadCodec::Vp8,
-        }
-    }
-
-    fn codec(self) -> Codec {
-        match self {
-            VideoCodec::H264 => Codec::H264,
-            VideoCodec::Vp8 => Codec::Vp8,
-        }
-    }
-}
+/// The extension id the client offers for abs-capture-time (the server's).
+const ABS_CAPTURE_TIME_ID: u8 = corelay_core::offer::ABS_CAPTURE_TIME_ID;
 
 /// Tolerance for abs-capture-time vs. payload capture time: the NTP
 /// conversion goes through f64 seconds (~0.5 µs at these magnitudes).
@@ -95,6 +80,9 @@ pub struct ParticipantConfig {
     pub seed: u64,
     /// Tag passed to [`Observer::first_media`].
     pub tag: u64,
+    /// How `now` becomes the nanoseconds in capture stamps, abs-capture-time,
+    /// receive times and ICE RTTs ([`Clock::monotonic`] by default).
+    pub clock: Clock,
 }
 
 impl ParticipantConfig {
@@ -116,6 +104,7 @@ impl ParticipantConfig {
             stun_interval: Duration::from_millis(500),
             seed: fastrand::u64(..),
             tag: 0,
+            clock: Clock::monotonic(),
         }
     }
 }
@@ -165,7 +154,10 @@ pub struct Participant {
     channel: Option<ChannelId>,
     channel_open: bool,
     outbox: VecDeque<Vec<u8>>,
-    shared: Arc<Mutex<Snapshot>>,
+    /// What this participant observed (owned; updated per packet, no lock).
+    snap: Snapshot,
+    /// Where [`Participant::publish`] copies `snap` for other threads.
+    published: Arc<Mutex<Snapshot>>,
     stun: StunRtt,
     connected: bool,
     dead: bool,
@@ -180,10 +172,6 @@ fn ticks_to_dur(ticks: u64, clock: u32) -> Duration {
     Duration::from_nanos((u128::from(ticks) * 1_000_000_000 / u128::from(clock)) as u64)
 }
 
-fn lock(m: &Mutex<Snapshot>) -> MutexGuard<'_, Snapshot> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 impl Participant {
     /// Build the str0m instance and the SDP offer. `local` is the address
     /// of the UDP socket the driver will use for this participant.
@@ -193,7 +181,7 @@ impl Participant {
         now: Instant,
     ) -> Result<(Participant, String), String> {
         let mut exts = ExtensionMap::standard();
-        exts.set(9, Extension::AbsoluteCaptureTime);
+        exts.set(ABS_CAPTURE_TIME_ID, Extension::AbsoluteCaptureTime);
         let mut b = Rtc::builder()
             .set_rtp_mode(true)
             .clear_codecs()
@@ -315,7 +303,8 @@ impl Participant {
                 channel,
                 channel_open: false,
                 outbox: VecDeque::new(),
-                shared: Arc::new(Mutex::new(snap)),
+                published: Arc::new(Mutex::new(snap.clone())),
+                snap,
                 stun: StunRtt::default(),
                 connected: false,
                 dead: false,
@@ -349,9 +338,28 @@ impl Participant {
         Ok(())
     }
 
-    /// The shared snapshot (the driver and handles read it).
+    /// Everything observed so far (the live value; no copy, no lock).
+    pub fn snapshot(&self) -> &Snapshot {
+        &self.snap
+    }
+
+    /// The handle other threads read: a copy of [`snapshot`](Self::snapshot)
+    /// as of the last [`publish`](Self::publish) (the driver publishes every
+    /// ~50 ms, on request and when it stops driving the participant).
     pub fn shared(&self) -> Arc<Mutex<Snapshot>> {
-        self.shared.clone()
+        self.published.clone()
+    }
+
+    /// Copy the snapshot into the [`shared`](Self::shared) handle (the one
+    /// lock this type takes; drivers call it, never per packet).
+    pub fn publish(&self) {
+        let mut g = self.published.lock().unwrap_or_else(|e| e.into_inner());
+        g.clone_from(&self.snap);
+    }
+
+    /// The clock mapping stamps are made with.
+    pub fn clock(&self) -> Clock {
+        self.cfg.clock
     }
 
     /// Our socket address (the host candidate).
@@ -398,17 +406,77 @@ impl Participant {
         }
     }
 
+    /// Ask the server for a keyframe on receive slot `slot_mid` (a PLI, as a
+    /// decoder that lost its picture would). False if there is no such slot
+    /// or nothing has arrived on it yet.
+    pub fn request_keyframe(&mut self, slot_mid: &str) -> bool {
+        let Some(mid) = self.slots.iter().find(|s| s.key == slot_mid).map(|s| s.mid) else {
+            return false;
+        };
+        let mut api = self.rtc.direct_api();
+        match api.stream_rx_by_mid(mid, None) {
+            Some(rx) => {
+                rx.request_keyframe(str0m::media::KeyframeRequestKind::Pli);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Renegotiation: add recvonly slots and return the new SDP offer (apply
+    /// the server's answer with [`accept_answer`](Self::accept_answer)).
+    /// The new slots appear in the snapshot at once.
+    pub fn add_slots(&mut self, video: usize, audio: usize) -> Result<String, String> {
+        if self.pending.is_some() {
+            return Err("an offer is already pending".into());
+        }
+        let mut api = self.rtc.sdp_api();
+        let mut added = Vec::new();
+        for (kind, n) in [(MediaKind::Video, video), (MediaKind::Audio, audio)] {
+            for _ in 0..n {
+                added.push((api.add_media(kind, Direction::RecvOnly, None, None, None), kind));
+            }
+        }
+        let Some((offer, pending)) = api.apply() else {
+            return Err("nothing to offer".into());
+        };
+        self.pending = Some(pending);
+        for (mid, kind) in added {
+            let kind = if kind == MediaKind::Video {
+                Kind::Video
+            } else {
+                Kind::Audio
+            };
+            self.slots.push(RxSlot {
+                mid,
+                key: mid.to_string(),
+                kind,
+            });
+            self.snap.slots.insert(
+                mid.to_string(),
+                SlotStats {
+                    kind: match kind {
+                        Kind::Video => "video".into(),
+                        Kind::Audio => "audio".into(),
+                    },
+                    ..Default::default()
+                },
+            );
+        }
+        Ok(offer.to_sdp_string())
+    }
+
     /// Close the str0m instance (no more output but a final poll).
     pub fn close(&mut self) {
         self.rtc.disconnect();
         self.dead = true;
     }
 
-    /// Feed one received datagram. `rx_ns` is CLOCK_MONOTONIC at receipt.
+    /// Feed one received datagram that arrived at `now` (its receive time
+    /// for latency and ICE RTT, through the config's [`Clock`]).
     pub fn handle_datagram(
         &mut self,
         now: Instant,
-        rx_ns: u64,
         source: SocketAddr,
         data: &[u8],
         obs: &mut dyn Observer,
@@ -416,10 +484,11 @@ impl Participant {
         if self.dead {
             return;
         }
+        let rx_ns = self.cfg.clock.ns(now);
         if let Some(rtt) = self.stun.on_recv(data, rx_ns) {
             let us = rtt / 1000;
             obs.ice_rtt(us);
-            let mut s = lock(&self.shared);
+            let s = &mut self.snap;
             if s.ice_rtt_us.len() < MAX_RTT_SAMPLES {
                 s.ice_rtt_us.push(us);
             }
@@ -428,12 +497,12 @@ impl Participant {
         let recv = match Receive::new(Protocol::Udp, source, self.local, data) {
             Ok(r) => r,
             Err(_) => {
-                lock(&self.shared).bad_datagrams += 1;
+                self.snap.bad_datagrams += 1;
                 return;
             }
         };
         if let Err(e) = self.rtc.handle_input(Input::Receive(now, recv)) {
-            let mut s = lock(&self.shared);
+            let s = &mut self.snap;
             s.bad_datagrams += 1;
             if !self.rtc.is_alive() {
                 s.failed = Some(format!("handle_input: {e}"));
@@ -449,7 +518,7 @@ impl Participant {
             return;
         }
         if let Err(e) = self.rtc.handle_input(Input::Timeout(now)) {
-            let mut s = lock(&self.shared);
+            let s = &mut self.snap;
             s.failed = Some(format!("timeout: {e}"));
             s.connected = false;
             self.dead = true;
@@ -480,12 +549,12 @@ impl Participant {
                 Ok(Output::Timeout(t)) => return self.next_wake(t, now),
                 Ok(Output::Transmit(t)) => {
                     self.remote = Some(t.destination);
-                    self.stun.on_send(&t.contents, mono_ns());
+                    self.stun.on_send(&t.contents, self.cfg.clock.ns(now));
                     transmit(t.destination, &t.contents);
                 }
                 Ok(Output::Event(e)) => self.on_event(e, now, obs),
                 Err(e) => {
-                    let mut s = lock(&self.shared);
+                    let s = &mut self.snap;
                     s.failed = Some(format!("poll_output: {e}"));
                     s.connected = false;
                     self.dead = true;
@@ -535,8 +604,8 @@ impl Participant {
         match e {
             Event::Connected => {
                 self.connected = true;
-                lock(&self.shared).connected = true;
-                obs.connected(self.cfg.tag, mono_ns());
+                self.snap.connected = true;
+                obs.connected(self.cfg.tag, self.cfg.clock.ns(now));
                 // Media starts now, on the publisher's own schedule.
                 if let Some(v) = &mut self.video {
                     v.start = Some(now);
@@ -549,20 +618,20 @@ impl Participant {
             }
             Event::IceConnectionStateChange(IceConnectionState::Disconnected) => {
                 self.connected = false;
-                lock(&self.shared).connected = false;
+                self.snap.connected = false;
             }
             Event::ChannelOpen(id, _label) => {
                 if Some(id) == self.channel || self.channel.is_none() {
                     self.channel = Some(id);
                     self.channel_open = true;
-                    lock(&self.shared).channel_open = true;
+                    self.snap.channel_open = true;
                     self.flush_outbox();
                 }
             }
             Event::ChannelClose(id) => {
                 if Some(id) == self.channel {
                     self.channel_open = false;
-                    lock(&self.shared).channel_open = false;
+                    self.snap.channel_open = false;
                 }
             }
             Event::ChannelData(d) => {
@@ -576,13 +645,13 @@ impl Participant {
                         }
                     }
                 };
-                let mut s = lock(&self.shared);
+                let s = &mut self.snap;
                 if s.events.len() < MAX_EVENTS {
                     s.events.push(v);
                 }
             }
             Event::KeyframeRequest(req) => {
-                lock(&self.shared).keyframe_requests += 1;
+                self.snap.keyframe_requests += 1;
                 if let Some(v) = &mut self.video {
                     if v.mid == req.mid {
                         v.force_key = true;
@@ -596,7 +665,7 @@ impl Participant {
                     self.nacks.push((st.mid, st.nacks));
                 }
                 let total = self.nacks.iter().map(|(_, n)| n).sum();
-                lock(&self.shared).nacks_sent = total;
+                self.snap.nacks_sent = total;
             }
             Event::RtpPacket(p) => self.on_rtp(p, obs),
             _ => {}
@@ -622,12 +691,12 @@ impl Participant {
     fn on_rtp(&mut self, p: RtpPacket, obs: &mut dyn Observer) {
         let rx_ns = self.rx_ns;
         let Some(i) = self.slot_of(&p) else {
-            lock(&self.shared).unknown_packets += 1;
+            self.snap.unknown_packets += 1;
             return;
         };
         let kind = self.slots[i].kind;
         let codec = match kind {
-            Kind::Video => self.cfg.codec.payload(),
+            Kind::Video => PayloadCodec::from(self.cfg.codec),
             Kind::Audio => PayloadCodec::Opus,
         };
         let verified = payload::verify(codec, &p.payload);
@@ -638,8 +707,7 @@ impl Participant {
             obs.first_media(self.cfg.tag, rx_ns);
         }
 
-        let mut guard = lock(&self.shared);
-        let Some(st) = guard.slots.get_mut(&self.slots[i].key) else {
+        let Some(st) = self.snap.slots.get_mut(&self.slots[i].key) else {
             return;
         };
         st.packets += 1;
@@ -671,6 +739,19 @@ impl Participant {
         }
         st.last_ts = Some(ts);
 
+        obs.received(&Received {
+            slot: &self.slots[i].key,
+            kind,
+            seq,
+            timestamp: ts,
+            ssrc,
+            source: verified.as_ref().ok().map(|v| v.stamp.name),
+            keyframe: verified
+                .as_ref()
+                .is_ok_and(|v| v.keyframe == Some(true) && v.stamp.index == 0),
+            frame: verified.as_ref().map_or(0, |v| v.stamp.frame),
+            index: verified.as_ref().map_or(0, |v| v.stamp.index),
+        });
         let v = match verified {
             Ok(v) => v,
             Err(_) => {
@@ -718,7 +799,6 @@ impl Participant {
             if st.latency_us.len() < self.cfg.keep_latency_samples {
                 st.latency_us.push(lat_us);
             }
-            drop(guard);
             obs.frame(kind, lat_us);
         }
     }
@@ -734,7 +814,7 @@ impl Participant {
             let late = now - at;
             if late > SLIP {
                 obs.send_slip(late.as_micros() as u64);
-                lock(&self.shared).send_slips += 1;
+                self.snap.send_slips += 1;
             }
             if late > MAX_CATCH_UP {
                 // Resynchronise instead of bursting a backlog.
@@ -763,7 +843,7 @@ impl Participant {
     }
 
     fn send_video_frame(&mut self, now: Instant, obs: &mut dyn Observer) {
-        let codec = self.cfg.codec.payload();
+        let codec = PayloadCodec::from(self.cfg.codec);
         let Some(v) = &mut self.video else { return };
         let force = std::mem::take(&mut v.force_key);
         let f = v.sched.next_frame(force, &mut self.sizes);
@@ -774,7 +854,7 @@ impl Participant {
         let Some(pt) = v.pt else { return };
         let mid = v.mid;
         let ts = v.ts_base.wrapping_add(f.ticks as u32);
-        let capture = mono_ns();
+        let capture = self.cfg.clock.ns(now);
         let count = self.sizes.len().min(u16::MAX as usize) as u16;
         let mut seq = v.seq;
         let mut sent = 0u64;
@@ -819,7 +899,7 @@ impl Participant {
             v.seq = seq;
         }
         obs.sent(Kind::Video, sent);
-        let mut s = lock(&self.shared);
+        let s = &mut self.snap;
         s.sent_packets += sent;
         s.sent_video_frames += 1;
         if f.keyframe {
@@ -847,7 +927,7 @@ impl Participant {
             frame: frame_no,
             index: 0,
             count: 1,
-            capture_ns: mono_ns(),
+            capture_ns: self.cfg.clock.ns(now),
         };
         payload::write_payload(
             &mut self.buf,
@@ -872,7 +952,7 @@ impl Participant {
                 .nackable(false),
         );
         obs.sent(Kind::Audio, 1);
-        let mut s = lock(&self.shared);
+        let s = &mut self.snap;
         s.sent_packets += 1;
         s.sent_audio_packets += 1;
     }

@@ -34,6 +34,15 @@ pub enum PayloadCodec {
     Opus,
 }
 
+impl From<corelay_core::VideoCodec> for PayloadCodec {
+    fn from(c: corelay_core::VideoCodec) -> Self {
+        match c {
+            corelay_core::VideoCodec::H264 => PayloadCodec::H264,
+            corelay_core::VideoCodec::Vp8 => PayloadCodec::Vp8,
+        }
+    }
+}
+
 /// The verifiable stamp of one packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Stamp<'a> {

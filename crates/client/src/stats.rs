@@ -140,6 +140,29 @@ pub enum Kind {
     Audio,
 }
 
+/// One received RTP packet as [`Observer::received`] reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Received<'a> {
+    /// The receive slot's mid.
+    pub slot: &'a str,
+    /// Video or audio slot.
+    pub kind: Kind,
+    /// Extended RTP sequence number.
+    pub seq: u64,
+    /// RTP timestamp.
+    pub timestamp: u32,
+    /// RTP SSRC.
+    pub ssrc: u32,
+    /// Publisher name from the payload stamp (`None`: the payload failed verification).
+    pub source: Option<&'a str>,
+    /// First packet of a keyframe.
+    pub keyframe: bool,
+    /// Frame number and packet index within the frame, from the stamp.
+    pub frame: u32,
+    /// Packet index within its frame.
+    pub index: u16,
+}
+
 /// Hooks for aggregating measurements across many participants on one
 /// thread (the load generator). All methods default to doing nothing.
 pub trait Observer: Send {
@@ -157,6 +180,9 @@ pub trait Observer: Send {
     fn first_media(&mut self, _tag: u64, _mono_ns: u64) {}
     /// ICE + DTLS came up for participant `tag`.
     fn connected(&mut self, _tag: u64, _mono_ns: u64) {}
+    /// Every RTP packet that mapped to a receive slot, in arrival order
+    /// (a simulation records these; the load generator does not).
+    fn received(&mut self, _r: &Received<'_>) {}
     /// Called once per driver loop iteration.
     fn tick(&mut self, _now: std::time::Instant) {}
 }
