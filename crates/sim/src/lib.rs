@@ -1,0 +1,714 @@
+//! corelay-sim: a deterministic simulation that tests the engine in
+//! milliseconds. N sans-I/O [`corelay_client::Participant`]s (real str0m
+//! clients: full ICE, DTLS, SRTP, SCTP) talk to one [`Engine`] per shard over
+//! a simulated network ([`net`]), all in virtual time: a start `Instant`
+//! plus advancing; nothing sleeps and nothing reads the wall clock except to
+//! take the start instant.
+//!
+//! Owns the virtual clock, the event loop that feeds clients and engines,
+//! routing between shards (`PeerMsg`, one hop, no delay), and a tiny control
+//! plane that does what the server's control thread does for joins, leaves,
+//! renegotiations and shard events (rosters as [`RoomUpdate`] values).
+//! Must not: touch engine internals (only `corelay_core`'s public API),
+//! open sockets, spawn threads, or sleep.
+//!
+//! Reproducibility: the network's randomness, the clients' media schedules
+//! and every timing decision come from the seed; str0m's own randomness
+//! (ICE credentials, SSRCs, DTLS) and the engine's hash-map iteration order
+//! are not seeded, so byte-exact replays are not promised, outcomes are.
+
+pub mod net;
+
+use std::collections::{BTreeMap, VecDeque};
+use std::net::{Ipv4Addr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use corelay_client::stats::Received;
+use corelay_client::{Clock, Kind, Observer, Participant, ParticipantConfig, Snapshot};
+use corelay_core::offer::{accept_offer, check_renegotiation};
+use corelay_core::room::{MemberInfo, RoomUpdate};
+use corelay_core::{Engine, ParticipantId, PeerMsg, RoomId, RtcSettings, ShardEvent};
+
+pub use corelay_client;
+pub use corelay_core;
+pub use net::{DirStats, LinkParams, Net};
+
+/// What virtual CLOCK_MONOTONIC reads at the start instant (1000 s: stamps
+/// are plausible and latencies never underflow).
+pub const START_NS: u64 = 1_000_000_000_000;
+/// Smallest step a participant or engine is re-run after (guards against a
+/// timeout that keeps asking for "now").
+const MIN_STEP: Duration = Duration::from_micros(100);
+
+/// A client in the simulation (an index; `Copy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct C(pub usize);
+
+/// One received RTP packet, as the subscriber's participant verified it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RxPacket {
+    /// Virtual arrival time.
+    pub at: Instant,
+    /// Receive slot (mid).
+    pub slot: String,
+    /// Slot kind.
+    pub kind: Kind,
+    /// Extended sequence number on the slot.
+    pub seq: u64,
+    /// RTP timestamp.
+    pub timestamp: u32,
+    /// SSRC.
+    pub ssrc: u32,
+    /// Publisher name from the payload stamp (`None`: failed verification).
+    pub source: Option<String>,
+    /// First packet of a keyframe.
+    pub keyframe: bool,
+    /// Frame number (per publisher) and packet index within it.
+    pub frame: u32,
+    /// Index within the frame.
+    pub index: u16,
+}
+
+/// Records every packet a client receives (its [`Observer`]).
+#[derive(Debug, Default)]
+pub struct Recorder {
+    now: Option<Instant>,
+    /// Packets in arrival order.
+    pub packets: Vec<RxPacket>,
+}
+
+impl Observer for Recorder {
+    fn received(&mut self, r: &Received<'_>) {
+        let Some(at) = self.now else { return };
+        self.packets.push(RxPacket {
+            at,
+            slot: r.slot.to_string(),
+            kind: r.kind,
+            seq: r.seq,
+            timestamp: r.timestamp,
+            ssrc: r.ssrc,
+            source: r.source.map(str::to_string),
+            keyframe: r.keyframe,
+            frame: r.frame,
+            index: r.index,
+        });
+    }
+}
+
+/// A simulated client: the participant, its address and what it received.
+pub struct SimClient {
+    /// Name (as stamped into payloads).
+    pub name: String,
+    /// Its address (the host candidate).
+    pub addr: SocketAddr,
+    /// The sans-I/O participant.
+    pub p: Participant,
+    /// The id the control plane gave it.
+    pub id: ParticipantId,
+    /// Shard it lives on.
+    pub shard: usize,
+    /// Room name.
+    pub room: String,
+    /// The offer in force (for renegotiation).
+    pub offer: String,
+    /// Every packet received.
+    pub rec: Recorder,
+    /// When it next wants `handle_timeout` (`None`: no longer driven).
+    wake: Option<Instant>,
+    /// Left on its own ([`Sim::leave`]).
+    pub left: bool,
+    /// Removed by its shard: the reason, as the engine named it.
+    pub evicted: Option<String>,
+    /// The first STUN binding request it sent (to replay from elsewhere).
+    pub first_stun: Option<Vec<u8>>,
+}
+
+/// A room as the control plane keeps it.
+#[derive(Debug, Clone)]
+struct Room {
+    id: RoomId,
+    members: Vec<MemberInfo>,
+}
+
+/// One shard: its engine and its socket address.
+pub struct Shard {
+    /// The engine.
+    pub engine: Engine,
+    /// The address clients send to.
+    pub addr: SocketAddr,
+    not_before: Instant,
+}
+
+/// A shard event as the control plane saw it.
+#[derive(Debug, Clone)]
+pub struct ControlEvent {
+    /// When.
+    pub at: Instant,
+    /// From which shard.
+    pub shard: usize,
+    /// The event.
+    pub event: ShardEvent,
+}
+
+/// The whole simulation.
+pub struct Sim {
+    /// Virtual start.
+    pub start: Instant,
+    /// Virtual now.
+    pub now: Instant,
+    /// Settings every shard and offer uses.
+    pub settings: RtcSettings,
+    /// The shards.
+    pub shards: Vec<Shard>,
+    /// The clients, by [`C`].
+    pub clients: Vec<SimClient>,
+    /// The network.
+    pub net: Net,
+    /// Every shard event, in order.
+    pub control: Vec<ControlEvent>,
+    rooms: BTreeMap<String, Room>,
+    next_room: u64,
+    next_pid: u64,
+    rng: fastrand::Rng,
+    /// Link parameters new clients get.
+    pub default_link: LinkParams,
+}
+
+/// The number of a shard as the engine API spells it.
+fn shard_index(s: usize) -> usize {
+    s
+}
+
+/// A leave reason as plain lower-case words without separators
+/// (`"connect_timeout"` → `"connecttimeout"`), whatever type the engine
+/// uses for it.
+pub fn reason_key(reason: &impl std::fmt::Debug) -> String {
+    format!("{reason:?}")
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric())
+        .map(|c| c.to_ascii_lowercase())
+        .collect()
+}
+
+impl Sim {
+    /// A simulation with `shards` engines and the given settings; `seed`
+    /// drives the network and the clients' media.
+    pub fn new(seed: u64, shards: usize, settings: RtcSettings) -> Sim {
+        let start = Instant::now();
+        Sim {
+            start,
+            now: start,
+            shards: (0..shards)
+                .map(|i| Shard {
+                    engine: Engine::new(shard_index(i), settings.clone()),
+                    addr: SocketAddr::from((Ipv4Addr::new(10, 99, 0, 1), 4000 + i as u16)),
+                    not_before: start,
+                })
+                .collect(),
+            settings,
+            clients: Vec::new(),
+            net: Net::new(seed),
+            control: Vec::new(),
+            rooms: BTreeMap::new(),
+            next_room: 0,
+            next_pid: 1,
+            rng: fastrand::Rng::with_seed(seed ^ 0x5eed),
+            default_link: LinkParams::default(),
+        }
+    }
+
+    /// Virtual time since the start.
+    pub fn elapsed(&self) -> Duration {
+        self.now - self.start
+    }
+
+    /// The clock mapping every simulated participant uses.
+    pub fn clock(&self) -> Clock {
+        Clock::fixed(self.start, START_NS)
+    }
+
+    /// A participant configuration for `name` with the defaults (publish
+    /// video and audio, 3+3 slots, data channel).
+    pub fn config(&self, name: &str) -> ParticipantConfig {
+        ParticipantConfig::new(name)
+    }
+
+    // ------------------------------------------------------------ control plane
+
+    /// Joins `cfg` to `room` on `shard` the way the server's control thread
+    /// does: accept the offer, add the participant to its shard with the new
+    /// roster, send the roster to every other shard of the room.
+    pub fn join(&mut self, room: &str, cfg: ParticipantConfig, shard: usize) -> C {
+        let name = cfg.name.clone();
+        self.try_join(room, cfg, shard)
+            .unwrap_or_else(|e| panic!("join {name} failed: {e}"))
+    }
+
+    /// [`join`](Self::join), returning the refusal instead of panicking.
+    pub fn try_join(
+        &mut self,
+        room: &str,
+        mut cfg: ParticipantConfig,
+        shard: usize,
+    ) -> Result<C, String> {
+        let now = self.now;
+        cfg.clock = self.clock();
+        cfg.seed = self.rng.u64(..);
+        let n = self.clients.len() as u16;
+        let addr = SocketAddr::from((Ipv4Addr::new(10, 1, (n >> 8) as u8, n as u8), 5000));
+        let server = self.shards.get(shard).ok_or("no such shard")?.addr;
+        let (mut p, offer) = Participant::new(cfg, addr, now)?;
+        let accepted =
+            accept_offer(&self.settings, now, &offer, server).map_err(|e| e.to_string())?;
+        p.accept_answer(&accepted.answer)?;
+        let id = ParticipantId(self.next_pid);
+        self.next_pid += 1;
+        let name = p.name().to_string();
+        let next_room = &mut self.next_room;
+        let r = self.rooms.entry(room.to_string()).or_insert_with(|| {
+            *next_room += 1;
+            Room {
+                id: RoomId(*next_room),
+                members: Vec::new(),
+            }
+        });
+        r.members.push(MemberInfo {
+            id,
+            name: name.clone(),
+            shard: shard_index(shard),
+            tracks: accepted.tracks.clone(),
+        });
+        let room_id = r.id;
+        let update = self.roster(room);
+        let link = self.net.link_mut(addr);
+        link.up.params = self.default_link.clone();
+        link.down.params = self.default_link.clone();
+        self.clients.push(SimClient {
+            name: name.clone(),
+            addr,
+            p,
+            id,
+            shard,
+            room: room.to_string(),
+            offer,
+            rec: Recorder::default(),
+            wake: Some(now),
+            left: false,
+            evicted: None,
+            first_stun: None,
+        });
+        if let Some(update) = update {
+            self.shards[shard].engine.add_participant(
+                now,
+                id,
+                room_id,
+                name,
+                accepted,
+                update.clone(),
+            );
+            self.broadcast(&update, Some(shard));
+        }
+        self.settle();
+        Ok(C(self.clients.len() - 1))
+    }
+
+    /// The participant leaves (API DELETE): its shard removes it, the
+    /// roster goes to the room's shards, and the client stops.
+    pub fn leave(&mut self, c: C) {
+        let now = self.now;
+        let cl = &mut self.clients[c.0];
+        cl.left = true;
+        cl.wake = None;
+        cl.p.close();
+        let (id, shard) = (cl.id, cl.shard);
+        self.shards[shard].engine.remove_participant(now, id);
+        self.control_remove(id);
+        self.settle();
+    }
+
+    /// Renegotiation (PATCH): the client adds recvonly slots; the offer is
+    /// rehearsed like the control thread does, then applied on the shard.
+    pub fn add_slots(&mut self, c: C, video: usize, audio: usize) -> Result<(), String> {
+        let now = self.now;
+        let cl = &mut self.clients[c.0];
+        let offer = cl.p.add_slots(video, audio)?;
+        let prepared = check_renegotiation(&self.settings, now, &cl.offer, &offer)
+            .map_err(|e| e.to_string())?;
+        let answer = self.shards[cl.shard]
+            .engine
+            .renegotiate(now, cl.id, prepared)
+            .map_err(|e| e.to_string())?;
+        cl.p.accept_answer(&answer)?;
+        cl.offer = offer;
+        cl.wake = Some(now);
+        self.settle();
+        Ok(())
+    }
+
+    fn roster(&self, room: &str) -> Option<RoomUpdate> {
+        let r = self.rooms.get(room)?;
+        Some(RoomUpdate {
+            room: r.id,
+            name: room.to_string(),
+            members: r.members.clone(),
+        })
+    }
+
+    /// Sends `update` to every shard hosting a member, except `skip`.
+    fn broadcast(&mut self, update: &RoomUpdate, skip: Option<usize>) {
+        let mut shards: Vec<usize> = update
+            .members
+            .iter()
+            .map(|m| self.shard_of(m))
+            .collect();
+        shards.sort_unstable();
+        shards.dedup();
+        for s in shards.into_iter().filter(|s| Some(*s) != skip) {
+            self.shards[s].engine.apply_room(self.now, update.clone());
+        }
+    }
+
+    fn shard_of(&self, m: &MemberInfo) -> usize {
+        self.clients
+            .iter()
+            .find(|c| c.id == m.id)
+            .map_or(0, |c| c.shard)
+    }
+
+    /// Removes a member from its room and sends the new roster (also to the
+    /// shard it left, which may host others).
+    fn control_remove(&mut self, id: ParticipantId) {
+        let Some((name, r)) = self
+            .rooms
+            .iter_mut()
+            .find(|(_, r)| r.members.iter().any(|m| m.id == id))
+        else {
+            return;
+        };
+        let name = name.clone();
+        r.members.retain(|m| m.id != id);
+        if r.members.is_empty() {
+            self.rooms.remove(&name);
+            return;
+        }
+        if let Some(update) = self.roster(&name) {
+            self.broadcast(&update, None);
+        }
+    }
+
+    fn on_control(&mut self, shard: usize, event: ShardEvent) {
+        self.control.push(ControlEvent {
+            at: self.now,
+            shard,
+            event: event.clone(),
+        });
+        match event {
+            ShardEvent::Left { id, reason } => {
+                if let Some(c) = self.clients.iter_mut().find(|c| c.id == id) {
+                    c.evicted = Some(reason_key(&reason));
+                }
+                self.control_remove(id);
+            }
+            ShardEvent::LinesChanged { id, tracks, .. } => {
+                let Some((name, r)) = self
+                    .rooms
+                    .iter_mut()
+                    .find(|(_, r)| r.members.iter().any(|m| m.id == id))
+                else {
+                    return;
+                };
+                let name = name.clone();
+                if let Some(m) = r.members.iter_mut().find(|m| m.id == id) {
+                    m.tracks = tracks;
+                }
+                if let Some(update) = self.roster(&name) {
+                    self.broadcast(&update, None);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    // ------------------------------------------------------------ event loop
+
+    /// Runs until every engine output is routed: datagrams onto the network,
+    /// peer messages into their shards, shard events into the control plane.
+    fn settle(&mut self) {
+        for _ in 0..10_000 {
+            let mut work = false;
+            for s in 0..self.shards.len() {
+                let now = self.now;
+                let out = self.shards[s].engine.outputs();
+                let transmits = std::mem::take(&mut out.transmits);
+                out.forwarded.clear();
+                let peers = std::mem::take(&mut out.peers);
+                let control = std::mem::take(&mut out.control);
+                work |= !transmits.is_empty() || !peers.is_empty() || !control.is_empty();
+                for t in transmits {
+                    self.net.send(
+                        now,
+                        t.destination,
+                        false,
+                        t.source,
+                        t.destination,
+                        &t.contents,
+                    );
+                }
+                let mut queue: VecDeque<_> = peers.into_iter().collect();
+                while let Some((to, msg)) = queue.pop_front() {
+                    self.deliver_peer(to, msg);
+                }
+                for ev in control {
+                    self.on_control(s, ev);
+                }
+            }
+            if !work {
+                return;
+            }
+        }
+    }
+
+    fn deliver_peer(&mut self, to: impl Into<ShardNo>, msg: PeerMsg) {
+        let ShardNo(to) = to.into();
+        if let Some(s) = self.shards.get_mut(to) {
+            s.engine.handle_peer(self.now, msg);
+        }
+    }
+
+    fn poll_client(&mut self, i: usize) {
+        let now = self.now;
+        let net = &mut self.net;
+        let c = &mut self.clients[i];
+        if c.wake.is_none() {
+            return;
+        }
+        let addr = c.addr;
+        c.rec.now = Some(now);
+        let first_stun = &mut c.first_stun;
+        let wake = c.p.poll_output(now, &mut c.rec, &mut |dest, data| {
+            if first_stun.is_none() && data.len() >= 20 && data[0..2] == [0, 1] {
+                *first_stun = Some(data.to_vec());
+            }
+            net.send(now, addr, true, addr, dest, data);
+        });
+        c.wake = Some(wake.max(now + MIN_STEP));
+    }
+
+    fn next_event(&self) -> Option<Instant> {
+        let clients = self.clients.iter().filter_map(|c| c.wake);
+        let shards = self
+            .shards
+            .iter()
+            .filter_map(|s| s.engine.poll_timeout().map(|t| t.max(s.not_before)));
+        clients
+            .chain(shards)
+            .chain(self.net.next_at())
+            .min()
+    }
+
+    /// One step at `self.now`: arrivals, engine timers, client timers.
+    fn step(&mut self) {
+        let now = self.now;
+        while let Some(d) = self.net.pop_due(now) {
+            if let Some(s) = self.shards.iter().position(|s| s.addr == d.to) {
+                self.shards[s]
+                    .engine
+                    .handle_datagram(now, None, d.from, d.to, &d.data);
+                self.settle();
+            } else if let Some(i) = self.clients.iter().position(|c| c.addr == d.to) {
+                let c = &mut self.clients[i];
+                if c.wake.is_none() {
+                    continue;
+                }
+                c.rec.now = Some(now);
+                c.p.handle_datagram(now, d.from, &d.data, &mut c.rec);
+                self.poll_client(i);
+            }
+        }
+        for s in 0..self.shards.len() {
+            let sh = &mut self.shards[s];
+            if sh
+                .engine
+                .poll_timeout()
+                .is_some_and(|t| t <= now && sh.not_before <= now)
+            {
+                sh.engine.handle_timeout(now);
+                sh.not_before = now + MIN_STEP;
+                self.settle();
+            }
+        }
+        for i in 0..self.clients.len() {
+            let c = &mut self.clients[i];
+            if c.wake.is_some_and(|w| w <= now) {
+                c.rec.now = Some(now);
+                c.p.handle_timeout(now, &mut c.rec);
+                self.poll_client(i);
+            }
+        }
+    }
+
+    /// Advances virtual time by `d`.
+    pub fn run_for(&mut self, d: Duration) {
+        let end = self.now + d;
+        self.run_until_time(end);
+    }
+
+    /// Advances virtual time to `end`.
+    pub fn run_until_time(&mut self, end: Instant) {
+        loop {
+            match self.next_event() {
+                Some(t) if t <= end => {
+                    self.now = self.now.max(t);
+                    self.step();
+                }
+                _ => {
+                    self.now = self.now.max(end);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Runs until `pred` holds (checked every 10 ms of virtual time) or
+    /// `limit` passes; returns whether it held.
+    pub fn run_until(&mut self, limit: Duration, mut pred: impl FnMut(&Sim) -> bool) -> bool {
+        let end = self.now + limit;
+        while self.now < end {
+            if pred(self) {
+                return true;
+            }
+            let next = (self.now + Duration::from_millis(10)).min(end);
+            self.run_until_time(next);
+        }
+        pred(self)
+    }
+
+    // ------------------------------------------------------------ clients
+
+    /// The client.
+    pub fn client(&self, c: C) -> &SimClient {
+        &self.clients[c.0]
+    }
+
+    /// The participant, to change what it does (speak, send an event, ask
+    /// for a keyframe); it runs at the current instant.
+    pub fn participant(&mut self, c: C) -> &mut Participant {
+        let cl = &mut self.clients[c.0];
+        if cl.wake.is_some() {
+            cl.wake = Some(self.now);
+        }
+        &mut cl.p
+    }
+
+    /// What the client observed.
+    pub fn snapshot(&self, c: C) -> &Snapshot {
+        self.clients[c.0].p.snapshot()
+    }
+
+    /// Every packet the client received.
+    pub fn packets(&self, c: C) -> &[RxPacket] {
+        &self.clients[c.0].rec.packets
+    }
+
+    /// The client's participant id as rosters and slot events spell it.
+    pub fn id(&self, c: C) -> String {
+        self.clients[c.0].id.to_string()
+    }
+
+    /// Both directions of the client's link.
+    pub fn link(&mut self, c: C) -> &mut net::Link {
+        let addr = self.clients[c.0].addr;
+        self.net.link_mut(addr)
+    }
+
+    /// Cut (or restore) the client's link.
+    pub fn cut(&mut self, c: C, cut: bool) {
+        self.link(c).cut = cut;
+    }
+
+    /// Speech on/off.
+    pub fn set_speaking(&mut self, c: C, on: bool) {
+        self.participant(c).set_speaking(on);
+    }
+
+    /// Data-channel events of `type` the client received.
+    pub fn events(&self, c: C, ty: &str) -> Vec<serde_json::Value> {
+        self.snapshot(c)
+            .events_of_type(ty)
+            .into_iter()
+            .cloned()
+            .collect()
+    }
+
+    /// The last `slots` event: slot mid → participant id shown.
+    pub fn slots(&self, c: C) -> BTreeMap<String, Option<String>> {
+        let mut m = BTreeMap::new();
+        if let Some(ev) = self.events(c, "slots").last() {
+            for s in ev["slots"].as_array().into_iter().flatten() {
+                m.insert(
+                    s["mid"].as_str().unwrap_or_default().to_string(),
+                    s["participant"].as_str().map(str::to_string),
+                );
+            }
+        }
+        m
+    }
+
+    /// Names of the publishers whose packets reached the client's `kind`
+    /// slots since `since`, by slot.
+    pub fn sources_since(&self, c: C, kind: Kind, since: Instant) -> BTreeMap<String, Vec<String>> {
+        let mut m: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for p in self.packets(c).iter().filter(|p| p.kind == kind && p.at >= since) {
+            let e = m.entry(p.slot.clone()).or_default();
+            if let Some(s) = &p.source {
+                if !e.contains(s) {
+                    e.push(s.clone());
+                }
+            }
+        }
+        m
+    }
+
+    /// Names of the clients whose packets reached the client's `kind` slots
+    /// in the last `window`.
+    pub fn showing(&self, c: C, kind: Kind, window: Duration) -> Vec<String> {
+        let since = self.now.checked_sub(window).unwrap_or(self.start);
+        let mut v: Vec<String> = self
+            .sources_since(c, kind, since)
+            .into_values()
+            .flatten()
+            .collect();
+        v.sort();
+        v.dedup();
+        v
+    }
+
+    /// Shard events `Left` so far: (participant, reason key).
+    pub fn left_events(&self) -> Vec<(ParticipantId, String)> {
+        self.control
+            .iter()
+            .filter_map(|e| match &e.event {
+                ShardEvent::Left { id, reason } => Some((*id, reason_key(reason))),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Feeds a raw datagram to `shard` as if it came from `from` (hostile input).
+    pub fn inject(&mut self, shard: usize, from: SocketAddr, data: &[u8]) {
+        let to = self.shards[shard].addr;
+        self.shards[shard]
+            .engine
+            .handle_datagram(self.now, None, from, to, data);
+        self.settle();
+    }
+}
+
+/// A shard number from whatever the engine's outputs use.
+struct ShardNo(usize);
+
+impl From<usize> for ShardNo {
+    fn from(s: usize) -> Self {
+        ShardNo(s)
+    }
+}
