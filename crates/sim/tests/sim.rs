@@ -113,3 +113,421 @@ fn sim_two_party_exchange() {
         assert!(snap.ice_rtt_us.iter().all(|&r| (9_000..20_000).contains(&r)));
     }
 }
+
+/// The packets of one slot, in arrival order.
+fn slot_packets<'a>(s: &'a Sim, c: C, slot: &str) -> Vec<&'a RxPacket> {
+    s.packets(c).iter().filter(|p| p.slot == slot).collect()
+}
+
+/// 2. A source leaves: the next publisher takes the slot, the slot's
+/// sequence numbers go on without a jump, and the new source starts with a
+/// keyframe.
+#[test]
+fn sim_slot_refill_when_source_leaves() {
+    let mut s = sim(2, 1);
+    let a = s.join("r", publisher("a"), 0);
+    let _b = s.join("r", publisher("b"), 0);
+    let v = s.join("r", viewer("v", 1), 0);
+    s.run_for(Duration::from_secs(2));
+    let slot = video_slots(&s, v).remove(0);
+    assert_eq!(s.showing(v, Kind::Video, 500 * MS), ["a"]);
+    s.leave(a);
+    let left_at = s.now;
+    s.run_for(Duration::from_secs(2));
+    assert_eq!(s.showing(v, Kind::Video, 1000 * MS), ["b"]);
+    let pkts = slot_packets(&s, v, &slot);
+    assert_continuous(&pkts);
+    let first_b = pkts
+        .iter()
+        .find(|p| p.source.as_deref() == Some("b"))
+        .expect("b reached the slot");
+    assert!(first_b.keyframe, "the new source must start with a keyframe");
+    eprintln!("refilled after {:?}", first_b.at - left_at);
+    assert!(
+        first_b.at - left_at < 200 * MS,
+        "refilled after {:?}",
+        first_b.at - left_at
+    );
+    assert_eq!(s.slots(v)[&slot], Some(s.id(C(1))));
+    assert_eq!(s.snapshot(v).corrupt(), 0);
+}
+
+/// 3. Four publishers, two slots: the slots show the two ranked first (join
+/// order while nobody speaks), then the one who speaks takes a slot.
+#[test]
+fn sim_more_publishers_than_slots_shows_top_ranked() {
+    let mut s = sim(3, 1);
+    let ps: Vec<C> = (0..4)
+        .map(|i| s.join("r", publisher(&format!("p{i}")), 0))
+        .collect();
+    let v = s.join("r", viewer("v", 2), 0);
+    s.run_for(Duration::from_secs(2));
+    assert_eq!(s.showing(v, Kind::Video, 500 * MS), ["p0", "p1"]);
+    let slots = s.slots(v);
+    assert_eq!(slots.len(), 3, "2 video + 1 audio slot: {slots:?}");
+    s.set_speaking(ps[3], true);
+    s.run_for(Duration::from_secs(2));
+    assert_eq!(s.showing(v, Kind::Video, 500 * MS), ["p0", "p3"]);
+    let speaker = s.events(v, "speaker");
+    assert_eq!(
+        speaker.last().map(|e| e["participant"].clone()),
+        Some(serde_json::json!(s.id(ps[3])))
+    );
+    // The audio slot follows the speaker too.
+    assert_eq!(s.showing(v, Kind::Audio, 500 * MS), ["p3"]);
+}
+
+/// 4. A pinned source stays in its slot while someone else speaks; unpin
+/// releases the slot to the ranking again.
+#[test]
+fn sim_pin_holds_a_slot_until_unpinned() {
+    let mut s = sim(4, 1);
+    let a = s.join("r", publisher("a"), 0);
+    let b = s.join("r", publisher("b"), 0);
+    let v = s.join("r", viewer("v", 1), 0);
+    s.run_for(Duration::from_secs(2));
+    assert_eq!(s.showing(v, Kind::Video, 500 * MS), ["a"]);
+    let slot = video_slots(&s, v).remove(0);
+    let pin = serde_json::json!({"type": "pin", "participant": s.id(b), "mid": slot});
+    s.participant(v).send_event(&pin.to_string());
+    s.run_for(Duration::from_secs(1));
+    assert_eq!(s.showing(v, Kind::Video, 500 * MS), ["b"]);
+    // a talks and becomes the speaker; the pinned slot does not move.
+    s.set_speaking(a, true);
+    let since = s.now;
+    s.run_for(Duration::from_secs(3));
+    let speaker = s.events(v, "speaker");
+    assert_eq!(speaker.last().unwrap()["participant"], s.id(a));
+    assert_eq!(
+        s.sources_since(v, Kind::Video, since)[&slot],
+        ["b"],
+        "the pinned slot showed someone else"
+    );
+    let unpin = serde_json::json!({"type": "unpin", "mid": slot});
+    s.participant(v).send_event(&unpin.to_string());
+    s.run_for(Duration::from_secs(1));
+    assert_eq!(s.showing(v, Kind::Video, 300 * MS), ["a"]);
+    let pkts = slot_packets(&s, v, &slot);
+    assert_continuous(&pkts);
+}
+
+/// 5. Speaker switching with hysteresis: a loud speaker takes the floor
+/// (event and slot); a second one talking at the same time does not make it
+/// flap; when the first stops, the second takes over.
+#[test]
+fn sim_speaker_switch_with_hysteresis() {
+    let mut s = sim(5, 1);
+    let a = s.join("r", publisher("a"), 0);
+    let b = s.join("r", publisher("b"), 0);
+    let c = s.join("r", publisher("c"), 0);
+    let v = s.join("r", viewer("v", 1), 0);
+    s.run_for(Duration::from_secs(1));
+    assert_eq!(s.showing(v, Kind::Video, 500 * MS), ["a"]);
+    s.set_speaking(b, true);
+    s.run_for(Duration::from_secs(2));
+    let speakers = |s: &Sim| -> Vec<String> {
+        s.events(v, "speaker")
+            .iter()
+            .filter_map(|e| e["participant"].as_str().map(str::to_string))
+            .collect()
+    };
+    assert_eq!(speakers(&s).last(), Some(&s.id(b)));
+    assert_eq!(s.showing(v, Kind::Video, 500 * MS), ["b"]);
+    // c talks as much as b: no change of speaker, no flapping slot.
+    s.set_speaking(c, true);
+    let before = speakers(&s).len();
+    let since = s.now;
+    s.run_for(Duration::from_secs(4));
+    assert_eq!(speakers(&s).len(), before, "{:?}", speakers(&s));
+    let slot = video_slots(&s, v).remove(0);
+    assert_eq!(s.sources_since(v, Kind::Video, since)[&slot], ["b"]);
+    // b stops: c takes over.
+    s.set_speaking(b, false);
+    s.run_for(Duration::from_secs(3));
+    assert_eq!(speakers(&s).last(), Some(&s.id(c)));
+    assert_eq!(s.showing(v, Kind::Video, 500 * MS), ["c"]);
+    let _ = a;
+}
+
+/// 6. Many subscribers asking for keyframes all the time: the publisher
+/// gets at most about one request per 300 ms for its track.
+#[test]
+fn sim_keyframe_requests_are_rate_limited() {
+    let mut s = sim(6, 1);
+    let p = s.join("r", publisher("p"), 0);
+    let vs: Vec<C> = (0..4)
+        .map(|i| s.join("r", viewer(&format!("v{i}"), 1), 0))
+        .collect();
+    s.run_for(Duration::from_secs(2));
+    assert!(connected_all(&s, &vs));
+    let k0 = s.snapshot(p).keyframe_requests;
+    let keys0: u64 = vs.iter().map(|v| s.snapshot(*v).slots.values().map(|st| st.keyframes).sum::<u64>()).sum();
+    let window = Duration::from_secs(3);
+    let end = s.now + window;
+    while s.now < end {
+        for v in &vs {
+            let slot = video_slots(&s, *v).remove(0);
+            s.participant(*v).request_keyframe(&slot);
+        }
+        s.run_for(20 * MS);
+    }
+    let got = s.snapshot(p).keyframe_requests - k0;
+    let keys: u64 = vs.iter().map(|v| s.snapshot(*v).slots.values().map(|st| st.keyframes).sum::<u64>()).sum();
+    eprintln!("keyframe requests at the publisher: {got}; keyframes at subscribers: {}", keys - keys0);
+    // 600 requests from subscribers; at most one per 300 ms reaches the publisher.
+    assert!((4..=11).contains(&got), "publisher got {got} keyframe requests in {window:?}");
+    assert!(keys - keys0 >= 4 * 4, "subscribers got {} keyframes", keys - keys0);
+}
+
+/// 7. The cross-shard hop: publisher on shard 0, subscriber on shard 1;
+/// media crosses once, and the subscriber's keyframe request crosses back.
+#[test]
+fn sim_cross_shard_hop() {
+    let mut s = sim(7, 2);
+    let p = s.join("r", publisher("p"), 0);
+    let v = s.join("r", viewer("v", 1), 1);
+    let local = s.join("r", viewer("w", 1), 0);
+    s.run_for(Duration::from_secs(3));
+    for c in [v, local] {
+        let pk = video_packets(&s, c);
+        assert!(pk.len() > 150, "{} packets", pk.len());
+        assert!(pk[0].keyframe);
+        assert!(pk.iter().all(|x| x.source.as_deref() == Some("p")));
+        assert_continuous(&pk);
+    }
+    assert!(!s.showing(v, Kind::Audio, 500 * MS).is_empty());
+    let k0 = s.snapshot(p).keyframe_requests;
+    let keys0 = s.snapshot(v).slots.values().map(|st| st.keyframes).sum::<u64>();
+    let slot = video_slots(&s, v).remove(0);
+    s.participant(v).request_keyframe(&slot);
+    s.run_for(200 * MS);
+    assert_eq!(s.snapshot(p).keyframe_requests, k0 + 1, "the request did not cross back");
+    let keys = s.snapshot(v).slots.values().map(|st| st.keyframes).sum::<u64>();
+    assert!(keys > keys0, "no keyframe arrived after the request");
+}
+
+/// 8. Consent failure: a publisher's link is cut; its shard evicts it
+/// (ShardEvent::Left) and the subscriber's slot is refilled by the next one.
+#[test]
+fn sim_consent_failure_evicts_and_refills() {
+    let mut s = sim(8, 1);
+    let a = s.join("r", publisher("a"), 0);
+    let b = s.join("r", publisher("b"), 0);
+    let v = s.join("r", viewer("v", 1), 0);
+    s.run_for(Duration::from_secs(2));
+    assert_eq!(s.showing(v, Kind::Video, 500 * MS), ["a"]);
+    s.cut(a, true);
+    let cut_at = s.now;
+    let evicted = s.run_until(Duration::from_secs(60), |s| s.client(a).evicted.is_some());
+    assert!(evicted, "a was not evicted");
+    let after = s.now - cut_at;
+    let reason = s.client(a).evicted.clone().unwrap();
+    eprintln!("evicted after {after:?}: {reason}");
+    assert!(reason.contains("ice") || reason.contains("disconnect"), "{reason}");
+    assert!(s.left_events().iter().all(|(id, _)| *id == s.client(a).id));
+    s.run_for(Duration::from_secs(1));
+    assert_eq!(s.showing(v, Kind::Video, 500 * MS), ["b"], "after {after:?}");
+    let slot = video_slots(&s, v).remove(0);
+    assert_eq!(s.slots(v)[&slot], Some(s.id(b)));
+    let roster = s.events(v, "roster");
+    assert_eq!(
+        roster.last().unwrap()["participants"].as_array().map(Vec::len),
+        Some(2)
+    );
+}
+
+/// 9. Renegotiation: a subscriber adds a video slot with a new offer; the
+/// new slot is announced and gets the next ranked publisher's media.
+#[test]
+fn sim_renegotiation_adds_a_slot() {
+    let mut s = sim(9, 1);
+    let _a = s.join("r", publisher("a"), 0);
+    let b = s.join("r", publisher("b"), 0);
+    let v = s.join("r", viewer("v", 1), 0);
+    s.run_for(Duration::from_secs(2));
+    assert_eq!(s.showing(v, Kind::Video, 500 * MS), ["a"]);
+    let before = video_slots(&s, v);
+    s.add_slots(v, 1, 0).expect("renegotiation");
+    s.run_for(Duration::from_secs(2));
+    let after = video_slots(&s, v);
+    assert_eq!(after.len(), 2);
+    let new = after.iter().find(|m| !before.contains(m)).unwrap().clone();
+    assert_eq!(s.slots(v).get(&new), Some(&Some(s.id(b))), "{:?}", s.slots(v));
+    let pk = slot_packets(&s, v, &new);
+    assert!(pk.len() > 50, "{} packets on the new slot", pk.len());
+    assert!(pk[0].keyframe);
+    assert!(pk.iter().all(|p| p.source.as_deref() == Some("b")));
+    assert_eq!(s.showing(v, Kind::Video, 500 * MS), ["a", "b"]);
+}
+
+/// 10. Limits in virtual time: a participant that never connects is removed
+/// at its connect deadline (one that connects is not), and a participant's
+/// valid binding request replayed from new ports registers at most
+/// `max_addrs` addresses: the rest get no answer.
+#[test]
+fn sim_connect_deadline_and_source_address_limit() {
+    let mut settings = RtcSettings::default();
+    settings.participant.max_addrs = 3;
+    settings.participant.connect_timeout = Duration::from_secs(2);
+    let mut s = Sim::new(10, 1, settings);
+    let a = s.join("r", publisher("a"), 0);
+    // b's datagrams never arrive.
+    s.default_link.loss = 1.0;
+    let b = s.join("r", publisher("b"), 0);
+    s.run_for(Duration::from_secs(3));
+    assert!(s.snapshot(a).connected);
+    assert!(!s.snapshot(b).connected);
+    assert_eq!(s.client(b).evicted.as_deref(), Some("connecttimeout"));
+    assert_eq!(s.client(a).evicted, None);
+    assert_eq!(s.shards[0].engine.participant_count(), 1);
+
+    let request = s.client(a).first_stun.clone().expect("a sent a binding request");
+    let ip = s.client(a).addr.ip();
+    let ports: Vec<std::net::SocketAddr> = (0..10u16)
+        .map(|i| std::net::SocketAddr::new(ip, 6000 + i))
+        .collect();
+    for from in &ports {
+        s.inject(0, *from, &request);
+    }
+    let answered = ports
+        .iter()
+        .filter(|p| s.net.link(**p).is_some_and(|l| l.down.stats.sent > 0))
+        .count();
+    assert_eq!(answered, 2, "two more addresses (3 in all) may be used");
+    assert_eq!(s.shards[0].engine.counters().dropped_addr_limit, 8);
+}
+
+/// 11. Loss, jitter and reordering on every link: video still flows, NACK
+/// recovers most of what was lost, nothing is corrupt.
+#[test]
+fn sim_loss_jitter_reordering_nack_recovers() {
+    let mut s = sim(11, 1);
+    s.default_link = LinkParams {
+        delay: 20 * MS,
+        jitter: 10 * MS,
+        loss: 0.05,
+        reorder: 0.02,
+        reorder_delay: 15 * MS,
+        ..Default::default()
+    };
+    let p = s.join("r", publisher("p"), 0);
+    let v = s.join("r", viewer("v", 1), 0);
+    s.run_for(Duration::from_secs(8));
+    let pk = video_packets(&s, v);
+    assert!(pk.len() > 300, "{} packets", pk.len());
+    assert!(pk.iter().all(|x| x.source.as_deref() == Some("p")));
+    let mut seqs: Vec<u64> = pk.iter().map(|x| x.seq).collect();
+    let reordered = seqs.windows(2).filter(|w| w[1] < w[0]).count();
+    seqs.sort_unstable();
+    seqs.dedup();
+    let span = seqs.last().unwrap() - seqs[0] + 1;
+    let missing = span - seqs.len() as u64;
+    let lost_up = s.link(p).up.stats.lost;
+    let lost_down = s.link(v).down.stats.lost;
+    assert!(lost_up + lost_down > 30, "the network lost {lost_up}+{lost_down}");
+    assert!(reordered > 0, "nothing arrived out of order");
+    eprintln!(
+        "lost {lost_up} up, {lost_down} down; {reordered} reorderings; {missing} of {span} missing; nacks {}",
+        s.snapshot(v).nacks_sent
+    );
+    // ~10% lost over two hops; retransmissions leave well under 2% missing.
+    assert!(
+        missing * 50 < span,
+        "{missing} of {span} sequence numbers never arrived"
+    );
+    let snap = s.snapshot(v);
+    assert!(snap.nacks_sent > 0);
+    assert_eq!(snap.corrupt(), 0);
+    assert!(snap.frames_from("p") > 150, "{}", snap.frames_from("p"));
+}
+
+/// 12. A late joiner: it gets a keyframe at once (not at the publisher's
+/// next periodic one), the roster with everyone, and the others learn of it.
+#[test]
+fn sim_late_joiner_gets_keyframe_and_roster() {
+    let mut s = sim(12, 1);
+    let mut cfg = publisher("a");
+    cfg.video = corelay_sim::corelay_client::VideoSource::Synthetic {
+        bitrate_bps: 400_000,
+        fps: 30,
+        // No periodic keyframe within the test.
+        keyframe_interval: 100_000,
+    };
+    let a = s.join("r", cfg, 0);
+    let mut w = viewer("w", 1);
+    w.data_channel = true;
+    let w = s.join("r", w, 0);
+    s.run_for(Duration::from_secs(3));
+    let v = s.join("r", viewer("v", 1), 0);
+    let joined = s.now;
+    s.run_for(Duration::from_secs(1));
+    let pk = video_packets(&s, v);
+    assert!(!pk.is_empty());
+    assert!(pk[0].keyframe, "first packet is not a keyframe");
+    assert!(pk[0].at - joined < 300 * MS, "first video after {:?}", pk[0].at - joined);
+    assert_continuous(&pk);
+    let roster = s.events(v, "roster");
+    let names: Vec<&str> = roster.last().unwrap()["participants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["name"].as_str())
+        .collect();
+    assert_eq!(names, ["a", "w", "v"]);
+    let seen_by_w = s.events(w, "roster");
+    assert_eq!(seen_by_w.last().unwrap()["participants"].as_array().map(Vec::len), Some(3));
+    // w was not disturbed: its slot went on without a gap.
+    assert_continuous(&video_packets(&s, w));
+    let _ = a;
+}
+
+/// 13. An audio-only participant next to a video one: audio slots carry its
+/// audio, video slots only the video publisher, nothing mismatched.
+#[test]
+fn sim_audio_only_participant() {
+    let mut s = sim(13, 1);
+    let mut o = publisher("o");
+    o.publish_video = false;
+    o.speaking = true;
+    let o = s.join("r", o, 0);
+    let _vp = s.join("r", publisher("vp"), 0);
+    let mut v = viewer("v", 2);
+    v.audio_slots = 2;
+    let v = s.join("r", v, 0);
+    s.run_for(Duration::from_secs(3));
+    assert_eq!(s.showing(v, Kind::Video, 1000 * MS), ["vp"]);
+    assert_eq!(s.showing(v, Kind::Audio, 1000 * MS), ["o", "vp"]);
+    let snap = s.snapshot(v);
+    assert!(snap.frames_from("o") > 100, "{}", snap.frames_from("o"));
+    assert_eq!(snap.corrupt(), 0);
+    assert_eq!(snap.unknown_packets, 0);
+    // One video slot is empty and says so.
+    let slots = s.slots(v);
+    assert_eq!(slots.values().filter(|p| p.is_none()).count(), 1, "{slots:?}");
+    assert_eq!(s.events(v, "speaker").last().unwrap()["participant"], s.id(o));
+}
+
+/// 14. A subscriber behind a capped link (a third of the video bitrate):
+/// its queue overflows and it loses packets, and nobody else notices.
+#[test]
+fn sim_bandwidth_cap_hurts_only_the_capped_subscriber() {
+    let mut s = sim(14, 1);
+    let _p = s.join("r", publisher("p"), 0);
+    let fast = s.join("r", viewer("fast", 1), 0);
+    let slow = s.join("r", viewer("slow", 1), 0);
+    {
+        let l = s.link(slow);
+        l.down.params.rate_bps = Some(150_000);
+        l.down.params.queue_bytes = 20_000;
+    }
+    s.run_for(Duration::from_secs(4));
+    let drops = s.link(slow).down.stats.queue_drops;
+    eprintln!("queue drops {drops}; fast {} slow {}", video_packets(&s, fast).len(), video_packets(&s, slow).len());
+    assert!(drops > 50, "{drops} queue drops");
+    let fast_v = video_packets(&s, fast);
+    assert_continuous(&fast_v);
+    let slow_n = video_packets(&s, slow).len();
+    assert!(fast_v.len() > slow_n * 3 / 2, "fast {} slow {slow_n}", fast_v.len());
+    assert!(s.snapshot(slow).connected, "the capped subscriber stays connected");
+    assert_eq!(s.snapshot(slow).corrupt(), 0);
+}
