@@ -27,7 +27,9 @@ use corelay_client::stats::Received;
 use corelay_client::{Clock, Kind, Observer, Participant, ParticipantConfig, Snapshot};
 use corelay_core::offer::{accept_offer, check_renegotiation};
 use corelay_core::room::{MemberInfo, RoomUpdate};
-use corelay_core::{Engine, ParticipantId, PeerMsg, RoomId, RtcSettings, ShardEvent};
+use corelay_core::{
+    Engine, LeaveReason, ParticipantId, PeerMsg, RoomId, RtcSettings, ShardEvent, ShardId,
+};
 
 pub use corelay_client;
 pub use corelay_core;
@@ -117,8 +119,8 @@ pub struct SimClient {
     wake: Option<Instant>,
     /// Left on its own ([`Sim::leave`]).
     pub left: bool,
-    /// Removed by its shard: the reason, as the engine named it.
-    pub evicted: Option<String>,
+    /// Removed by its shard, and why.
+    pub evicted: Option<LeaveReason>,
     /// The first STUN binding request it sent (to replay from elsewhere).
     pub first_stun: Option<Vec<u8>>,
 }
@@ -174,22 +176,6 @@ pub struct Sim {
     pub default_link: LinkParams,
 }
 
-/// The number of a shard as the engine API spells it.
-fn shard_index(s: usize) -> usize {
-    s
-}
-
-/// A leave reason as plain lower-case words without separators
-/// (`"connect_timeout"` → `"connecttimeout"`), whatever type the engine
-/// uses for it.
-pub fn reason_key(reason: &impl std::fmt::Debug) -> String {
-    format!("{reason:?}")
-        .chars()
-        .filter(|c| c.is_ascii_alphanumeric())
-        .map(|c| c.to_ascii_lowercase())
-        .collect()
-}
-
 impl Sim {
     /// A simulation with `shards` engines and the given settings; `seed`
     /// drives the network and the clients' media.
@@ -200,7 +186,7 @@ impl Sim {
             now: start,
             shards: (0..shards)
                 .map(|i| Shard {
-                    engine: Engine::new(shard_index(i), settings.clone()),
+                    engine: Engine::new(ShardId(i), settings.clone()),
                     addr: SocketAddr::from((Ipv4Addr::new(10, 99, 0, 1), 4000 + i as u16)),
                     not_before: start,
                 })
@@ -275,7 +261,7 @@ impl Sim {
         r.members.push(MemberInfo {
             id,
             name: name.clone(),
-            shard: shard_index(shard),
+            shard: ShardId(shard),
             tracks: accepted.tracks.clone(),
         });
         let room_id = r.id;
@@ -359,20 +345,13 @@ impl Sim {
         let mut shards: Vec<usize> = update
             .members
             .iter()
-            .map(|m| self.shard_of(m))
+            .map(|m| m.shard.0)
             .collect();
         shards.sort_unstable();
         shards.dedup();
         for s in shards.into_iter().filter(|s| Some(*s) != skip) {
             self.shards[s].engine.apply_room(self.now, update.clone());
         }
-    }
-
-    fn shard_of(&self, m: &MemberInfo) -> usize {
-        self.clients
-            .iter()
-            .find(|c| c.id == m.id)
-            .map_or(0, |c| c.shard)
     }
 
     /// Removes a member from its room and sends the new roster (also to the
@@ -405,7 +384,7 @@ impl Sim {
         match event {
             ShardEvent::Left { id, reason } => {
                 if let Some(c) = self.clients.iter_mut().find(|c| c.id == id) {
-                    c.evicted = Some(reason_key(&reason));
+                    c.evicted = Some(reason);
                 }
                 self.control_remove(id);
             }
@@ -468,9 +447,8 @@ impl Sim {
         }
     }
 
-    fn deliver_peer(&mut self, to: impl Into<ShardNo>, msg: PeerMsg) {
-        let ShardNo(to) = to.into();
-        if let Some(s) = self.shards.get_mut(to) {
+    fn deliver_peer(&mut self, to: ShardId, msg: PeerMsg) {
+        if let Some(s) = self.shards.get_mut(to.0) {
             s.engine.handle_peer(self.now, msg);
         }
     }
@@ -683,12 +661,12 @@ impl Sim {
         v
     }
 
-    /// Shard events `Left` so far: (participant, reason key).
-    pub fn left_events(&self) -> Vec<(ParticipantId, String)> {
+    /// Shard events `Left` so far: (participant, reason).
+    pub fn left_events(&self) -> Vec<(ParticipantId, LeaveReason)> {
         self.control
             .iter()
             .filter_map(|e| match &e.event {
-                ShardEvent::Left { id, reason } => Some((*id, reason_key(reason))),
+                ShardEvent::Left { id, reason } => Some((*id, *reason)),
                 _ => None,
             })
             .collect()
@@ -701,14 +679,5 @@ impl Sim {
             .engine
             .handle_datagram(self.now, None, from, to, data);
         self.settle();
-    }
-}
-
-/// A shard number from whatever the engine's outputs use.
-struct ShardNo(usize);
-
-impl From<usize> for ShardNo {
-    fn from(s: usize) -> Self {
-        ShardNo(s)
     }
 }
