@@ -37,9 +37,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+pub use clock::Clock;
 pub use driver::{Command, Driver};
 pub use media::{Recording, VideoSource};
-pub use clock::Clock;
 pub use participant::{Participant, ParticipantConfig, VideoCodec};
 pub use signal::{JoinError, mint_token};
 pub use stats::{Kind, NoObserver, Observer, Received, SlotStats, Snapshot};

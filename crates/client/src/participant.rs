@@ -434,7 +434,10 @@ impl Participant {
         let mut added = Vec::new();
         for (kind, n) in [(MediaKind::Video, video), (MediaKind::Audio, audio)] {
             for _ in 0..n {
-                added.push((api.add_media(kind, Direction::RecvOnly, None, None, None), kind));
+                added.push((
+                    api.add_media(kind, Direction::RecvOnly, None, None, None),
+                    kind,
+                ));
             }
         }
         let Some((offer, pending)) = api.apply() else {
