@@ -342,11 +342,7 @@ impl Sim {
 
     /// Sends `update` to every shard hosting a member, except `skip`.
     fn broadcast(&mut self, update: &RoomUpdate, skip: Option<usize>) {
-        let mut shards: Vec<usize> = update
-            .members
-            .iter()
-            .map(|m| m.shard.0)
-            .collect();
+        let mut shards: Vec<usize> = update.members.iter().map(|m| m.shard.0).collect();
         shards.sort_unstable();
         shards.dedup();
         for s in shards.into_iter().filter(|s| Some(*s) != skip) {
@@ -478,10 +474,7 @@ impl Sim {
             .shards
             .iter()
             .filter_map(|s| s.engine.poll_timeout().map(|t| t.max(s.not_before)));
-        clients
-            .chain(shards)
-            .chain(self.net.next_at())
-            .min()
+        clients.chain(shards).chain(self.net.next_at()).min()
     }
 
     /// One step at `self.now`: arrivals, engine timers, client timers.
@@ -636,12 +629,16 @@ impl Sim {
     /// slots since `since`, by slot.
     pub fn sources_since(&self, c: C, kind: Kind, since: Instant) -> BTreeMap<String, Vec<String>> {
         let mut m: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        for p in self.packets(c).iter().filter(|p| p.kind == kind && p.at >= since) {
+        for p in self
+            .packets(c)
+            .iter()
+            .filter(|p| p.kind == kind && p.at >= since)
+        {
             let e = m.entry(p.slot.clone()).or_default();
-            if let Some(s) = &p.source {
-                if !e.contains(s) {
-                    e.push(s.clone());
-                }
+            if let Some(s) = &p.source
+                && !e.contains(s)
+            {
+                e.push(s.clone());
             }
         }
         m

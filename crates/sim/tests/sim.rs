@@ -36,7 +36,10 @@ fn viewer(name: &str, video: usize) -> ParticipantConfig {
 }
 
 fn video_packets(s: &Sim, c: C) -> Vec<&RxPacket> {
-    s.packets(c).iter().filter(|p| p.kind == Kind::Video).collect()
+    s.packets(c)
+        .iter()
+        .filter(|p| p.kind == Kind::Video)
+        .collect()
 }
 
 /// The mids of the client's video slots.
@@ -69,7 +72,7 @@ fn connected_all(s: &Sim, cs: &[C]) -> bool {
     cs.iter().all(|c| s.snapshot(*c).connected)
 }
 
-/// 1. Two participants, each publishing and with one slot of each kind,
+/// (1) Two participants, each publishing and with one slot of each kind,
 /// receive each other: intact, in order, starting with a keyframe, with
 /// the latency the network adds.
 #[test]
@@ -110,7 +113,11 @@ fn sim_two_party_exchange() {
         let last = roster.last().expect("roster");
         assert_eq!(last["participants"].as_array().map(Vec::len), Some(2));
         assert!(!snap.ice_rtt_us.is_empty());
-        assert!(snap.ice_rtt_us.iter().all(|&r| (9_000..20_000).contains(&r)));
+        assert!(
+            snap.ice_rtt_us
+                .iter()
+                .all(|&r| (9_000..20_000).contains(&r))
+        );
     }
 }
 
@@ -119,7 +126,7 @@ fn slot_packets<'a>(s: &'a Sim, c: C, slot: &str) -> Vec<&'a RxPacket> {
     s.packets(c).iter().filter(|p| p.slot == slot).collect()
 }
 
-/// 2. A source leaves: the next publisher takes the slot, the slot's
+/// (2) A source leaves: the next publisher takes the slot, the slot's
 /// sequence numbers go on without a jump, and the new source starts with a
 /// keyframe.
 #[test]
@@ -141,7 +148,10 @@ fn sim_slot_refill_when_source_leaves() {
         .iter()
         .find(|p| p.source.as_deref() == Some("b"))
         .expect("b reached the slot");
-    assert!(first_b.keyframe, "the new source must start with a keyframe");
+    assert!(
+        first_b.keyframe,
+        "the new source must start with a keyframe"
+    );
     eprintln!("refilled after {:?}", first_b.at - left_at);
     assert!(
         first_b.at - left_at < 200 * MS,
@@ -152,7 +162,7 @@ fn sim_slot_refill_when_source_leaves() {
     assert_eq!(s.snapshot(v).corrupt(), 0);
 }
 
-/// 3. Four publishers, two slots: the slots show the two ranked first (join
+/// (3) Four publishers, two slots: the slots show the two ranked first (join
 /// order while nobody speaks), then the one who speaks takes a slot.
 #[test]
 fn sim_more_publishers_than_slots_shows_top_ranked() {
@@ -177,7 +187,7 @@ fn sim_more_publishers_than_slots_shows_top_ranked() {
     assert_eq!(s.showing(v, Kind::Audio, 500 * MS), ["p3"]);
 }
 
-/// 4. A pinned source stays in its slot while someone else speaks; unpin
+/// (4) A pinned source stays in its slot while someone else speaks; unpin
 /// releases the slot to the ranking again.
 #[test]
 fn sim_pin_holds_a_slot_until_unpinned() {
@@ -211,7 +221,7 @@ fn sim_pin_holds_a_slot_until_unpinned() {
     assert_continuous(&pkts);
 }
 
-/// 5. Speaker switching with hysteresis: a loud speaker takes the floor
+/// (5) Speaker switching with hysteresis: a loud speaker takes the floor
 /// (event and slot); a second one talking at the same time does not make it
 /// flap; when the first stops, the second takes over.
 #[test]
@@ -249,7 +259,7 @@ fn sim_speaker_switch_with_hysteresis() {
     let _ = a;
 }
 
-/// 6. Many subscribers asking for keyframes all the time: the publisher
+/// (6) Many subscribers asking for keyframes all the time: the publisher
 /// gets at most about one request per 300 ms for its track.
 #[test]
 fn sim_keyframe_requests_are_rate_limited() {
@@ -261,7 +271,16 @@ fn sim_keyframe_requests_are_rate_limited() {
     s.run_for(Duration::from_secs(2));
     assert!(connected_all(&s, &vs));
     let k0 = s.snapshot(p).keyframe_requests;
-    let keys0: u64 = vs.iter().map(|v| s.snapshot(*v).slots.values().map(|st| st.keyframes).sum::<u64>()).sum();
+    let keys0: u64 = vs
+        .iter()
+        .map(|v| {
+            s.snapshot(*v)
+                .slots
+                .values()
+                .map(|st| st.keyframes)
+                .sum::<u64>()
+        })
+        .sum();
     let window = Duration::from_secs(3);
     let end = s.now + window;
     while s.now < end {
@@ -272,14 +291,33 @@ fn sim_keyframe_requests_are_rate_limited() {
         s.run_for(20 * MS);
     }
     let got = s.snapshot(p).keyframe_requests - k0;
-    let keys: u64 = vs.iter().map(|v| s.snapshot(*v).slots.values().map(|st| st.keyframes).sum::<u64>()).sum();
-    eprintln!("keyframe requests at the publisher: {got}; keyframes at subscribers: {}", keys - keys0);
+    let keys: u64 = vs
+        .iter()
+        .map(|v| {
+            s.snapshot(*v)
+                .slots
+                .values()
+                .map(|st| st.keyframes)
+                .sum::<u64>()
+        })
+        .sum();
+    eprintln!(
+        "keyframe requests at the publisher: {got}; keyframes at subscribers: {}",
+        keys - keys0
+    );
     // 600 requests from subscribers; at most one per 300 ms reaches the publisher.
-    assert!((4..=11).contains(&got), "publisher got {got} keyframe requests in {window:?}");
-    assert!(keys - keys0 >= 4 * 4, "subscribers got {} keyframes", keys - keys0);
+    assert!(
+        (4..=11).contains(&got),
+        "publisher got {got} keyframe requests in {window:?}"
+    );
+    assert!(
+        keys - keys0 >= 4 * 4,
+        "subscribers got {} keyframes",
+        keys - keys0
+    );
 }
 
-/// 7. The cross-shard hop: publisher on shard 0, subscriber on shard 1;
+/// (7) The cross-shard hop: publisher on shard 0, subscriber on shard 1;
 /// media crosses once, and the subscriber's keyframe request crosses back.
 #[test]
 fn sim_cross_shard_hop() {
@@ -297,16 +335,30 @@ fn sim_cross_shard_hop() {
     }
     assert!(!s.showing(v, Kind::Audio, 500 * MS).is_empty());
     let k0 = s.snapshot(p).keyframe_requests;
-    let keys0 = s.snapshot(v).slots.values().map(|st| st.keyframes).sum::<u64>();
+    let keys0 = s
+        .snapshot(v)
+        .slots
+        .values()
+        .map(|st| st.keyframes)
+        .sum::<u64>();
     let slot = video_slots(&s, v).remove(0);
     s.participant(v).request_keyframe(&slot);
     s.run_for(200 * MS);
-    assert_eq!(s.snapshot(p).keyframe_requests, k0 + 1, "the request did not cross back");
-    let keys = s.snapshot(v).slots.values().map(|st| st.keyframes).sum::<u64>();
+    assert_eq!(
+        s.snapshot(p).keyframe_requests,
+        k0 + 1,
+        "the request did not cross back"
+    );
+    let keys = s
+        .snapshot(v)
+        .slots
+        .values()
+        .map(|st| st.keyframes)
+        .sum::<u64>();
     assert!(keys > keys0, "no keyframe arrived after the request");
 }
 
-/// 8. Consent failure: a publisher's link is cut; its shard evicts it
+/// (8) Consent failure: a publisher's link is cut; its shard evicts it
 /// (ShardEvent::Left) and the subscriber's slot is refilled by the next one.
 #[test]
 fn sim_consent_failure_evicts_and_refills() {
@@ -321,22 +373,28 @@ fn sim_consent_failure_evicts_and_refills() {
     let evicted = s.run_until(Duration::from_secs(60), |s| s.client(a).evicted.is_some());
     assert!(evicted, "a was not evicted");
     let after = s.now - cut_at;
-    let reason = s.client(a).evicted.clone().unwrap();
+    let reason = s.client(a).evicted.unwrap();
     eprintln!("evicted after {after:?}: {reason:?}");
     assert_eq!(reason, LeaveReason::IceDisconnected);
     assert!(s.left_events().iter().all(|(id, _)| *id == s.client(a).id));
     s.run_for(Duration::from_secs(1));
-    assert_eq!(s.showing(v, Kind::Video, 500 * MS), ["b"], "after {after:?}");
+    assert_eq!(
+        s.showing(v, Kind::Video, 500 * MS),
+        ["b"],
+        "after {after:?}"
+    );
     let slot = video_slots(&s, v).remove(0);
     assert_eq!(s.slots(v)[&slot], Some(s.id(b)));
     let roster = s.events(v, "roster");
     assert_eq!(
-        roster.last().unwrap()["participants"].as_array().map(Vec::len),
+        roster.last().unwrap()["participants"]
+            .as_array()
+            .map(Vec::len),
         Some(2)
     );
 }
 
-/// 9. Renegotiation: a subscriber adds a video slot with a new offer; the
+/// (9) Renegotiation: a subscriber adds a video slot with a new offer; the
 /// new slot is announced and gets the next ranked publisher's media.
 #[test]
 fn sim_renegotiation_adds_a_slot() {
@@ -352,7 +410,12 @@ fn sim_renegotiation_adds_a_slot() {
     let after = video_slots(&s, v);
     assert_eq!(after.len(), 2);
     let new = after.iter().find(|m| !before.contains(m)).unwrap().clone();
-    assert_eq!(s.slots(v).get(&new), Some(&Some(s.id(b))), "{:?}", s.slots(v));
+    assert_eq!(
+        s.slots(v).get(&new),
+        Some(&Some(s.id(b))),
+        "{:?}",
+        s.slots(v)
+    );
     let pk = slot_packets(&s, v, &new);
     assert!(pk.len() > 50, "{} packets on the new slot", pk.len());
     assert!(pk[0].keyframe);
@@ -360,7 +423,7 @@ fn sim_renegotiation_adds_a_slot() {
     assert_eq!(s.showing(v, Kind::Video, 500 * MS), ["a", "b"]);
 }
 
-/// 10. Limits in virtual time: a participant that never connects is removed
+/// (10) Limits in virtual time: a participant that never connects is removed
 /// at its connect deadline (one that connects is not), and a participant's
 /// valid binding request replayed from new ports registers at most
 /// `max_addrs` addresses: the rest get no answer.
@@ -381,7 +444,11 @@ fn sim_connect_deadline_and_source_address_limit() {
     assert_eq!(s.client(a).evicted, None);
     assert_eq!(s.shards[0].engine.participant_count(), 1);
 
-    let request = s.client(a).first_stun.clone().expect("a sent a binding request");
+    let request = s
+        .client(a)
+        .first_stun
+        .clone()
+        .expect("a sent a binding request");
     let ip = s.client(a).addr.ip();
     let ports: Vec<std::net::SocketAddr> = (0..10u16)
         .map(|i| std::net::SocketAddr::new(ip, 6000 + i))
@@ -397,7 +464,7 @@ fn sim_connect_deadline_and_source_address_limit() {
     assert_eq!(s.shards[0].engine.counters().dropped_addr_limit, 8);
 }
 
-/// 11. Loss, jitter and reordering on every link: video still flows, NACK
+/// (11) Loss, jitter and reordering on every link: video still flows, NACK
 /// recovers most of what was lost, nothing is corrupt.
 #[test]
 fn sim_loss_jitter_reordering_nack_recovers() {
@@ -424,7 +491,10 @@ fn sim_loss_jitter_reordering_nack_recovers() {
     let missing = span - seqs.len() as u64;
     let lost_up = s.link(p).up.stats.lost;
     let lost_down = s.link(v).down.stats.lost;
-    assert!(lost_up + lost_down > 30, "the network lost {lost_up}+{lost_down}");
+    assert!(
+        lost_up + lost_down > 30,
+        "the network lost {lost_up}+{lost_down}"
+    );
     assert!(reordered > 0, "nothing arrived out of order");
     eprintln!(
         "lost {lost_up} up, {lost_down} down; {reordered} reorderings; {missing} of {span} missing; nacks {}",
@@ -441,7 +511,7 @@ fn sim_loss_jitter_reordering_nack_recovers() {
     assert!(snap.frames_from("p") > 150, "{}", snap.frames_from("p"));
 }
 
-/// 12. A late joiner: it gets a keyframe at once (not at the publisher's
+/// (12) A late joiner: it gets a keyframe at once (not at the publisher's
 /// next periodic one), the roster with everyone, and the others learn of it.
 #[test]
 fn sim_late_joiner_gets_keyframe_and_roster() {
@@ -464,7 +534,11 @@ fn sim_late_joiner_gets_keyframe_and_roster() {
     let pk = video_packets(&s, v);
     assert!(!pk.is_empty());
     assert!(pk[0].keyframe, "first packet is not a keyframe");
-    assert!(pk[0].at - joined < 300 * MS, "first video after {:?}", pk[0].at - joined);
+    assert!(
+        pk[0].at - joined < 300 * MS,
+        "first video after {:?}",
+        pk[0].at - joined
+    );
     assert_continuous(&pk);
     let roster = s.events(v, "roster");
     let names: Vec<&str> = roster.last().unwrap()["participants"]
@@ -475,13 +549,18 @@ fn sim_late_joiner_gets_keyframe_and_roster() {
         .collect();
     assert_eq!(names, ["a", "w", "v"]);
     let seen_by_w = s.events(w, "roster");
-    assert_eq!(seen_by_w.last().unwrap()["participants"].as_array().map(Vec::len), Some(3));
+    assert_eq!(
+        seen_by_w.last().unwrap()["participants"]
+            .as_array()
+            .map(Vec::len),
+        Some(3)
+    );
     // w was not disturbed: its slot went on without a gap.
     assert_continuous(&video_packets(&s, w));
     let _ = a;
 }
 
-/// 13. An audio-only participant next to a video one: audio slots carry its
+/// (13) An audio-only participant next to a video one: audio slots carry its
 /// audio, video slots only the video publisher, nothing mismatched.
 #[test]
 fn sim_audio_only_participant() {
@@ -503,11 +582,18 @@ fn sim_audio_only_participant() {
     assert_eq!(snap.unknown_packets, 0);
     // One video slot is empty and says so.
     let slots = s.slots(v);
-    assert_eq!(slots.values().filter(|p| p.is_none()).count(), 1, "{slots:?}");
-    assert_eq!(s.events(v, "speaker").last().unwrap()["participant"], s.id(o));
+    assert_eq!(
+        slots.values().filter(|p| p.is_none()).count(),
+        1,
+        "{slots:?}"
+    );
+    assert_eq!(
+        s.events(v, "speaker").last().unwrap()["participant"],
+        s.id(o)
+    );
 }
 
-/// 14. A subscriber behind a capped link (a third of the video bitrate):
+/// (14) A subscriber behind a capped link (a third of the video bitrate):
 /// its queue overflows and it loses packets, and nobody else notices.
 #[test]
 fn sim_bandwidth_cap_hurts_only_the_capped_subscriber() {
@@ -522,12 +608,23 @@ fn sim_bandwidth_cap_hurts_only_the_capped_subscriber() {
     }
     s.run_for(Duration::from_secs(4));
     let drops = s.link(slow).down.stats.queue_drops;
-    eprintln!("queue drops {drops}; fast {} slow {}", video_packets(&s, fast).len(), video_packets(&s, slow).len());
+    eprintln!(
+        "queue drops {drops}; fast {} slow {}",
+        video_packets(&s, fast).len(),
+        video_packets(&s, slow).len()
+    );
     assert!(drops > 50, "{drops} queue drops");
     let fast_v = video_packets(&s, fast);
     assert_continuous(&fast_v);
     let slow_n = video_packets(&s, slow).len();
-    assert!(fast_v.len() > slow_n * 3 / 2, "fast {} slow {slow_n}", fast_v.len());
-    assert!(s.snapshot(slow).connected, "the capped subscriber stays connected");
+    assert!(
+        fast_v.len() > slow_n * 3 / 2,
+        "fast {} slow {slow_n}",
+        fast_v.len()
+    );
+    assert!(
+        s.snapshot(slow).connected,
+        "the capped subscriber stays connected"
+    );
     assert_eq!(s.snapshot(slow).corrupt(), 0);
 }
