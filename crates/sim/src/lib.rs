@@ -12,10 +12,13 @@
 //! Must not: touch engine internals (only `corelay_core`'s public API),
 //! open sockets, spawn threads, or sleep.
 //!
-//! Reproducibility: the network's randomness, the clients' media schedules
-//! and every timing decision come from the seed; str0m's own randomness
-//! (ICE credentials, SSRCs, DTLS) and the engine's hash-map iteration order
-//! are not seeded, so byte-exact replays are not promised, outcomes are.
+//! Reproducibility: the network's randomness (one RNG per link direction),
+//! the clients' media schedules and every timing decision come from the
+//! seed, and in practice a scenario's received packets repeat exactly
+//! (`sim_same_seed_same_outcome`). str0m's own randomness (ICE credentials,
+//! SSRCs, DTLS keys) and the engine's hash-map iteration order are not
+//! seeded: should either start to change what goes on the wire, that test
+//! says so.
 
 pub mod net;
 

@@ -1,7 +1,9 @@
 //! The simulated network: one link per client (client ↔ server), each
 //! direction with its own one-way delay, jitter, loss, reordering and a
-//! bandwidth cap (a token bucket with a bounded queue), all drawn from one
-//! seeded RNG so a run is reproducible. A link can be cut (everything sent on
+//! bandwidth cap (a token bucket with a bounded queue), drawn from a seeded
+//! RNG per direction (derived from the network's seed and the client's
+//! address), so what happens to a link's n-th datagram depends only on the
+//! seed and that link's own traffic, not on how links interleave. A link can be cut (everything sent on
 //! it is dropped) to simulate a client that vanished.
 //!
 //! Owns datagrams in flight and per-direction counters. Must not: know
@@ -69,7 +71,7 @@ pub struct DirStats {
 }
 
 /// One direction: parameters, token bucket, counters.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Dir {
     /// Behaviour.
     pub params: LinkParams,
@@ -78,9 +80,19 @@ pub struct Dir {
     /// Token bucket as GCRA: when the bucket would be full again (the
     /// "theoretical arrival time" of the next datagram at line rate).
     tat: Option<Instant>,
+    rng: fastrand::Rng,
 }
 
 impl Dir {
+    fn new(seed: u64) -> Self {
+        Dir {
+            params: LinkParams::default(),
+            stats: DirStats::default(),
+            tat: None,
+            rng: fastrand::Rng::with_seed(seed),
+        }
+    }
+
     /// When a datagram of `size` bytes offered at `now` leaves, or `None`
     /// when the queue in front of the cap is full.
     fn depart(&mut self, now: Instant, size: usize) -> Option<Instant> {
@@ -102,7 +114,7 @@ impl Dir {
 }
 
 /// Both directions of one client's link.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Link {
     /// Client → server.
     pub up: Dir,
@@ -145,7 +157,7 @@ pub struct Net {
     links: HashMap<SocketAddr, Link>,
     inflight: BinaryHeap<Datagram>,
     seq: u64,
-    rng: fastrand::Rng,
+    seed: u64,
 }
 
 impl Net {
@@ -155,13 +167,30 @@ impl Net {
             links: HashMap::new(),
             inflight: BinaryHeap::new(),
             seq: 0,
-            rng: fastrand::Rng::with_seed(seed),
+            seed,
+        }
+    }
+
+    fn new_link(&self, client: SocketAddr) -> Link {
+        // FNV-1a over the address text: stable across runs and platforms.
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ self.seed;
+        for b in client.to_string().bytes() {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+        Link {
+            up: Dir::new(h),
+            down: Dir::new(h.rotate_left(32) ^ 0x9e37_79b9_7f4a_7c15),
+            cut: false,
         }
     }
 
     /// The link of the client at `client` (created with defaults).
     pub fn link_mut(&mut self, client: SocketAddr) -> &mut Link {
-        self.links.entry(client).or_default()
+        if !self.links.contains_key(&client) {
+            let l = self.new_link(client);
+            self.links.insert(client, l);
+        }
+        self.links.get_mut(&client).expect("inserted above")
     }
 
     /// The link of the client at `client`, if it has one.
@@ -179,7 +208,7 @@ impl Net {
         to: SocketAddr,
         data: &[u8],
     ) {
-        let link = self.links.entry(client).or_default();
+        let link = self.link_mut(client);
         let cut = link.cut;
         let dir = if up { &mut link.up } else { &mut link.down };
         dir.stats.sent += 1;
@@ -189,9 +218,9 @@ impl Net {
         }
         // Draw every random number for every datagram, in the same order,
         // so one parameter change does not reshuffle the others' outcomes.
-        let lost = self.rng.f64() < dir.params.loss;
-        let jitter_draw = self.rng.f64();
-        let reordered = self.rng.f64() < dir.params.reorder;
+        let lost = dir.rng.f64() < dir.params.loss;
+        let jitter_draw = dir.rng.f64();
+        let reordered = dir.rng.f64() < dir.params.reorder;
         if lost {
             dir.stats.lost += 1;
             return;
