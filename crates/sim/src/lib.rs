@@ -142,6 +142,8 @@ pub struct Shard {
     /// The address clients send to.
     pub addr: SocketAddr,
     not_before: Instant,
+    /// Times `poll_timeout` still said "now" right after `handle_timeout(now)`.
+    pub still_due: u64,
 }
 
 /// A shard event as the control plane saw it.
@@ -192,6 +194,7 @@ impl Sim {
                     engine: Engine::new(ShardId(i), settings.clone()),
                     addr: SocketAddr::from((Ipv4Addr::new(10, 99, 0, 1), 4000 + i as u16)),
                     not_before: start,
+                    still_due: 0,
                 })
                 .collect(),
             settings,
@@ -508,6 +511,10 @@ impl Sim {
             {
                 sh.engine.handle_timeout(now);
                 sh.not_before = now + MIN_STEP;
+                if sh.engine.poll_timeout().is_some_and(|t| t <= now) {
+                    // A driver that trusted poll_timeout would spin here.
+                    sh.still_due += 1;
+                }
                 self.settle();
             }
         }
