@@ -1,6 +1,6 @@
 //! The harness the fuzz targets share: an [`Engine`] with participants that
 //! are really connected (ICE, DTLS, SCTP done with str0m clients under a
-//! virtual clock, as in crates/core/tests/virtual_time.rs), plus the fixed
+//! virtual clock, as corelay-sim does with real clients), plus the fixed
 //! offers of the offer and renegotiation targets.
 //!
 //! Reproducible: str0m draws ICE credentials and mids from fastrand's
@@ -122,9 +122,8 @@ pub fn discard_outputs(engine: &mut Engine) {
     out.control.clear();
 }
 
-/// A str0m client like the one in crates/core/tests/virtual_time.rs, with
-/// what a corelay participant offers: published video and audio, one video
-/// receive slot, the "events" data channel.
+/// A plain str0m client with what a corelay participant offers: published
+/// video and audio, one video receive slot, the "events" data channel.
 pub struct ClientOffer {
     pub rtc: Rtc,
     pub offer: String,
