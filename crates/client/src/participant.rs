@@ -351,10 +351,11 @@ impl Participant {
     }
 
     /// Copy the snapshot into the [`shared`](Self::shared) handle (the one
-    /// lock this type takes; drivers call it, never per packet).
+    /// lock this type takes; drivers call it, never per packet). Only what
+    /// was appended since the last publication is copied of the long lists.
     pub fn publish(&self) {
         let mut g = self.published.lock().unwrap_or_else(|e| e.into_inner());
-        g.clone_from(&self.snap);
+        g.update_from(&self.snap);
     }
 
     /// The clock mapping stamps are made with.

@@ -99,7 +99,90 @@ pub struct Snapshot {
     pub failed: Option<String>,
 }
 
+/// Makes `dst` equal to `src` where `src` only ever appended to what `dst`
+/// holds (the usual case between two publications): copies just the tail.
+fn extend_from<T: Clone + PartialEq>(dst: &mut Vec<T>, src: &[T]) {
+    let n = dst.len();
+    if n <= src.len() && (n == 0 || dst[n - 1] == src[n - 1]) {
+        dst.extend_from_slice(&src[n..]);
+    } else {
+        dst.clear();
+        dst.extend_from_slice(src);
+    }
+}
+
+impl SlotStats {
+    /// Copy `src` into `self`, appending to the append-only sample list.
+    fn update_from(&mut self, src: &SlotStats) {
+        let mut latency_us = std::mem::take(&mut self.latency_us);
+        extend_from(&mut latency_us, &src.latency_us);
+        // The rest is small; the struct update copies the plain numbers
+        // (and fails to compile if a field that is not `Copy` is added
+        // without being named here).
+        *self = SlotStats {
+            kind: src.kind.clone(),
+            sources: src.sources.clone(),
+            frames_by_source: src.frames_by_source.clone(),
+            ssrcs: src.ssrcs.clone(),
+            last_source: src.last_source.clone(),
+            latency_us,
+            ..*src
+        };
+    }
+}
+
 impl Snapshot {
+    /// Make `self` equal to `src` cheaply when `self` is an earlier copy of
+    /// it: the append-only lists (events, ICE RTTs, latency samples) only
+    /// get their new tails copied. What a driver uses to publish.
+    pub fn update_from(&mut self, src: &Snapshot) {
+        // Exhaustive: a new field must be handled here.
+        let Snapshot {
+            connected,
+            channel_open,
+            slots,
+            events,
+            keyframe_requests,
+            video_mids,
+            audio_mids,
+            ice_rtt_us,
+            sent_video_frames,
+            sent_keyframes,
+            sent_packets,
+            sent_audio_packets,
+            send_slips,
+            nacks_sent,
+            unknown_packets,
+            bad_datagrams,
+            failed,
+        } = src;
+        extend_from(&mut self.events, events);
+        extend_from(&mut self.ice_rtt_us, ice_rtt_us);
+        self.slots.retain(|k, _| slots.contains_key(k));
+        for (k, v) in slots {
+            match self.slots.get_mut(k) {
+                Some(d) => d.update_from(v),
+                None => {
+                    self.slots.insert(k.clone(), v.clone());
+                }
+            }
+        }
+        self.connected = *connected;
+        self.channel_open = *channel_open;
+        self.keyframe_requests = *keyframe_requests;
+        self.video_mids.clone_from(video_mids);
+        self.audio_mids.clone_from(audio_mids);
+        self.sent_video_frames = *sent_video_frames;
+        self.sent_keyframes = *sent_keyframes;
+        self.sent_packets = *sent_packets;
+        self.sent_audio_packets = *sent_audio_packets;
+        self.send_slips = *send_slips;
+        self.nacks_sent = *nacks_sent;
+        self.unknown_packets = *unknown_packets;
+        self.bad_datagrams = *bad_datagrams;
+        self.failed.clone_from(failed);
+    }
+
     /// Complete frames received from publisher `name` over all slots.
     pub fn frames_from(&self, name: &str) -> u64 {
         self.slots
@@ -192,3 +275,35 @@ pub trait Observer: Send {
 pub struct NoObserver;
 
 impl Observer for NoObserver {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn update_from_equals_a_clone() {
+        let mut src = Snapshot::default();
+        let mut dst = Snapshot::default();
+        for i in 0..50u64 {
+            src.events.push(serde_json::json!({ "type": "x", "i": i }));
+            src.ice_rtt_us.push(i);
+            let slot = src.slots.entry(format!("{}", i % 3)).or_default();
+            slot.packets += 1;
+            slot.latency_us.push(i);
+            slot.sources.push(format!("s{i}"));
+            slot.last_seq = Some(i);
+            src.sent_packets = i;
+            src.failed = (i == 40).then(|| "x".to_string());
+            if i % 7 == 0 {
+                dst.update_from(&src);
+                assert_eq!(dst, src);
+            }
+        }
+        dst.update_from(&src);
+        assert_eq!(dst, src);
+        // Not a prefix any more (a fresh participant's snapshot): replaced.
+        let fresh = Snapshot::default();
+        dst.update_from(&fresh);
+        assert_eq!(dst, fresh);
+    }
+}
