@@ -219,12 +219,6 @@ impl Sim {
         Clock::fixed(self.start, START_NS)
     }
 
-    /// A participant configuration for `name` with the defaults (publish
-    /// video and audio, 3+3 slots, data channel).
-    pub fn config(&self, name: &str) -> ParticipantConfig {
-        ParticipantConfig::new(name)
-    }
-
     // ------------------------------------------------------------ control plane
 
     /// Joins `cfg` to `room` on `shard` the way the server's control thread
@@ -320,6 +314,8 @@ impl Sim {
 
     /// Renegotiation (PATCH): the client adds recvonly slots; the offer is
     /// rehearsed like the control thread does, then applied on the shard.
+    /// A refusal leaves the client with its offer pending (no rollback):
+    /// a test that expects one should not go on with that client.
     pub fn add_slots(&mut self, c: C, video: usize, audio: usize) -> Result<(), String> {
         let now = self.now;
         let cl = &mut self.clients[c.0];
