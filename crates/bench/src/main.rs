@@ -16,7 +16,8 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
+use corelay_client::VideoCodec;
 use serde_json::json;
 
 use crate::util::parse_duration;
@@ -66,8 +67,8 @@ struct CommonArgs {
     #[arg(long, global = true, default_value_t = 4)]
     joiners: usize,
     /// Video codec to offer.
-    #[arg(long, global = true, value_enum, default_value_t = CodecArg::H264)]
-    codec: CodecArg,
+    #[arg(long, global = true, default_value_t = VideoCodec::H264)]
+    codec: VideoCodec,
     /// Local IP for participant sockets.
     #[arg(long, global = true, default_value = "127.0.0.1")]
     bind_ip: IpAddr,
@@ -89,12 +90,6 @@ struct CommonArgs {
         hide_env_values = true
     )]
     auth_secret: Option<String>,
-}
-
-#[derive(ValueEnum, Debug, Clone, Copy)]
-enum CodecArg {
-    H264,
-    Vp8,
 }
 
 #[derive(Subcommand, Debug)]
@@ -199,10 +194,7 @@ fn main() {
         },
         pin: c.pin.clone(),
         joiners: c.joiners.max(1),
-        codec: match c.codec {
-            CodecArg::H264 => corelay_client::VideoCodec::H264,
-            CodecArg::Vp8 => corelay_client::VideoCodec::Vp8,
-        },
+        codec: c.codec,
         bind_ip: c.bind_ip,
         server_stats: !c.no_server_stats,
         seed: c.seed,

@@ -7,7 +7,7 @@
 //!
 //! ```no_run
 //! let mut spec = corelay_client::JoinSpec::new("http://127.0.0.1:7070", "r1", "alice");
-//! spec.video_slots = 3;
+//! spec.participant.video_slots = 3;
 //! let p = corelay_client::join(spec)?;
 //! std::thread::sleep(std::time::Duration::from_secs(2));
 //! println!("{:?}", p.snapshot().slots);
@@ -44,40 +44,23 @@ pub use participant::{Participant, ParticipantConfig, VideoCodec};
 pub use signal::{JoinError, mint_token};
 pub use stats::{Kind, NoObserver, Observer, Received, SlotStats, Snapshot};
 
-/// What to join and how to behave.
+/// What to join and how to behave: where (server, room, local address,
+/// token) plus the participant itself ([`ParticipantConfig`]: name, tracks,
+/// slots, codec, media).
 #[derive(Debug, Clone)]
 pub struct JoinSpec {
     /// Base URL of the server, e.g. `http://127.0.0.1:7070`.
     pub url: String,
     /// Room name.
     pub room: String,
-    /// Participant name (also stamped into every payload).
-    pub name: String,
-    /// Publish a video track.
-    pub publish_video: bool,
-    /// Publish an audio track.
-    pub publish_audio: bool,
-    /// recvonly video m-lines.
-    pub video_slots: usize,
-    /// recvonly audio m-lines.
-    pub audio_slots: usize,
-    /// Open the "events" data channel.
-    pub data_channel: bool,
-    /// Video codec to offer (only this one).
-    pub codec: VideoCodec,
     /// Address for the participant's UDP socket (port chosen by the OS).
     pub bind_ip: IpAddr,
-    /// Audio is speech (level ~-30 dBov, voice activity) rather than silence.
-    pub speaking: bool,
-    /// Opus DTX while silent (one packet per 400 ms).
-    pub dtx: bool,
-    /// Video frames (synthetic 400 kbps 30 fps by default).
-    pub video: VideoSource,
-    /// Latency samples kept per slot in snapshots.
-    pub keep_latency_samples: usize,
     /// Access token sent as `Authorization: Bearer` on the join and the
     /// leave (servers run with `--auth-secret`; see [`mint_token`]).
     pub token: Option<String>,
+    /// The participant: publish video and audio, 3 video + 3 audio slots,
+    /// data channel, H.264 unless changed.
+    pub participant: ParticipantConfig,
 }
 
 impl JoinSpec {
@@ -86,36 +69,10 @@ impl JoinSpec {
         JoinSpec {
             url: url.into(),
             room: room.into(),
-            name: name.into(),
-            publish_video: true,
-            publish_audio: true,
-            video_slots: 3,
-            audio_slots: 3,
-            data_channel: true,
-            codec: VideoCodec::H264,
             bind_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
-            speaking: true,
-            dtx: false,
-            video: VideoSource::default(),
-            keep_latency_samples: 100_000,
             token: None,
+            participant: ParticipantConfig::new(name),
         }
-    }
-
-    /// The participant configuration this spec implies.
-    pub fn participant_config(&self) -> ParticipantConfig {
-        let mut c = ParticipantConfig::new(self.name.clone());
-        c.codec = self.codec;
-        c.publish_video = self.publish_video;
-        c.publish_audio = self.publish_audio;
-        c.video_slots = self.video_slots;
-        c.audio_slots = self.audio_slots;
-        c.data_channel = self.data_channel;
-        c.speaking = self.speaking;
-        c.dtx = self.dtx;
-        c.video = self.video.clone();
-        c.keep_latency_samples = self.keep_latency_samples;
-        c
     }
 }
 
@@ -198,16 +155,19 @@ pub struct ParticipantHandle {
 
 /// POST an offer, apply the answer, and start a thread driving the participant.
 pub fn join(spec: JoinSpec) -> Result<ParticipantHandle, JoinError> {
-    let driver = Driver::spawn(&format!("p-{}", spec.name), Box::new(NoObserver), None)
-        .map_err(|e| JoinError::local(format!("driver thread: {e}")))?;
+    let driver = Driver::spawn(
+        &format!("p-{}", spec.participant.name),
+        Box::new(NoObserver),
+        None,
+    )
+    .map_err(|e| JoinError::local(format!("driver thread: {e}")))?;
     join_on(&Arc::new(driver), spec)
 }
 
 /// Like [`join`], but driven by an existing (shared) driver thread.
 pub fn join_on(driver: &Arc<Driver>, spec: JoinSpec) -> Result<ParticipantHandle, JoinError> {
-    let cfg = spec.participant_config();
     let token = spec.token.as_deref();
-    let c = connect_auth(&spec.url, &spec.room, spec.bind_ip, cfg, token)?;
+    let c = connect_auth(&spec.url, &spec.room, spec.bind_ip, spec.participant, token)?;
     let key = NEXT_KEY.fetch_add(1, Ordering::Relaxed);
     let shared = c.participant.shared();
     let local = c.participant.local_addr();

@@ -216,8 +216,8 @@ fn two_participants_through_a_real_engine() {
     let url = format!("http://{}", server.http);
     let spec = |name: &str| {
         let mut spec = JoinSpec::new(&url, "r", name);
-        spec.video_slots = 1;
-        spec.audio_slots = 1;
+        spec.participant.video_slots = 1;
+        spec.participant.audio_slots = 1;
         spec
     };
     let alice = join(spec("alice")).expect("join alice");

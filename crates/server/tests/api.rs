@@ -49,7 +49,7 @@ fn a_vp8_only_client_in_an_h264_room_gets_a_clear_error() {
     let server = start_server(1, &[]);
     let err = match corelay_client::join({
         let mut s = corelay_client::JoinSpec::new(server.base(), "codec", "v");
-        s.codec = corelay_client::VideoCodec::Vp8;
+        s.participant.codec = corelay_client::VideoCodec::Vp8;
         s
     }) {
         Ok(_) => panic!("VP8 offer accepted by an H.264 server"),

@@ -546,8 +546,8 @@ fn media_flows_for_participants_with_tokens() {
     let ttl = Duration::from_secs(600);
     let spec = |name: &str| {
         let mut s = JoinSpec::new(server.base(), "call", name);
-        s.video_slots = 1;
-        s.audio_slots = 1;
+        s.participant.video_slots = 1;
+        s.participant.audio_slots = 1;
         s.token = Some(mint_token(secret, "call", name, ttl).unwrap());
         s
     };

@@ -148,10 +148,10 @@ fn a_freed_slot_is_refilled_continuously_with_a_keyframe() {
     let server = start_server(1, &[]);
     // A viewer with one video slot and no tracks of its own.
     let viewer = join_with(&server, "swap", "viewer", |s| {
-        s.publish_video = false;
-        s.publish_audio = false;
-        s.video_slots = 1;
-        s.audio_slots = 0;
+        s.participant.publish_video = false;
+        s.participant.publish_audio = false;
+        s.participant.video_slots = 1;
+        s.participant.audio_slots = 0;
     });
     let first = join(&server, "swap", "first");
     let (ok, _) = viewer.wait_until(WAIT, |s| video_sources(s, 30) == vec!["first".to_string()]);

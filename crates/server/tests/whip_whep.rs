@@ -148,13 +148,13 @@ fn whip_publisher_reaches_a_whep_viewer() {
 fn pin_keeps_a_chosen_participant_in_a_slot() {
     let server = start_server(1, &[]);
     let viewer = join_with(&server, "pins", "viewer", |s| {
-        s.publish_video = false;
-        s.publish_audio = false;
-        s.video_slots = 1;
-        s.audio_slots = 0;
+        s.participant.publish_video = false;
+        s.participant.publish_audio = false;
+        s.participant.video_slots = 1;
+        s.participant.audio_slots = 0;
     });
-    let a = join_with(&server, "pins", "a", |s| s.speaking = false);
-    let b = join_with(&server, "pins", "b", |s| s.speaking = false);
+    let a = join_with(&server, "pins", "a", |s| s.participant.speaking = false);
+    let b = join_with(&server, "pins", "b", |s| s.participant.speaking = false);
     let (ok, _) = viewer.wait_until(Duration::from_secs(20), |s| {
         video_sources(s, 20) == vec!["a".to_string()]
     });
