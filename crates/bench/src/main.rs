@@ -66,7 +66,7 @@ struct CommonArgs {
     /// HTTP joiner threads.
     #[arg(long, global = true, default_value_t = 4)]
     joiners: usize,
-    /// Video codec to offer.
+    /// Video codec to offer: h264 or vp8.
     #[arg(long, global = true, default_value_t = VideoCodec::H264)]
     codec: VideoCodec,
     /// Local IP for participant sockets.

@@ -53,7 +53,7 @@ pub struct Config {
     #[arg(long, env = "CORELAY_MAX_SHARD_LOAD", default_value_t = 0.85)]
     pub max_shard_load: f64,
 
-    /// The rooms' video codec (every room forwards this one and Opus).
+    /// The rooms' video codec, h264 or vp8 (every room forwards this one and Opus).
     #[arg(long, env = "CORELAY_VIDEO_CODEC", default_value_t = VideoCodec::H264)]
     pub video_codec: VideoCodec,
 
