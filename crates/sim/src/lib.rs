@@ -355,14 +355,9 @@ impl Sim {
     /// Removes a member from its room and sends the new roster (also to the
     /// shard it left, which may host others).
     fn control_remove(&mut self, id: ParticipantId) {
-        let Some((name, r)) = self
-            .rooms
-            .iter_mut()
-            .find(|(_, r)| r.members.iter().any(|m| m.id == id))
-        else {
+        let Some((name, r)) = self.room_of(id) else {
             return;
         };
-        let name = name.clone();
         r.members.retain(|m| m.id != id);
         if r.members.is_empty() {
             self.rooms.remove(&name);
@@ -371,6 +366,14 @@ impl Sim {
         if let Some(update) = self.roster(&name) {
             self.broadcast(&update, None);
         }
+    }
+
+    /// The room `id` is a member of: its name and the room.
+    fn room_of(&mut self, id: ParticipantId) -> Option<(String, &mut Room)> {
+        self.rooms
+            .iter_mut()
+            .find(|(_, r)| r.members.iter().any(|m| m.id == id))
+            .map(|(name, r)| (name.clone(), r))
     }
 
     fn on_control(&mut self, shard: usize, event: ShardEvent) {
@@ -387,14 +390,9 @@ impl Sim {
                 self.control_remove(id);
             }
             ShardEvent::LinesChanged { id, tracks, .. } => {
-                let Some((name, r)) = self
-                    .rooms
-                    .iter_mut()
-                    .find(|(_, r)| r.members.iter().any(|m| m.id == id))
-                else {
+                let Some((name, r)) = self.room_of(id) else {
                     return;
                 };
-                let name = name.clone();
                 if let Some(m) = r.members.iter_mut().find(|m| m.id == id) {
                     m.tracks = tracks;
                 }

@@ -52,6 +52,14 @@ fn video_slots(s: &Sim, c: C) -> Vec<String> {
         .collect()
 }
 
+/// Client `v` asks (data channel) to pin `target`'s track into its slot
+/// `slot`, then the simulation runs a second.
+fn pin(s: &mut Sim, v: C, target: C, slot: &str) {
+    let pin = serde_json::json!({"type": "pin", "participant": s.id(target), "mid": slot});
+    s.participant(v).send_event(&pin.to_string());
+    s.run_for(Duration::from_secs(1));
+}
+
 /// Sequence numbers in `pkts` (one slot) go up by exactly one.
 fn assert_continuous(pkts: &[&RxPacket]) {
     for w in pkts.windows(2) {
@@ -201,9 +209,7 @@ fn sim_pin_holds_a_slot_until_unpinned() {
     s.run_for(Duration::from_secs(2));
     assert_eq!(s.showing(v, Kind::Video, 500 * MS), ["a"]);
     let slot = video_slots(&s, v).remove(0);
-    let pin = serde_json::json!({"type": "pin", "participant": s.id(b), "mid": slot});
-    s.participant(v).send_event(&pin.to_string());
-    s.run_for(Duration::from_secs(1));
+    pin(&mut s, v, b, &slot);
     assert_eq!(s.showing(v, Kind::Video, 500 * MS), ["b"]);
     // a talks and becomes the speaker; the pinned slot does not move.
     s.set_speaking(a, true);
@@ -680,9 +686,7 @@ fn sim_cross_shard_pin_and_remote_eviction() {
     s.run_for(Duration::from_secs(2));
     assert_eq!(s.showing(v, Kind::Video, 500 * MS), ["a"]);
     let slot = video_slots(&s, v).remove(0);
-    let pin = serde_json::json!({"type": "pin", "participant": s.id(b), "mid": slot});
-    s.participant(v).send_event(&pin.to_string());
-    s.run_for(Duration::from_secs(1));
+    pin(&mut s, v, b, &slot);
     assert_eq!(s.showing(v, Kind::Video, 500 * MS), ["b"]);
     s.cut(b, true);
     assert!(s.run_until(Duration::from_secs(60), |s| s.client(b).evicted.is_some()));

@@ -634,6 +634,11 @@ impl Engine {
     /// Roster changed: tell every local member and refill their slots.
     fn room_changed(&mut self, now: Instant, room_id: RoomId) {
         self.send_roster(now, room_id);
+        self.refill_room(room_id);
+    }
+
+    /// Refills the slots of every local member of a room.
+    fn refill_room(&mut self, room_id: RoomId) {
         let local = self
             .rooms
             .get(&room_id)
@@ -655,14 +660,7 @@ impl Engine {
             .collect();
         for room_id in changed {
             self.send_speaker(now, room_id);
-            let local = self
-                .rooms
-                .get(&room_id)
-                .map(|r| r.local.clone())
-                .unwrap_or_default();
-            for id in local {
-                self.assign_slots(id);
-            }
+            self.refill_room(room_id);
         }
     }
 
