@@ -115,7 +115,7 @@ fn renegotiations(dir: &Path) {
         "fixtures/base-offer.sdp is stale: run this example again"
     );
     let audio = c.audio_mid;
-    let acc = accept_offer(&settings(), origin(), &c.offer, server_addr()).expect("accepted");
+    let acc = accept_offer(&settings(), origin(), &c.offer, server_addr(), None).expect("accepted");
     let answer = SdpAnswer::from_sdp_string(&acc.answer).expect("answer");
     c.rtc
         .sdp_api()
@@ -130,7 +130,7 @@ fn renegotiations(dir: &Path) {
         n += 1;
         write(dir, &format!("{n}-{name}.sdp"), &sdp);
         // Complete it so that the next step builds on it, as a client would.
-        let acc = accept_offer(&settings(), origin(), &sdp, server_addr());
+        let acc = accept_offer(&settings(), origin(), &sdp, server_addr(), None);
         if let Ok(acc) = acc
             && let Ok(answer) = SdpAnswer::from_sdp_string(&acc.answer)
         {

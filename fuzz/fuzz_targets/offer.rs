@@ -19,7 +19,7 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let now = origin();
-    match accept_offer(&settings(), now, sdp, server_addr()) {
+    match accept_offer(&settings(), now, sdp, server_addr(), None) {
         Ok(accepted) => {
             let (id, room) = (ParticipantId(1), RoomId(1));
             let members = [MemberInfo {

@@ -21,7 +21,7 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let now = origin();
-    let accepted = accept_offer(&settings(), now, BASE_OFFER, server_addr())
+    let accepted = accept_offer(&settings(), now, BASE_OFFER, server_addr(), None)
         .expect("the base offer is accepted");
     let (id, room) = (ParticipantId(1), RoomId(1));
     let members = [MemberInfo {
@@ -30,6 +30,7 @@ fuzz_target!(|data: &[u8]| {
         shard: corelay_core::ShardId(0),
         tracks: accepted.tracks.clone(),
     }];
+    let codecs = accepted.codecs.clone();
     let mut engine = Engine::new(corelay_core::ShardId(0), settings());
     engine.add_participant(
         now,
@@ -39,7 +40,7 @@ fuzz_target!(|data: &[u8]| {
         accepted,
         roster(room, &members),
     );
-    if let Ok(prepared) = check_renegotiation(&settings(), now, BASE_OFFER, sdp) {
+    if let Ok(prepared) = check_renegotiation(&settings(), now, BASE_OFFER, sdp, &codecs) {
         let _ = engine.renegotiate(now, id, prepared);
     }
     engine.handle_timeout(now + Duration::from_secs(1));

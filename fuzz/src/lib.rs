@@ -43,11 +43,11 @@ pub const STEP: Duration = Duration::from_millis(2);
 /// the handshake costs under 1% of the time.
 pub const INPUTS_PER_SESSION: u64 = 50_000;
 
-/// The server's default settings (H.264 rooms, default limits): what the
-/// control thread accepts offers with.
+/// Settings of a server forwarding H.264 only (`--video-codecs h264`,
+/// default limits): what the control thread accepts offers with.
 pub fn settings() -> RtcSettings {
     RtcSettings {
-        video_codec: VideoCodec::H264,
+        video_codecs: vec![VideoCodec::H264],
         ..RtcSettings::default()
     }
 }
@@ -238,7 +238,7 @@ impl Live {
         for (i, addr) in CLIENT_ADDRS.iter().enumerate() {
             let addr: SocketAddr = addr.parse().expect("literal address");
             let mut c = client_offer(addr, start);
-            let acc = accept_offer(&settings, start, &c.offer, server)
+            let acc = accept_offer(&settings, start, &c.offer, server, None)
                 .expect("the harness's offer is accepted");
             let answer = SdpAnswer::from_sdp_string(&acc.answer).expect("the answer parses");
             c.rtc

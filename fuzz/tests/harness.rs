@@ -85,7 +85,7 @@ fn a_pin_on_the_channel_reaches_the_engine() {
 fn offer_seeds_are_accepted_or_refused_as_named() {
     for (name, sdp) in seeds("offer") {
         let sdp = String::from_utf8(sdp).unwrap();
-        let r = accept_offer(&settings(), origin(), &sdp, server_addr());
+        let r = accept_offer(&settings(), origin(), &sdp, server_addr(), None);
         if name.contains("vp8") {
             assert_eq!(r.unwrap_err().code(), "codec_mismatch", "{name}");
         } else {
@@ -98,7 +98,13 @@ fn offer_seeds_are_accepted_or_refused_as_named() {
 fn renegotiation_seeds_pass_the_shadow_negotiation() {
     for (name, sdp) in seeds("renegotiate") {
         let sdp = String::from_utf8(sdp).unwrap();
-        let r = check_renegotiation(&settings(), origin(), BASE_OFFER, &sdp);
+        let r = check_renegotiation(
+            &settings(),
+            origin(),
+            BASE_OFFER,
+            &sdp,
+            &settings().video_codecs,
+        );
         assert!(r.is_ok(), "{name}: {:?}", r.err());
     }
 }

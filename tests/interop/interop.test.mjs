@@ -20,7 +20,7 @@ const PEER = path.join(ROOT, 'tests/interop/aiortc_peer.py');
 // AIORTC_COPY_CANDIDATES=1: let aiortc repeat the answer's candidates in every
 // m-section (see README: works around aiortc's bundle handling).
 const EXTRA = process.env.AIORTC_COPY_CANDIDATES === '1' ? ['--copy-candidates'] : [];
-const CODEC = (process.env.AIORTC_CODEC || process.env.CORELAY_VIDEO_CODEC || 'h264').toLowerCase();
+const CODEC = (process.env.AIORTC_CODEC || process.env.CORELAY_VIDEO_CODEC || 'vp8').toLowerCase();
 
 let server;
 let browser;

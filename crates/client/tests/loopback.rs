@@ -161,7 +161,7 @@ fn media_loop(udp: UdpSocket, rx: Receiver<Msg>, stop: Arc<AtomicBool>) {
             let now = Instant::now();
             match msg {
                 Msg::Join { name, offer, reply } => {
-                    match accept_offer(&settings, now, &offer, local) {
+                    match accept_offer(&settings, now, &offer, local, None) {
                         Ok(acc) => {
                             let id = ParticipantId(members.len() as u64 + 1);
                             members.push(MemberInfo {

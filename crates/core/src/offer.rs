@@ -75,7 +75,9 @@ impl VideoCodec {
 /// Server-wide settings applied to every participant's `Rtc`.
 #[derive(Clone, Debug)]
 pub struct RtcSettings {
-    pub video_codec: VideoCodec,
+    /// The video codecs this server forwards, most preferred first. A room
+    /// uses one: the first of these that its first video publisher offers.
+    pub video_codecs: Vec<VideoCodec>,
     pub offer: OfferLimits,
     pub participant: ParticipantLimits,
 }
@@ -83,7 +85,7 @@ pub struct RtcSettings {
 impl Default for RtcSettings {
     fn default() -> Self {
         RtcSettings {
-            video_codec: VideoCodec::H264,
+            video_codecs: vec![VideoCodec::Vp8, VideoCodec::H264],
             offer: OfferLimits::default(),
             participant: ParticipantLimits::default(),
         }
@@ -211,6 +213,13 @@ pub struct Accepted {
     pub tracks: Vec<MediaLine>,
     /// m-lines the participant receives on (receive slots).
     pub slots: Vec<MediaLine>,
+    /// The video codecs its session negotiated (what a renegotiation of it
+    /// is rehearsed with): the room's, or for a participant that publishes
+    /// no video in a room without a codec yet, every one both sides have.
+    pub codecs: Vec<VideoCodec>,
+    /// The codec this join gives its room: set when the room had none and
+    /// the offer publishes video.
+    pub room_codec: Option<VideoCodec>,
 }
 
 impl std::fmt::Debug for Accepted {
@@ -219,12 +228,15 @@ impl std::fmt::Debug for Accepted {
             .field("ufrag", &self.ufrag)
             .field("tracks", &self.tracks)
             .field("slots", &self.slots)
+            .field("codecs", &self.codecs)
+            .field("room_codec", &self.room_codec)
             .finish_non_exhaustive()
     }
 }
 
-/// Builds the `Rtc` for one participant: ICE-lite, RTP mode, only the room's codecs.
-pub fn build_rtc(settings: &RtcSettings, now: Instant) -> Rtc {
+/// Builds the `Rtc` for one participant: ICE-lite, RTP mode, Opus and only
+/// the video `codecs` given (the room's).
+pub fn build_rtc(codecs: &[VideoCodec], now: Instant) -> Rtc {
     let mut cfg = Rtc::builder()
         // Per-participant loss/jitter/RTT for /api/v1/stats, once a second.
         .set_stats_interval(Some(std::time::Duration::from_secs(1)))
@@ -232,10 +244,12 @@ pub fn build_rtc(settings: &RtcSettings, now: Instant) -> Rtc {
         .set_rtp_mode(true)
         .clear_codecs()
         .enable_opus(true, false);
-    cfg = match settings.video_codec {
-        VideoCodec::H264 => cfg.enable_h264(true),
-        VideoCodec::Vp8 => cfg.enable_vp8(true),
-    };
+    for codec in codecs {
+        cfg = match codec {
+            VideoCodec::H264 => cfg.enable_h264(true),
+            VideoCodec::Vp8 => cfg.enable_vp8(true),
+        };
+    }
     // str0m's standard map without the RTP stream id extensions (rid,
     // repaired rid): str0m maps a new receive stream for an unseen SSRC with
     // a new rid before it checks the packet's SRTP tag, and every stream
@@ -254,18 +268,22 @@ pub fn build_rtc(settings: &RtcSettings, now: Instant) -> Rtc {
 }
 
 /// Accepts `sdp` for a participant whose media will arrive at `candidate`
-/// (the shard's socket address as the client must see it).
+/// (the shard's socket address as the client must see it), in a room whose
+/// video codec is `room` (`None` while no one has published video there:
+/// then an offer that publishes video picks it, see [`Accepted::room_codec`]).
 pub fn accept_offer(
     settings: &RtcSettings,
     now: Instant,
     sdp: &str,
     candidate: SocketAddr,
+    room: Option<VideoCodec>,
 ) -> Result<Accepted, OfferError> {
     let offer = parse_offer(settings, sdp)?;
+    let (codecs, room_codec) = choose_codecs(&settings.video_codecs, room, sdp)?;
     let c = Candidate::host(candidate, "udp")
         .map_err(|_| OfferError::bad("the server's media address is not usable"))?;
     let accepted = guard::isolate(|| {
-        let mut rtc = build_rtc(settings, now);
+        let mut rtc = build_rtc(&codecs, now);
         rtc.add_local_candidate(c);
         let answer = apply_offer(&mut rtc, offer)?;
         let answer = candidates_everywhere(&answer);
@@ -277,6 +295,8 @@ pub fn accept_offer(
             ufrag,
             tracks: lines.tracks,
             slots: lines.slots,
+            codecs,
+            room_codec,
         })
     });
     accepted.map_err(refused_by_panic)?
@@ -286,18 +306,23 @@ pub fn accept_offer(
 /// offer was `previous`, by applying both to a shadow `Rtc` here. str0m
 /// checks a renegotiation against the session state and may apply part of an
 /// offer before refusing it: only a rehearsal shows whether the real one
-/// would apply whole. Returns the parsed offer for the participant's shard.
+/// would apply whole. `codecs` are the video codecs the participant's
+/// session negotiated ([`Accepted::codecs`]): the new offer must keep one of
+/// them on every video m-line. Returns the parsed offer for the
+/// participant's shard.
 pub fn check_renegotiation(
     settings: &RtcSettings,
     now: Instant,
     previous: &str,
     sdp: &str,
+    codecs: &[VideoCodec],
 ) -> Result<SdpOffer, OfferError> {
     let prepared = parse_offer(settings, sdp)?;
+    choose_codecs(codecs, None, sdp)?;
     let rehearsal = parse_offer(settings, sdp)?;
     let before = parse_offer(settings, previous)?;
     let shadow = guard::isolate(|| {
-        let mut rtc = build_rtc(settings, now);
+        let mut rtc = build_rtc(codecs, now);
         apply_offer(&mut rtc, before)?;
         settle(&mut rtc)?;
         apply_offer(&mut rtc, rehearsal)?;
@@ -341,6 +366,7 @@ fn parse_offer(settings: &RtcSettings, sdp: &str) -> Result<SdpOffer, OfferError
         return Err(OfferError::bad("the SDP offer has no m-line"));
     }
     validate_lines(sdp, &settings.offer)?;
+    check_opus(sdp)?;
     // str0m's parse errors quote its parser's internals (stream positions):
     // say what is wrong without them.
     let offer = SdpOffer::from_sdp_string(sdp).map_err(|e| {
@@ -352,7 +378,6 @@ fn parse_offer(settings: &RtcSettings, sdp: &str) -> Result<SdpOffer, OfferError
             }
         }
     })?;
-    check_codecs(sdp, settings)?;
     Ok(offer)
 }
 
@@ -579,41 +604,30 @@ fn initial_lines(rtc: &mut Rtc, answer: &str) -> Result<NewLines, OfferError> {
     Ok(lines)
 }
 
-/// Every active audio m-line must offer Opus and every active video m-line the
-/// room's video codec; otherwise the answer would silently disable the line.
-fn check_codecs(sdp: &str, settings: &RtcSettings) -> Result<(), OfferError> {
-    let video = settings.video_codec.name().to_ascii_lowercase();
-    let mut section: Option<(String, bool, bool)> = None; // (kind, active, has codec)
-    let mut fail: Option<String> = None;
-    let mut finish = |s: Option<(String, bool, bool)>| {
-        if let Some((kind, active, has)) = s
-            && active
-            && !has
-            && fail.is_none()
-        {
-            let want = if kind == "audio" {
-                "opus"
-            } else {
-                video.as_str()
-            };
-            fail = Some(format!(
-                "an {kind} m-line offers no {} (this server forwards {} video and Opus audio)",
-                want.to_ascii_uppercase(),
-                settings.video_codec.name()
-            ));
-        }
-    };
+/// The active media sections of an offer: kind, whether the client sends on
+/// it, and the codec names it offers (lowercase).
+struct Section {
+    kind: String,
+    active: bool,
+    sends: bool,
+    codecs: Vec<String>,
+}
+
+fn sections(sdp: &str) -> Vec<Section> {
+    let mut out: Vec<Section> = Vec::new();
     for line in sdp.lines() {
         let line = line.trim_end();
         if let Some(rest) = line.strip_prefix("m=") {
-            finish(section.take());
             let mut it = rest.split_whitespace();
             let kind = it.next().unwrap_or_default().to_string();
             let port = it.next().unwrap_or("0");
-            if kind == "audio" || kind == "video" {
-                section = Some((kind, port != "0", false));
-            }
-        } else if let Some((kind, _, has)) = section.as_mut() {
+            out.push(Section {
+                kind,
+                active: port != "0",
+                sends: true,
+                codecs: Vec::new(),
+            });
+        } else if let Some(sec) = out.last_mut() {
             if let Some(rest) = line.strip_prefix("a=rtpmap:") {
                 let enc = rest
                     .split_whitespace()
@@ -621,26 +635,102 @@ fn check_codecs(sdp: &str, settings: &RtcSettings) -> Result<(), OfferError> {
                     .and_then(|e| e.split('/').next())
                     .unwrap_or_default()
                     .to_ascii_lowercase();
-                let want = if kind == "audio" {
-                    "opus"
-                } else {
-                    video.as_str()
-                };
-                if enc == want {
-                    *has = true;
+                if !sec.codecs.contains(&enc) {
+                    sec.codecs.push(enc);
                 }
-            } else if line == "a=inactive"
-                && let Some(s) = section.as_mut()
-            {
-                s.1 = false;
+            } else {
+                match line {
+                    "a=inactive" => sec.active = false,
+                    "a=recvonly" => sec.sends = false,
+                    _ => {}
+                }
             }
         }
     }
-    finish(section.take());
-    match fail {
-        Some(message) => Err(OfferError::CodecMismatch(message)),
-        None => Ok(()),
+    out.retain(|s| s.active && (s.kind == "audio" || s.kind == "video"));
+    out
+}
+
+/// Every active audio m-line must offer Opus; otherwise the answer would
+/// silently disable the line.
+fn check_opus(sdp: &str) -> Result<(), OfferError> {
+    if sections(sdp)
+        .iter()
+        .any(|s| s.kind == "audio" && !s.codecs.iter().any(|c| c == "opus"))
+    {
+        return Err(OfferError::CodecMismatch(
+            "an audio m-line offers no Opus (this server forwards Opus audio)".into(),
+        ));
     }
+    Ok(())
+}
+
+/// The room's codec policy applied to an offer: which video codecs the
+/// participant's `Rtc` enables, and the codec the offer gives its room.
+///
+/// Every active video m-line must offer the codec the session uses
+/// (otherwise the answer would silently disable the line). In a room with a
+/// codec that is the room's; in a room without one, an offer that publishes
+/// video picks the first of `enabled` that all its video lines offer and
+/// gives it to the room; an offer that only receives video keeps every such
+/// codec, so that it can take whichever the room's first publisher brings.
+fn choose_codecs(
+    enabled: &[VideoCodec],
+    room: Option<VideoCodec>,
+    sdp: &str,
+) -> Result<(Vec<VideoCodec>, Option<VideoCodec>), OfferError> {
+    let video: Vec<Section> = sections(sdp)
+        .into_iter()
+        .filter(|s| s.kind == "video")
+        .collect();
+    let offers = |c: VideoCodec| {
+        let name = c.name().to_ascii_lowercase();
+        video.iter().all(|s| s.codecs.contains(&name))
+    };
+    let offered = || {
+        let mut names: Vec<String> = Vec::new();
+        for s in &video {
+            for c in &s.codecs {
+                let c = c.to_ascii_uppercase();
+                if !names.contains(&c)
+                    && !["RTX", "RED", "ULPFEC", "FLEXFEC-03"].contains(&c.as_str())
+                {
+                    names.push(c);
+                }
+            }
+        }
+        if names.is_empty() {
+            "no video codec".to_string()
+        } else {
+            names.join(", ")
+        }
+    };
+    if let Some(c) = room {
+        if !offers(c) {
+            return Err(OfferError::CodecMismatch(format!(
+                "this room's video codec is {} (its first publisher chose it); the offer's video has {}",
+                c.name(),
+                offered()
+            )));
+        }
+        return Ok((vec![c], None));
+    }
+    let usable: Vec<VideoCodec> = enabled.iter().copied().filter(|c| offers(*c)).collect();
+    let Some(first) = usable.first().copied() else {
+        let names: Vec<&str> = enabled.iter().map(|c| c.name()).collect();
+        return Err(OfferError::CodecMismatch(format!(
+            "the offer's video has {}; this server forwards {} video",
+            offered(),
+            names.join(" or ")
+        )));
+    };
+    if video.is_empty() {
+        return Ok((enabled.to_vec(), None));
+    }
+    if video.iter().any(|s| s.sends) {
+        return Ok((vec![first], Some(first)));
+    }
+    Ok((usable, None))
 }
 
 #[cfg(test)]
@@ -653,11 +743,17 @@ mod tests {
     }
 
     fn client_offer(video: VideoCodec) -> String {
+        client_offer_with(&[video])
+    }
+
+    fn client_offer_with(video: &[VideoCodec]) -> String {
         let mut b = Rtc::builder().clear_codecs().enable_opus(true, false);
-        b = match video {
-            VideoCodec::H264 => b.enable_h264(true),
-            VideoCodec::Vp8 => b.enable_vp8(true),
-        };
+        for v in video {
+            b = match v {
+                VideoCodec::H264 => b.enable_h264(true),
+                VideoCodec::Vp8 => b.enable_vp8(true),
+            };
+        }
         let mut rtc = b.build(Instant::now());
         let addr: SocketAddr = "127.0.0.1:5000".parse().unwrap();
         rtc.add_local_candidate(Candidate::host(addr, "udp").unwrap());
@@ -678,8 +774,12 @@ mod tests {
             Instant::now(),
             &client_offer(VideoCodec::H264),
             addr,
+            None,
         )
         .unwrap();
+        // H.264 is all it offers: the room gets H.264.
+        assert_eq!(acc.room_codec, Some(VideoCodec::H264));
+        assert_eq!(acc.codecs, [VideoCodec::H264]);
         assert_eq!(acc.tracks.len(), 2);
         assert_eq!(acc.slots.len(), 1);
         assert!(acc.answer.contains("a=ice-lite"));
@@ -702,27 +802,98 @@ mod tests {
     #[test]
     fn refuses_empty_and_garbage() {
         let addr = "127.0.0.1:3478".parse().unwrap();
-        let e = accept_offer(&settings(), Instant::now(), "  ", addr).unwrap_err();
+        let e = accept_offer(&settings(), Instant::now(), "  ", addr, None).unwrap_err();
         assert_eq!(e.code(), "bad_offer");
         assert!(e.to_string().contains("empty"));
-        let e = accept_offer(&settings(), Instant::now(), "hello", addr).unwrap_err();
+        let e = accept_offer(&settings(), Instant::now(), "hello", addr, None).unwrap_err();
         assert_eq!(e.code(), "bad_offer");
-        let e =
-            accept_offer(&settings(), Instant::now(), "v=0\r\nm=video x\r\n", addr).unwrap_err();
+        let e = accept_offer(
+            &settings(),
+            Instant::now(),
+            "v=0\r\nm=video x\r\n",
+            addr,
+            None,
+        )
+        .unwrap_err();
         assert_eq!(e.code(), "bad_offer");
+    }
+
+    /// A Firefox-shaped offer (VP8, VP9, AV1; no H.264) in a room that an
+    /// H.264 publisher opened is refused, naming the room's codec and what
+    /// the offer had (issue 10: Firefox was refused by a default server
+    /// with a message that named no room codec).
+    #[test]
+    fn a_room_keeps_its_first_publishers_codec() {
+        let addr = "127.0.0.1:3478".parse().unwrap();
+        let now = Instant::now();
+        // Default preference (VP8, then H.264): a client with both gets VP8.
+        let both = client_offer_with(&[VideoCodec::H264, VideoCodec::Vp8]);
+        let acc = accept_offer(&settings(), now, &both, addr, None).unwrap();
+        assert_eq!(acc.room_codec, Some(VideoCodec::Vp8));
+        assert!(acc.answer.contains("VP8") && !acc.answer.contains("H264"));
+        // An H.264-only publisher opens a room: H.264 it is, and a client
+        // with both joins that room on H.264.
+        let h264 = client_offer(VideoCodec::H264);
+        let acc = accept_offer(&settings(), now, &h264, addr, None).unwrap();
+        assert_eq!(acc.room_codec, Some(VideoCodec::H264));
+        let acc = accept_offer(&settings(), now, &both, addr, Some(VideoCodec::H264)).unwrap();
+        assert_eq!((acc.room_codec, acc.codecs), (None, vec![VideoCodec::H264]));
+        assert!(acc.answer.contains("H264") && !acc.answer.contains("VP8"));
+        // A VP8-only client there is refused with both codecs named.
+        let vp8 = client_offer(VideoCodec::Vp8);
+        let e = accept_offer(&settings(), now, &vp8, addr, Some(VideoCodec::H264)).unwrap_err();
+        assert_eq!(e.code(), "codec_mismatch");
+        let text = e.to_string();
+        assert!(
+            text.contains("room's video codec is H264") && text.contains("VP8"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_viewer_in_a_room_without_a_codec_keeps_every_shared_one() {
+        let addr = "127.0.0.1:3478".parse().unwrap();
+        let mut b = Rtc::builder()
+            .clear_codecs()
+            .enable_opus(true, false)
+            .enable_vp8(true)
+            .enable_h264(true)
+            .build(Instant::now());
+        b.add_local_candidate(Candidate::host("127.0.0.1:5000".parse().unwrap(), "udp").unwrap());
+        let mut api = b.sdp_api();
+        api.add_media(MediaKind::Video, Direction::RecvOnly, None, None, None);
+        let (offer, _) = api.apply().unwrap();
+        let acc = accept_offer(
+            &settings(),
+            Instant::now(),
+            &offer.to_sdp_string(),
+            addr,
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            acc.room_codec, None,
+            "a viewer does not pick the room's codec"
+        );
+        assert_eq!(acc.codecs, [VideoCodec::Vp8, VideoCodec::H264]);
     }
 
     #[test]
     fn refuses_the_wrong_video_codec() {
         let addr = "127.0.0.1:3478".parse().unwrap();
+        let h264_only = RtcSettings {
+            video_codecs: vec![VideoCodec::H264],
+            ..settings()
+        };
         let e = accept_offer(
-            &settings(),
+            &h264_only,
             Instant::now(),
             &client_offer(VideoCodec::Vp8),
             addr,
+            None,
         )
         .unwrap_err();
         assert_eq!(e.code(), "codec_mismatch");
-        assert!(e.to_string().contains("H264"), "{e}");
+        assert!(e.to_string().contains("forwards H264"), "{e}");
     }
 }

@@ -53,9 +53,19 @@ pub struct Config {
     #[arg(long, env = "CORELAY_MAX_SHARD_LOAD", default_value_t = 0.85)]
     pub max_shard_load: f64,
 
-    /// The rooms' video codec, h264 or vp8 (every room forwards this one and Opus).
-    #[arg(long, env = "CORELAY_VIDEO_CODEC", default_value_t = VideoCodec::H264)]
-    pub video_codec: VideoCodec,
+    /// Video codecs to forward (vp8, h264), most preferred first. Each room
+    /// uses one (and Opus): the first of these that its first video
+    /// publisher offers; later members must send and receive it.
+    /// `--video-codec` is an alias.
+    #[arg(
+        long,
+        visible_alias = "video-codec",
+        env = "CORELAY_VIDEO_CODECS",
+        value_delimiter = ',',
+        num_args = 1..,
+        default_value = "vp8,h264"
+    )]
+    pub video_codecs: Vec<VideoCodec>,
 
     /// Prometheus metrics listener (path /metrics). "off" disables it.
     #[arg(long, env = "CORELAY_METRICS", default_value = "127.0.0.1:6060")]
@@ -278,6 +288,17 @@ pub enum ShardFailure {
 }
 
 impl Config {
+    /// `--video-codecs` in order, each once.
+    pub fn video_codecs(&self) -> Vec<VideoCodec> {
+        let mut out: Vec<VideoCodec> = Vec::new();
+        for c in &self.video_codecs {
+            if !out.contains(c) {
+                out.push(*c);
+            }
+        }
+        out
+    }
+
     pub fn shard_count(&self) -> usize {
         self.shards
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))

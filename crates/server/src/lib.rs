@@ -34,7 +34,7 @@ pub fn run(cfg: Config) -> Result<(), Box<dyn std::error::Error>> {
     let n = cfg.shard_count();
     let ip = cfg.advertised_ip();
     let settings = RtcSettings {
-        video_codec: cfg.video_codec,
+        video_codecs: cfg.video_codecs(),
         offer: OfferLimits {
             max_sdp_bytes: cfg.max_sdp_bytes,
             max_mlines: cfg.max_mlines,
@@ -105,7 +105,11 @@ pub fn run(cfg: Config) -> Result<(), Box<dyn std::error::Error>> {
             "corelay listening: http://{shown} (API, demo page), UDP {ip}:{}-{} ({n} shards), {} video",
             cfg.udp_port,
             cfg.udp_port as usize + n - 1,
-            cfg.video_codec.name()
+            cfg.video_codecs()
+                .iter()
+                .map(|c| c.name())
+                .collect::<Vec<_>>()
+                .join(", ")
         );
         let exit_on_failure = cfg.on_shard_failure == ShardFailure::Exit;
         let (fatal_tx, mut fatal_rx) = tokio::sync::oneshot::channel();

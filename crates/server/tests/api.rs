@@ -46,19 +46,36 @@ fn bad_offers_get_400_with_a_reason() {
 
 #[test]
 fn a_vp8_only_client_in_an_h264_room_gets_a_clear_error() {
+    // Default codecs (VP8, H.264): an H.264-only publisher opens the room,
+    // which takes H.264; a VP8-only client (Firefox without OpenH264 is one)
+    // is refused with both codecs named, and a VP8 room next door takes it
+    // (issue 10: a default server refused Firefox outright).
     let server = start_server(1, &[]);
-    let err = match corelay_client::join({
-        let mut s = corelay_client::JoinSpec::new(server.base(), "codec", "v");
+    let _h264 = corelay_client::join(corelay_client::JoinSpec::new(server.base(), "codec", "h"))
+        .expect("an H.264 publisher opens the room");
+    let (st, _, body) = server.request("GET", "/api/v1/rooms/codec", &[], "");
+    assert_eq!(st, 200);
+    assert_eq!(json(&body)["video_codec"], "H264", "{body}");
+    let vp8 = |room: &str| {
+        let mut s = corelay_client::JoinSpec::new(server.base(), room, "v");
         s.participant.codec = corelay_client::VideoCodec::Vp8;
-        s
-    }) {
-        Ok(_) => panic!("VP8 offer accepted by an H.264 server"),
+        corelay_client::join(s)
+    };
+    let err = match vp8("codec") {
+        Ok(_) => panic!("VP8 offer accepted in an H.264 room"),
         Err(e) => e,
     };
     assert_eq!(err.status, Some(400), "{err:?}");
     let body = json(&err.body);
     assert_eq!(body["code"], "codec_mismatch");
-    assert!(body["message"].as_str().unwrap().contains("H264"));
+    let message = body["message"].as_str().unwrap();
+    assert!(
+        message.contains("room's video codec is H264") && message.contains("VP8"),
+        "{message}"
+    );
+    let _v = vp8("codec-vp8").expect("a VP8 client opens a VP8 room");
+    let (_, _, body) = server.request("GET", "/api/v1/rooms/codec-vp8", &[], "");
+    assert_eq!(json(&body)["video_codec"], "VP8", "{body}");
 }
 
 #[test]

@@ -32,6 +32,7 @@ use corelay_core::offer::{accept_offer, check_renegotiation};
 use corelay_core::room::{MemberInfo, RoomUpdate};
 use corelay_core::{
     Engine, LeaveReason, ParticipantId, PeerMsg, RoomId, RtcSettings, ShardEvent, ShardId,
+    VideoCodec,
 };
 
 pub use corelay_client;
@@ -116,6 +117,8 @@ pub struct SimClient {
     pub room: String,
     /// The offer in force (for renegotiation).
     pub offer: String,
+    /// The video codecs its session negotiated (for renegotiation).
+    codecs: Vec<VideoCodec>,
     /// Every packet received.
     pub rec: Recorder,
     /// When it next wants `handle_timeout` (`None`: no longer driven).
@@ -133,6 +136,8 @@ pub struct SimClient {
 struct Room {
     id: RoomId,
     members: Vec<MemberInfo>,
+    /// Its video codec, fixed by its first video publisher.
+    codec: Option<VideoCodec>,
 }
 
 /// One shard: its engine and its socket address.
@@ -244,8 +249,9 @@ impl Sim {
         let addr = SocketAddr::from((Ipv4Addr::new(10, 1, (n >> 8) as u8, n as u8), 5000));
         let server = self.shards.get(shard).ok_or("no such shard")?.addr;
         let (mut p, offer) = Participant::new(cfg, addr, now)?;
+        let codec = self.rooms.get(room).and_then(|r| r.codec);
         let accepted =
-            accept_offer(&self.settings, now, &offer, server).map_err(|e| e.to_string())?;
+            accept_offer(&self.settings, now, &offer, server, codec).map_err(|e| e.to_string())?;
         p.accept_answer(&accepted.answer)?;
         let id = ParticipantId(self.next_pid);
         self.next_pid += 1;
@@ -256,8 +262,10 @@ impl Sim {
             Room {
                 id: RoomId(*next_room),
                 members: Vec::new(),
+                codec: None,
             }
         });
+        r.codec = r.codec.or(accepted.room_codec);
         r.members.push(MemberInfo {
             id,
             name: name.clone(),
@@ -277,6 +285,7 @@ impl Sim {
             shard,
             room: room.to_string(),
             offer,
+            codecs: accepted.codecs.clone(),
             rec: Recorder::default(),
             wake: Some(now),
             left: false,
@@ -320,7 +329,7 @@ impl Sim {
         let now = self.now;
         let cl = &mut self.clients[c.0];
         let offer = cl.p.add_slots(video, audio)?;
-        let prepared = check_renegotiation(&self.settings, now, &cl.offer, &offer)
+        let prepared = check_renegotiation(&self.settings, now, &cl.offer, &offer, &cl.codecs)
             .map_err(|e| e.to_string())?;
         let answer = self.shards[cl.shard]
             .engine

@@ -321,11 +321,12 @@ async fn room(
     if let Some(c) = access.verify(&headers)? {
         c.may_join(&room)?;
     }
-    let members = views::room(&lock(&state), &room);
-    Ok(match members {
-        Some(members) => {
-            axum::Json(serde_json::json!({"room": room, "participants": members})).into_response()
-        }
+    let found = views::room(&lock(&state), &room);
+    Ok(match found {
+        Some((codec, members)) => axum::Json(
+            serde_json::json!({"room": room, "video_codec": codec, "participants": members}),
+        )
+        .into_response(),
         None => ApiError::not_found(format!("no room {room}")).into_response(),
     })
 }

@@ -292,21 +292,24 @@ pub async fn join(
     sdp: &str,
     flavor: Flavor,
 ) -> Result<Joined, RoomError> {
-    let (mut shard, mut advertised, settings) = {
+    let (mut shard, mut advertised, mut codec, settings) = {
         let mut st = lock(state);
-        let shard = st.rooms.prepare_join(room)?;
-        (shard, st.advertised(shard)?, st.settings.clone())
+        let (shard, codec) = st.rooms.prepare_join(room)?;
+        (shard, st.advertised(shard)?, codec, st.settings.clone())
     };
     for attempt in 0..MAX_OFFER_ACCEPTS {
         let accepted = {
             let (settings, offer) = (settings.clone(), sdp.to_owned());
             tokio::task::spawn_blocking(move || {
-                accept_offer(&settings, Instant::now(), &offer, advertised)
+                accept_offer(&settings, Instant::now(), &offer, advertised, codec)
             })
             .await
             .map_err(|_| {
                 RoomError::Offer(OfferError::Bad("the offer could not be processed".into()))
-            })??
+            })?
+            .inspect_err(|e| {
+                tracing::info!(room, code = e.code(), "join refused: {e}");
+            })?
         };
         let new = NewMember {
             name,
@@ -315,6 +318,9 @@ pub async fn join(
             flavor,
             tracks: accepted.tracks.clone(),
             slots: accepted.slots.clone(),
+            accepted_under: codec,
+            codecs: accepted.codecs.clone(),
+            room_codec: accepted.room_codec,
         };
         let mut st = lock(state);
         let insist = attempt >= PLACEMENT_TRIES;
@@ -322,6 +328,10 @@ pub async fn join(
             Admission::Admitted(a) => a,
             Admission::Elsewhere(s) => {
                 (shard, advertised) = (s, st.advertised(s)?);
+                continue;
+            }
+            Admission::CodecChanged(c) => {
+                codec = c;
                 continue;
             }
         };
@@ -384,7 +394,7 @@ pub async fn renegotiate(
     }
     let mut in_flight = InFlight(state, pid, false);
     let handle = handle.ok_or(RoomError::ShardStopped)?;
-    let offer = check_renegotiation(&settings, Instant::now(), &r.previous, &sdp)?;
+    let offer = check_renegotiation(&settings, Instant::now(), &r.previous, &sdp, &r.codecs)?;
     let (tx, rx) = oneshot::channel();
     let sent = handle.commands.send(ShardCommand::Renegotiate {
         id: pid,

@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use corelay_core::offer::MediaLine;
 use corelay_core::room::{MemberInfo, RoomUpdate};
-use corelay_core::{OfferError, ParticipantId, RoomId, ShardId};
+use corelay_core::{OfferError, ParticipantId, RoomId, ShardId, VideoCodec};
 use serde::Serialize;
 
 /// How a participant joined: the API it must be addressed through.
@@ -188,6 +188,9 @@ pub struct Member {
     pub flavor: Flavor,
     pub tracks: Vec<MediaLine>,
     pub slots: Vec<MediaLine>,
+    /// The video codecs its session negotiated (a renegotiation is
+    /// rehearsed with them).
+    codecs: Vec<VideoCodec>,
     version: u64,
     pub joined: Instant,
 }
@@ -195,6 +198,8 @@ pub struct Member {
 pub struct Room {
     id: RoomId,
     pub members: Vec<Member>,
+    /// Its video codec, fixed by its first video publisher (None before).
+    pub codec: Option<VideoCodec>,
 }
 
 impl Room {
@@ -227,6 +232,12 @@ pub struct NewMember<'a> {
     pub flavor: Flavor,
     pub tracks: Vec<MediaLine>,
     pub slots: Vec<MediaLine>,
+    /// The room codec its offer was accepted under ([`Rooms::prepare_join`]).
+    pub accepted_under: Option<VideoCodec>,
+    /// The video codecs its session negotiated.
+    pub codecs: Vec<VideoCodec>,
+    /// The codec it gives the room (it publishes video in a room without one).
+    pub room_codec: Option<VideoCodec>,
 }
 
 /// An admitted participant: what its shard and the client need.
@@ -252,6 +263,9 @@ pub enum Admission {
     /// accepted for (the directory changed meanwhile): accept it for this
     /// one and ask again.
     Elsewhere(ShardId),
+    /// The room's codec changed since the offer was accepted (another
+    /// publisher fixed it meanwhile): accept it again under this one.
+    CodecChanged(Option<VideoCodec>),
 }
 
 /// A participant removed from the directory: what its room's shards must hear.
@@ -274,6 +288,8 @@ pub struct Renegotiation {
     pub shard: ShardId,
     /// The offer in force, to rehearse the new one against.
     pub previous: String,
+    /// The video codecs its session negotiated.
+    pub codecs: Vec<VideoCodec>,
 }
 
 /// The one rule for room names (docs/api.md): 1-64 characters of A-Z, a-z,
@@ -443,11 +459,13 @@ impl Rooms {
     }
 
     /// The first step of a join: admission control and placement. The
-    /// caller then accepts the offer for the returned shard (without
-    /// holding the directory) and asks [`Rooms::admit`].
-    pub fn prepare_join(&mut self, room: &str) -> Result<ShardId, RoomError> {
+    /// caller then accepts the offer for the returned shard and under the
+    /// room's video codec (None: the room has none yet) without holding the
+    /// directory, and asks [`Rooms::admit`].
+    pub fn prepare_join(&mut self, room: &str) -> Result<(ShardId, Option<VideoCodec>), RoomError> {
         self.check_room(room)?;
-        self.place(room)
+        let shard = self.place(room)?;
+        Ok((shard, self.rooms.get(room).and_then(|r| r.codec)))
     }
 
     /// The second step of a join: the same checks again (the directory may
@@ -467,6 +485,10 @@ impl Rooms {
         let prepared_fits = self.load(prepared).is_some_and(|s| self.fits(s));
         if shard != prepared && !(insist && prepared_fits) {
             return Ok(Admission::Elsewhere(shard));
+        }
+        let codec = self.rooms.get(room).and_then(|r| r.codec);
+        if codec != new.accepted_under {
+            return Ok(Admission::CodecChanged(codec));
         }
         let shard = prepared;
         let resource = capability()?;
@@ -494,8 +516,12 @@ impl Rooms {
             Room {
                 id: RoomId(*next_room),
                 members: Vec::new(),
+                codec: None,
             }
         });
+        if r.codec.is_none() {
+            r.codec = new.room_codec;
+        }
         r.members.push(Member {
             id,
             resource: resource.clone(),
@@ -507,6 +533,7 @@ impl Rooms {
             flavor: new.flavor,
             tracks: new.tracks,
             slots: new.slots,
+            codecs: new.codecs,
             version: 1,
             joined: Instant::now(),
         });
@@ -610,6 +637,7 @@ impl Rooms {
             id: m.id,
             shard: m.shard,
             previous: m.offer.clone(),
+            codecs: m.codecs.clone(),
         };
         if let Some(m) = self.member_mut(r.id) {
             m.renegotiating = true;
@@ -726,16 +754,24 @@ mod tests {
             flavor: Flavor::Participant,
             tracks: Vec::new(),
             slots: Vec::new(),
+            accepted_under: None,
+            codecs: vec![VideoCodec::H264],
+            room_codec: None,
         }
     }
 
     /// Both steps of a join, as the control thread runs them.
     fn join(rooms: &mut Rooms, room: &str, name: &str) -> Result<Admitted, RoomError> {
-        let mut shard = rooms.prepare_join(room)?;
+        let (mut shard, mut codec) = rooms.prepare_join(room)?;
         loop {
-            match rooms.admit(room, shard, false, new_member(name))? {
+            let new = NewMember {
+                accepted_under: codec,
+                ..new_member(name)
+            };
+            match rooms.admit(room, shard, false, new)? {
                 Admission::Admitted(a) => return Ok(*a),
                 Admission::Elsewhere(s) => shard = s,
+                Admission::CodecChanged(c) => codec = c,
             }
         }
     }
@@ -916,8 +952,8 @@ mod tests {
         );
         // Two joins of one room prepared at once: the second admission
         // finds the room full.
-        let s1 = rooms.prepare_join("r").unwrap();
-        let s2 = rooms.prepare_join("r").unwrap();
+        let (s1, _) = rooms.prepare_join("r").unwrap();
+        let (s2, _) = rooms.prepare_join("r").unwrap();
         assert!(matches!(
             rooms.admit("r", s1, false, new_member("a")).unwrap(),
             Admission::Admitted(_)
@@ -927,12 +963,48 @@ mod tests {
         assert_eq!(rooms.participant_count(), 1);
     }
 
+    /// A room takes its first video publisher's codec; a join accepted
+    /// before that happened is asked to accept its offer again under it.
+    #[test]
+    fn the_first_publisher_fixes_the_room_codec() {
+        let mut rooms = Rooms::new(limits(), 2);
+        let (s1, c1) = rooms.prepare_join("r").unwrap();
+        let (s2, c2) = rooms.prepare_join("r").unwrap();
+        assert_eq!((c1, c2), (None, None));
+        let publisher = NewMember {
+            room_codec: Some(VideoCodec::Vp8),
+            codecs: vec![VideoCodec::Vp8],
+            ..new_member("a")
+        };
+        let Admission::Admitted(_) = rooms.admit("r", s1, false, publisher).unwrap() else {
+            panic!("first admission")
+        };
+        assert_eq!(rooms.room("r").and_then(|r| r.codec), Some(VideoCodec::Vp8));
+        // The second was accepted when the room had no codec: again, under VP8.
+        match rooms.admit("r", s2, false, new_member("b")).unwrap() {
+            Admission::CodecChanged(Some(VideoCodec::Vp8)) => {}
+            other => panic!("{other:?}"),
+        }
+        let (_, c) = rooms.prepare_join("r").unwrap();
+        assert_eq!(c, Some(VideoCodec::Vp8));
+        // A later publisher does not change it.
+        let later = NewMember {
+            accepted_under: Some(VideoCodec::Vp8),
+            room_codec: Some(VideoCodec::H264),
+            ..new_member("c")
+        };
+        let Admission::Admitted(_) = rooms.admit("r", s2, false, later).unwrap() else {
+            panic!("admission under the room codec")
+        };
+        assert_eq!(rooms.room("r").and_then(|r| r.codec), Some(VideoCodec::Vp8));
+    }
+
     #[test]
     fn a_changed_placement_sends_the_join_elsewhere() {
         let mut rooms = Rooms::new(limits(), 2);
         // Two joins of a new room prepared at once: both on shard 0.
-        let s1 = rooms.prepare_join("r").unwrap();
-        let s2 = rooms.prepare_join("q").unwrap();
+        let (s1, _) = rooms.prepare_join("r").unwrap();
+        let (s2, _) = rooms.prepare_join("q").unwrap();
         assert_eq!((s1, s2), (ShardId(0), ShardId(0)));
         let Admission::Admitted(_) = rooms.admit("r", s1, false, new_member("a")).unwrap() else {
             panic!("first admission")
@@ -949,7 +1021,7 @@ mod tests {
         assert_eq!(shard_of(&rooms, a.id), 0);
         // A shard that failed meanwhile is never insisted on.
         rooms.shard_failed(ShardId(0), "boom".into());
-        let s = rooms.prepare_join("p").unwrap();
+        let (s, _) = rooms.prepare_join("p").unwrap();
         assert_eq!(s, ShardId(1));
         match rooms.admit("p", ShardId(0), true, new_member("c")).unwrap() {
             Admission::Elsewhere(ShardId(1)) => {}

@@ -137,10 +137,12 @@ pub fn rooms(state: &State) -> Vec<RoomSummary> {
         .collect()
 }
 
-/// `GET /api/v1/rooms/{room}`: its members (None: no such room).
-pub fn room(state: &State, room: &str) -> Option<Vec<MemberOut>> {
+/// `GET /api/v1/rooms/{room}`: its video codec (None until its first video
+/// publisher) and its members (None: no such room).
+pub fn room(state: &State, room: &str) -> Option<(Option<&'static str>, Vec<MemberOut>)> {
     let r = state.rooms.room(room)?;
-    Some(
+    Some((
+        r.codec.map(|c| c.name()),
         r.members
             .iter()
             .map(|m| MemberOut {
@@ -154,7 +156,7 @@ pub fn room(state: &State, room: &str) -> Option<Vec<MemberOut>> {
                 joined_secs_ago: m.joined.elapsed().as_secs(),
             })
             .collect(),
-    )
+    ))
 }
 
 /// `GET /api/v1/stats`: every shard's figures, their sum, and per room the
