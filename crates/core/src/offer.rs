@@ -369,7 +369,8 @@ fn parse_offer(settings: &RtcSettings, sdp: &str) -> Result<SdpOffer, OfferError
     check_opus(sdp)?;
     // str0m's parse errors quote its parser's internals (stream positions):
     // say what is wrong without them.
-    let offer = SdpOffer::from_sdp_string(sdp).map_err(|e| {
+    let sdp = bundle_safe_extmaps(sdp);
+    let offer = SdpOffer::from_sdp_string(&sdp).map_err(|e| {
         let text = e.to_string();
         match text.strip_prefix("SDP inconsistent: ") {
             Some(m) => OfferError::bad(format!("the SDP offer is inconsistent: {}", clean(&m))),
@@ -602,6 +603,68 @@ fn initial_lines(rtc: &mut Rtc, answer: &str) -> Result<NewLines, OfferError> {
         }
     }
     Ok(lines)
+}
+
+/// Header extensions corelay uses or forwards, most needed first: when an
+/// offer gives one id two meanings, the one earlier here keeps it.
+const EXTENSION_PRIORITY: [&str; 5] = [
+    "urn:ietf:params:rtp-hdrext:sdes:mid",
+    "http://www.ietf.org/id/draft-holmer-rmcat-transport-wide-cc-extensions-01",
+    "urn:ietf:params:rtp-hdrext:ssrc-audio-level",
+    "http://www.webrtc.org/experiments/rtp-hdrext/abs-capture-time",
+    "http://www.webrtc.org/experiments/rtp-hdrext/abs-send-time",
+];
+
+/// An offer whose m-lines give one extension id two meanings (aiortc puts
+/// abs-send-time on video and ssrc-audio-level on audio both at id 2) must
+/// not get an answer that does the same: RTP of a bundle shares one
+/// transport, and a client that maps ids per bundle misreads one of them
+/// (aiortc's parser failed on the 1-byte audio level at an id it read as
+/// abs-send-time, issue 10). For each such id the most needed extension
+/// ([`EXTENSION_PRIORITY`], else the first seen) keeps it and the other
+/// `a=extmap` lines with that id are removed from the offer, so the answer
+/// does not negotiate them. Offers without a conflict pass through as they are.
+fn bundle_safe_extmaps(sdp: &str) -> std::borrow::Cow<'_, str> {
+    fn extmap(line: &str) -> Option<(u16, &str)> {
+        let rest = line.trim_end().strip_prefix("a=extmap:")?;
+        let mut it = rest.split_whitespace();
+        let id = it.next()?.split('/').next()?.parse().ok()?;
+        Some((id, it.next()?))
+    }
+    let mut meanings: Vec<(u16, Vec<&str>)> = Vec::new();
+    for (id, uri) in sdp.lines().filter_map(extmap) {
+        match meanings.iter_mut().find(|(i, _)| *i == id) {
+            Some((_, uris)) if !uris.contains(&uri) => uris.push(uri),
+            Some(_) => {}
+            None => meanings.push((id, vec![uri])),
+        }
+    }
+    let keep: Vec<(u16, &str)> = meanings
+        .iter()
+        .filter(|(_, uris)| uris.len() > 1)
+        .filter_map(|(id, uris)| {
+            let rank = |u: &&&str| {
+                EXTENSION_PRIORITY
+                    .iter()
+                    .position(|p| *p == **u)
+                    .unwrap_or(EXTENSION_PRIORITY.len())
+            };
+            // min_by_key keeps the first of equals: first seen wins a tie.
+            uris.iter().min_by_key(rank).map(|u| (*id, *u))
+        })
+        .collect();
+    if keep.is_empty() {
+        return std::borrow::Cow::Borrowed(sdp);
+    }
+    let mut out = String::with_capacity(sdp.len());
+    for line in sdp.split_inclusive('\n') {
+        let dropped = extmap(line)
+            .is_some_and(|(id, uri)| keep.iter().any(|(k, winner)| *k == id && *winner != uri));
+        if !dropped {
+            out.push_str(line);
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 /// The active media sections of an offer: kind, whether the client sends on
@@ -848,6 +911,42 @@ mod tests {
             text.contains("room's video codec is H264") && text.contains("VP8"),
             "{text}"
         );
+    }
+
+    /// aiortc's bundled offer: abs-send-time on video and ssrc-audio-level
+    /// on audio at one id. The answer gives that id one meaning (the audio
+    /// level, which speaker detection needs), issue 10.
+    #[test]
+    fn one_extension_id_has_one_meaning_in_the_answer() {
+        let addr = "127.0.0.1:3478".parse().unwrap();
+        let offer = client_offer(VideoCodec::H264);
+        let ids = |sdp: &str, uri: &str| -> Vec<String> {
+            sdp.lines()
+                .filter(|l| l.starts_with("a=extmap:") && l.trim_end().ends_with(uri))
+                .map(|l| {
+                    l["a=extmap:".len()..]
+                        .split([' ', '/'])
+                        .next()
+                        .unwrap()
+                        .to_string()
+                })
+                .collect()
+        };
+        let level = "urn:ietf:params:rtp-hdrext:ssrc-audio-level";
+        let send_time = "http://www.webrtc.org/experiments/rtp-hdrext/abs-send-time";
+        let (l, t) = (ids(&offer, level), ids(&offer, send_time));
+        assert!(!l.is_empty() && !t.is_empty(), "{offer}");
+        // Give the audio level the abs-send-time id, as aiortc does.
+        let clash = offer.replace(
+            &format!("a=extmap:{} {level}", l[0]),
+            &format!("a=extmap:{} {level}", t[0]),
+        );
+        assert_ne!(clash, offer);
+        let acc = accept_offer(&settings(), Instant::now(), &clash, addr, None).unwrap();
+        assert_eq!(ids(&acc.answer, level), [t[0].clone()], "{}", acc.answer);
+        assert!(ids(&acc.answer, send_time).is_empty(), "{}", acc.answer);
+        // Without a clash nothing changes.
+        assert_eq!(bundle_safe_extmaps(&offer), offer);
     }
 
     #[test]
