@@ -27,6 +27,7 @@ fuzz_target!(|data: &[u8]| {
                 name: "fuzz".into(),
                 shard: corelay_core::ShardId(0),
                 tracks: accepted.tracks.clone(),
+                viewer: false,
             }];
             let mut engine = Engine::new(corelay_core::ShardId(0), settings());
             engine.add_participant(

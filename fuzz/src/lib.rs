@@ -252,6 +252,7 @@ impl Live {
                 name: name.clone(),
                 shard: corelay_core::ShardId(0),
                 tracks: acc.tracks.clone(),
+                viewer: false,
             });
             engine.add_participant(start, id, room, name, acc, roster(room, &members));
             clients.push(Client {

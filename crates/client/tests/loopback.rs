@@ -169,6 +169,7 @@ fn media_loop(udp: UdpSocket, rx: Receiver<Msg>, stop: Arc<AtomicBool>) {
                                 name: name.clone(),
                                 shard: ShardId(0),
                                 tracks: acc.tracks.clone(),
+                                viewer: false,
                             });
                             let answer = acc.answer.clone();
                             engine.add_participant(now, id, room, name, acc, roster(&members));

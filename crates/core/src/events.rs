@@ -27,10 +27,27 @@ pub struct SlotJson {
 #[derive(Serialize, Debug, Clone, PartialEq, Eq)]
 #[serde(tag = "type", rename_all = "lowercase")]
 pub enum RoomEvent {
-    Welcome { participant: String, room: String },
-    Roster { participants: Vec<MemberJson> },
-    Slots { slots: Vec<SlotJson> },
-    Speaker { participant: Option<String> },
+    Welcome {
+        participant: String,
+        room: String,
+    },
+    /// The members who publish or take part; receive-only viewers (WHEP,
+    /// `/watch`) are only counted.
+    Roster {
+        participants: Vec<MemberJson>,
+        viewers: usize,
+    },
+    Slots {
+        slots: Vec<SlotJson>,
+    },
+    Speaker {
+        participant: Option<String>,
+    },
+    /// The server removed the participant (API DELETE, shutdown, a failure):
+    /// the last event before DTLS closes.
+    Bye {
+        reason: &'static str,
+    },
 }
 
 /// What a client may ask for on the data channel.

@@ -31,6 +31,8 @@ pub struct MemberInfo {
     pub name: String,
     pub shard: ShardId,
     pub tracks: Vec<MediaLine>,
+    /// A receive-only viewer (WHEP, `/watch`): counted in rosters, not listed.
+    pub viewer: bool,
 }
 
 /// The full roster of a room, sent to every shard hosting one of its members
@@ -224,6 +226,7 @@ mod tests {
             id: ParticipantId(id),
             name: format!("m{id}"),
             shard: ShardId(shard),
+            viewer: false,
             tracks: vec![
                 MediaLine {
                     mid: "0".into(),

@@ -90,6 +90,8 @@
       this.participantId = null;
       this.room = null;
       this.roster = [];
+      this.viewers = 0;
+      this.bye = null;
       this.slots = [];
       this.speaker = null;
       this.events = [];  // every event received, for debugging and tests
@@ -195,6 +197,12 @@
           break;
         case 'roster':
           this.roster = ev.participants || [];
+          // Receive-only viewers (WHEP, /watch) are counted, not listed.
+          this.viewers = ev.viewers || 0;
+          break;
+        case 'bye':
+          // The server removed us; DTLS closes right after this.
+          this.bye = ev.reason;
           break;
         case 'slots':
           this.slots = ev.slots || [];
@@ -559,6 +567,12 @@
       }
       return li;
     }));
+    if (session.viewers) {
+      const li = document.createElement('li');
+      li.className = 'viewers';
+      li.textContent = `+ ${session.viewers} watching`;
+      list.append(li);
+    }
     $('roster').hidden = false;
   }
 
@@ -610,6 +624,11 @@
       else if (e.detail.state === 'failed' || e.detail.state === 'error') setStatus(e.detail.detail || e.detail.state, 'error');
     });
     session.addEventListener('roster', renderRoster);
+    session.addEventListener('bye', async (e) => {
+      const reason = e.detail.reason;
+      await leave();
+      setStatus(`removed by the server (${reason})`, 'error');
+    });
 
     form.hidden = true;
     $('controls').hidden = false;

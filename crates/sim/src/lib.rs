@@ -271,6 +271,7 @@ impl Sim {
             name: name.clone(),
             shard: ShardId(shard),
             tracks: accepted.tracks.clone(),
+            viewer: false,
         });
         let room_id = r.id;
         let update = self.roster(room);
@@ -316,6 +317,16 @@ impl Sim {
         cl.wake = None;
         cl.p.close();
         let (id, shard) = (cl.id, cl.shard);
+        self.shards[shard].engine.remove_participant(now, id);
+        self.control_remove(id);
+        self.settle();
+    }
+
+    /// The server removes the participant (an admin's DELETE) while its
+    /// client goes on: it hears why on the data channel, then DTLS closes.
+    pub fn remove(&mut self, c: C) {
+        let now = self.now;
+        let (id, shard) = (self.clients[c.0].id, self.clients[c.0].shard);
         self.shards[shard].engine.remove_participant(now, id);
         self.control_remove(id);
         self.settle();

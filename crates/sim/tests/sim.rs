@@ -746,3 +746,25 @@ fn sim_pin_flood_is_bounded() {
     assert!(s.snapshot(b).keyframe_requests - kb <= 2);
     assert!(s.snapshot(v).connected);
 }
+
+/// A participant the server removes (an admin's DELETE) hears why on its
+/// data channel before DTLS closes, and the others' roster drops it
+/// (issue 10: after DELETE the client got no signal and still read
+/// "connected").
+#[test]
+fn sim_a_removed_participant_hears_why() {
+    let mut s = sim(21, 1);
+    let a = s.join("r", publisher("a"), 0);
+    let b = s.join("r", publisher("b"), 0);
+    s.run_for(Duration::from_secs(2));
+    assert!(s.events(b, "bye").is_empty());
+    s.remove(b);
+    s.run_for(Duration::from_secs(1));
+    let bye = s.events(b, "bye");
+    assert_eq!(bye.len(), 1, "{bye:?}");
+    assert_eq!(bye[0]["reason"], "left");
+    let roster = s.events(a, "roster");
+    let last = roster.last().unwrap();
+    assert_eq!(last["participants"].as_array().unwrap().len(), 1, "{last}");
+    assert_eq!(last["viewers"], 0);
+}

@@ -161,9 +161,11 @@ fn speaker_event(room: &RoomView) -> RoomEvent {
 
 fn roster_event(room: &RoomView) -> RoomEvent {
     RoomEvent::Roster {
+        viewers: room.members.iter().filter(|m| m.info.viewer).count(),
         participants: room
             .members
             .iter()
+            .filter(|m| !m.info.viewer)
             .map(|m| MemberJson {
                 id: m.info.id.to_string(),
                 name: m.info.name.clone(),

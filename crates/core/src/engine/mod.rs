@@ -59,6 +59,7 @@ use self::demux::{Demux, Route};
 use self::io::{Io, MAX_DRAIN, Queued, drain_rtc, guarded};
 use self::keyframes::Keyframes;
 use self::participant::Participant;
+use crate::events::RoomEvent;
 use crate::ids::{ParticipantId, RoomId, ShardId, TrackKey};
 use crate::media::{MediaCopy, MediaPacket};
 use crate::metrics::Counters;
@@ -676,6 +677,19 @@ impl Engine {
         let closable = !p.poisoned
             && guarded(&mut self.io, id, &mut p.poisoned, |_| p.rtc.is_alive()) == Some(true);
         if closable {
+            // The last word on the data channel says why, then DTLS closes.
+            if let Some(cid) = p.channel
+                && let Ok(bye) = serde_json::to_string(&RoomEvent::Bye {
+                    reason: reason.as_str(),
+                })
+            {
+                let _ = guarded(&mut self.io, id, &mut p.poisoned, |_| {
+                    p.rtc
+                        .channel(cid)
+                        .map(|mut ch| ch.write(false, bye.as_bytes()))
+                });
+                drain_rtc(&mut self.io, now, None, id, &mut p.rtc, &mut p.poisoned);
+            }
             let _ = guarded(&mut self.io, id, &mut p.poisoned, |_| p.rtc.close());
             drain_rtc(&mut self.io, now, None, id, &mut p.rtc, &mut p.poisoned);
         }

@@ -149,6 +149,7 @@ mod tests {
                         id: ParticipantId(id),
                         name: format!("m{id}"),
                         shard: ShardId(0),
+                        viewer: false,
                         tracks: vec![MediaLine {
                             mid: "0".into(),
                             kind: MediaKind::Video,

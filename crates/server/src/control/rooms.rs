@@ -701,6 +701,7 @@ impl Rooms {
                     name: m.name.clone(),
                     shard: m.shard,
                     tracks: m.tracks.clone(),
+                    viewer: m.flavor == Flavor::Whep,
                 })
                 .collect(),
         })
