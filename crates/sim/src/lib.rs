@@ -127,6 +127,8 @@ pub struct SimClient {
     pub left: bool,
     /// Removed by its shard, and why.
     pub evicted: Option<LeaveReason>,
+    /// The shard's explanation of the eviction (what the server logs).
+    pub evicted_detail: Option<String>,
     /// The first STUN binding request it sent (to replay from elsewhere).
     pub first_stun: Option<Vec<u8>>,
 }
@@ -239,8 +241,23 @@ impl Sim {
     pub fn try_join(
         &mut self,
         room: &str,
+        cfg: ParticipantConfig,
+        shard: usize,
+    ) -> Result<C, String> {
+        self.try_join_edited(room, cfg, shard, |o| o, |a| a)
+    }
+
+    /// [`try_join`](Self::try_join) with the SDP altered on the way: the
+    /// server accepts `edit_offer(offer)` and the client applies
+    /// `edit_answer(answer)`, as a broken client or a middlebox would (a
+    /// wrong `a=fingerprint` makes DTLS fail on that side).
+    pub fn try_join_edited(
+        &mut self,
+        room: &str,
         mut cfg: ParticipantConfig,
         shard: usize,
+        edit_offer: impl FnOnce(String) -> String,
+        edit_answer: impl FnOnce(String) -> String,
     ) -> Result<C, String> {
         let now = self.now;
         cfg.clock = self.clock();
@@ -250,9 +267,15 @@ impl Sim {
         let server = self.shards.get(shard).ok_or("no such shard")?.addr;
         let (mut p, offer) = Participant::new(cfg, addr, now)?;
         let codec = self.rooms.get(room).and_then(|r| r.codec);
-        let accepted =
-            accept_offer(&self.settings, now, &offer, server, codec).map_err(|e| e.to_string())?;
-        p.accept_answer(&accepted.answer)?;
+        let accepted = accept_offer(
+            &self.settings,
+            now,
+            &edit_offer(offer.clone()),
+            server,
+            codec,
+        )
+        .map_err(|e| e.to_string())?;
+        p.accept_answer(&edit_answer(accepted.answer.clone()))?;
         let id = ParticipantId(self.next_pid);
         self.next_pid += 1;
         let name = p.name().to_string();
@@ -291,6 +314,7 @@ impl Sim {
             wake: Some(now),
             left: false,
             evicted: None,
+            evicted_detail: None,
             first_stun: None,
         });
         if let Some(update) = update {
@@ -403,9 +427,10 @@ impl Sim {
             event: event.clone(),
         });
         match event {
-            ShardEvent::Left { id, reason } => {
+            ShardEvent::Left { id, reason, detail } => {
                 if let Some(c) = self.clients.iter_mut().find(|c| c.id == id) {
                     c.evicted = Some(reason);
+                    c.evicted_detail = Some(detail);
                 }
                 self.control_remove(id);
             }
@@ -687,7 +712,7 @@ impl Sim {
         self.control
             .iter()
             .filter_map(|e| match &e.event {
-                ShardEvent::Left { id, reason } => Some((*id, *reason)),
+                ShardEvent::Left { id, reason, .. } => Some((*id, *reason)),
                 _ => None,
             })
             .collect()

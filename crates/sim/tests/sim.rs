@@ -768,3 +768,76 @@ fn sim_a_removed_participant_hears_why() {
     assert_eq!(last["participants"].as_array().unwrap().len(), 1, "{last}");
     assert_eq!(last["viewers"], 0);
 }
+
+/// An SDP with its `a=fingerprint` changed (first byte flipped): the
+/// certificate on the wire no longer matches it.
+fn wrong_fingerprint(sdp: String) -> String {
+    sdp.lines()
+        .map(|l| match l.strip_prefix("a=fingerprint:sha-256 ") {
+            Some(hex) => {
+                let flipped = if hex.starts_with("00") { "FF" } else { "00" };
+                format!("a=fingerprint:sha-256 {flipped}{}\r\n", &hex[2..])
+            }
+            None => format!("{l}\r\n"),
+        })
+        .collect()
+}
+
+/// (17) DTLS fails on the server's side (the client's certificate does not
+/// match its offer's fingerprint): the shard evicts it at once, and the
+/// report to the control thread says so in str0m's words.
+#[test]
+fn sim_dtls_failure_on_the_server_is_reported() {
+    let mut s = sim(17, 1);
+    let a = s.join("r", publisher("a"), 0);
+    let b = s
+        .try_join_edited("r", publisher("b"), 0, wrong_fingerprint, |a| a)
+        .expect("join");
+    let evicted = s.run_until(Duration::from_secs(20), |s| s.client(b).evicted.is_some());
+    assert!(evicted, "b was not evicted");
+    let detail = s.client(b).evicted_detail.clone().unwrap_or_default();
+    eprintln!("b evicted after {:?}: {detail}", s.elapsed());
+    assert_eq!(s.client(b).evicted, Some(LeaveReason::Error));
+    assert!(
+        detail.starts_with("DTLS certificate check failed") && detail.contains("fingerprint"),
+        "{detail}"
+    );
+    assert!(s.elapsed() < Duration::from_secs(5), "{:?}", s.elapsed());
+    assert!(!s.snapshot(b).connected);
+    assert_eq!(s.client(a).evicted, None);
+}
+
+/// (18) DTLS fails on the client's side (the server's certificate does not
+/// match the answer it got): the client gives up, and like an OpenSSL
+/// client (GStreamer) says so with a fatal alert. str0m refuses that record
+/// (an error from `handle_input`, nothing more) and the handshake just
+/// stalls, so the shard evicts it at the connect deadline; the report says
+/// how far the connection got and carries the alert.
+#[test]
+fn sim_dtls_failure_on_the_client_is_reported() {
+    let mut settings = RtcSettings::default();
+    settings.participant.connect_timeout = Duration::from_secs(15);
+    let mut s = Sim::new(18, 1, settings);
+    let b = s
+        .try_join_edited("r", publisher("b"), 0, |o| o, wrong_fingerprint)
+        .expect("join");
+    s.run_for(Duration::from_secs(1));
+    // What an OpenSSL client (GStreamer) sends when it rejects the
+    // certificate: a fatal bad_certificate alert (epoch 0, plaintext).
+    let alert = [21, 0xfe, 0xfd, 0, 0, 0, 0, 0, 0, 0, 9, 0, 2, 2, 42];
+    let from = s.client(b).addr;
+    s.inject(0, from, &alert);
+    let evicted = s.run_until(Duration::from_secs(60), |s| s.client(b).evicted.is_some());
+    assert!(evicted, "b was not evicted");
+    let reason = s.client(b).evicted.unwrap();
+    let detail = s.client(b).evicted_detail.clone().unwrap_or_default();
+    eprintln!("b evicted after {:?}: {reason}: {detail}", s.elapsed());
+    assert!(!reason.requested());
+    assert!(!s.snapshot(b).connected);
+    assert_eq!(reason, LeaveReason::ConnectTimeout);
+    assert!(
+        detail.contains("DTLS handshake did not complete")
+            && detail.contains("fatal alert: description=42"),
+        "{detail}"
+    );
+}

@@ -5,13 +5,14 @@
 //!
 //! Also the two ways into a participant's `Rtc` that every other engine
 //! module uses: [`guarded`] (the fault boundary) and [`drain_rtc`] (str0m's
-//! drain-after-every-mutation rule). Must not: decide anything about rooms,
-//! slots or forwarding.
+//! drain-after-every-mutation rule), and [`describe`], which puts a str0m
+//! error in an operator's words for the eviction report. Must not: decide
+//! anything about rooms, slots or forwarding.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use str0m::{Event, Input, Output};
+use str0m::{Event, Input, Output, RtcError};
 
 use super::timers::Timers;
 use super::{LeaveReason, Outputs};
@@ -39,7 +40,9 @@ pub(super) struct Io {
     pub(super) events: VecDeque<Queued>,
     pub(super) timers: Timers,
     pub(super) counters: Counters,
-    pub(super) doomed: Vec<(ParticipantId, LeaveReason)>,
+    /// Participants to evict at the end of the step, why, and what str0m
+    /// or the panic said (for the report).
+    pub(super) doomed: Vec<(ParticipantId, LeaveReason, Option<String>)>,
     /// Subscribers whose slot assignment changed and must be told.
     pub(super) slots_dirty: Vec<ParticipantId>,
     /// Tracks whose publisher must be asked for a keyframe.
@@ -73,7 +76,8 @@ pub(super) fn guarded<R>(
         Err(caught) => {
             *poisoned = true;
             io.counters.participant_panics += 1;
-            io.doomed.push((id, LeaveReason::Panic));
+            io.doomed
+                .push((id, LeaveReason::Panic, Some(caught.to_string())));
             tracing::error!(participant = %id, "panic while handling this participant, evicting it: {caught}");
             None
         }
@@ -133,14 +137,34 @@ fn drain_unguarded(
                 kernel_rx,
             }),
             Err(e) => {
-                tracing::warn!(participant = %id, "str0m failed, evicting the participant: {e}");
+                tracing::debug!(participant = %id, "str0m failed, evicting the participant: {e}");
                 io.counters.rtc_errors += 1;
-                io.doomed.push((id, LeaveReason::Error));
-                break;
+                io.doomed.push((id, LeaveReason::Error, Some(describe(&e))));
+                // str0m also marks the session closed after a DTLS failure:
+                // the error, not "closed", is the reason to report.
+                return;
             }
         }
     }
     if !rtc.is_alive() {
-        io.doomed.push((id, LeaveReason::Closed));
+        io.doomed.push((id, LeaveReason::Closed, None));
+    }
+}
+
+/// A str0m error in an operator's words: which layer failed, then str0m's
+/// own text.
+pub(super) fn describe(e: &RtcError) -> String {
+    match e {
+        RtcError::Dtls(e) => {
+            let text = e.to_string();
+            let text = text.strip_prefix("DTLS error: ").unwrap_or(&text);
+            format!("DTLS/SRTP error: {text}")
+        }
+        // From `poll_output`, a remote-SDP error is the DTLS certificate
+        // check against the offer's a=fingerprint.
+        RtcError::RemoteSdp(m) => format!("DTLS certificate check failed: {m}"),
+        RtcError::Ice(e) => format!("ICE error: {e}"),
+        RtcError::Sctp(e) => format!("data channel (SCTP) error: {e}"),
+        e => format!("WebRTC error: {e}"),
     }
 }

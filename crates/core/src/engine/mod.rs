@@ -81,10 +81,16 @@ pub enum PeerMsg {
 /// What a shard tells the control thread.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ShardEvent {
-    /// The participant is gone from the shard (ICE/consent failure, DTLS close, error).
+    /// The participant is gone from the shard (ICE/consent failure, DTLS
+    /// close or failure, error). Sent only when the control thread did not
+    /// ask for it.
     Left {
         id: ParticipantId,
         reason: LeaveReason,
+        /// Why, in an operator's words, with str0m's error text where it
+        /// gave one (e.g. "DTLS certificate check failed: remote
+        /// fingerprint no match").
+        detail: String,
     },
     /// ICE and DTLS are up.
     Connected { id: ParticipantId },
@@ -249,7 +255,7 @@ impl Engine {
     /// Removes a participant (DELETE from the API). Sends DTLS close_notify.
     pub fn remove_participant(&mut self, now: Instant, id: ParticipantId) -> bool {
         let existed = self.participants.contains_key(&id);
-        self.io.doomed.push((id, LeaveReason::Removed));
+        self.io.doomed.push((id, LeaveReason::Removed, None));
         self.settle(now);
         existed
     }
@@ -294,7 +300,11 @@ impl Engine {
             failed => {
                 if let Some(Err(e)) = &failed {
                     tracing::warn!(participant = %id, "a rehearsed renegotiation failed on the shard: {e}");
-                    self.io.doomed.push((id, LeaveReason::RenegotiationFailed));
+                    self.io.doomed.push((
+                        id,
+                        LeaveReason::RenegotiationFailed,
+                        Some(e.to_string()),
+                    ));
                 }
                 self.settle(now);
                 return Err(OfferError::RenegotiationFailed);
@@ -311,7 +321,7 @@ impl Engine {
     pub fn close_all(&mut self, now: Instant) {
         let ids: Vec<ParticipantId> = self.participants.keys().copied().collect();
         for id in ids {
-            self.io.doomed.push((id, LeaveReason::Shutdown));
+            self.io.doomed.push((id, LeaveReason::Shutdown, None));
         }
         self.settle(now);
     }
@@ -383,17 +393,24 @@ impl Engine {
                 }
             }
             if !known && !p.rtc.accepts(&input) {
-                return Err(false);
+                return Err(None);
             }
-            p.rtc.handle_input(input).map_err(|_| true)
+            p.rtc.handle_input(input).map_err(Some)
         });
         match handled {
-            Some(Ok(())) => {}
-            Some(Err(false)) => {
+            Some(Ok(())) => p.trail.last_rx = Some(now),
+            Some(Err(None)) => {
                 self.io.counters.dropped_unknown_source += 1;
                 return;
             }
-            Some(Err(true)) => {
+            Some(Err(Some(e))) => {
+                // A DTLS record str0m refused (a fatal alert from the
+                // client, a failed handshake message): the datagram is
+                // dropped, and the error kept for the report should the
+                // participant never connect.
+                tracing::debug!(participant = %id, "str0m refused a datagram: {e}");
+                p.trail.last_rx = Some(now);
+                p.trail.last_error = Some(io::describe(&e));
                 self.io.counters.dropped_malformed += 1;
                 return;
             }
@@ -441,7 +458,7 @@ impl Engine {
         while let Some(id) = self.io.timers.pop_connect_due(now) {
             if self.participants.get(&id).is_some_and(|p| !p.connected) {
                 self.io.counters.connect_timeouts += 1;
-                self.io.doomed.push((id, LeaveReason::ConnectTimeout));
+                self.io.doomed.push((id, LeaveReason::ConnectTimeout, None));
             }
         }
         while let Some(track) = self.keyframes.pop_due(now) {
@@ -490,8 +507,8 @@ impl Engine {
                 self.on_event(now, q);
                 continue;
             }
-            if let Some((id, reason)) = self.io.doomed.pop() {
-                self.evict(now, id, reason);
+            if let Some((id, reason, detail)) = self.io.doomed.pop() {
+                self.evict(now, id, reason, detail);
                 continue;
             }
             if let Some(track) = self.io.keyframes_wanted.pop() {
@@ -538,7 +555,14 @@ impl Engine {
                 self.io.out.control.push(ShardEvent::Connected { id });
             }
             Event::IceConnectionStateChange(IceConnectionState::Disconnected) => {
-                self.io.doomed.push((id, LeaveReason::IceDisconnected));
+                self.io.doomed.push((id, LeaveReason::IceDisconnected, None));
+            }
+            Event::IceConnectionStateChange(
+                IceConnectionState::Connected | IceConnectionState::Completed,
+            ) => {
+                if let Some(p) = self.participants.get_mut(&id) {
+                    p.trail.ice_connected = true;
+                }
             }
             Event::ChannelOpen(cid, _label) => self.on_channel_open(now, id, cid),
             Event::ChannelData(d) => self.on_channel_data(now, id, d),
@@ -668,7 +692,14 @@ impl Engine {
     /// Removes a participant from this shard: closes its `Rtc` (DTLS
     /// close_notify goes out), forgets its addresses and deadlines, frees
     /// slots showing it.
-    fn evict(&mut self, now: Instant, id: ParticipantId, reason: LeaveReason) {
+    /// `detail` is what str0m (or the panic) said, if anything.
+    fn evict(
+        &mut self,
+        now: Instant,
+        id: ParticipantId,
+        reason: LeaveReason,
+        detail: Option<String>,
+    ) {
         let Some(mut p) = self.participants.remove(&id) else {
             return;
         };
@@ -695,11 +726,21 @@ impl Engine {
         }
         // Events of a participant that is leaving are moot.
         self.io.events.retain(|q| q.id != id);
-        self.io.doomed.retain(|(d, _)| *d != id);
+        self.io.doomed.retain(|(d, ..)| *d != id);
         self.io.timers.forget(id);
         self.demux.remove(id);
         if !reason.requested() {
-            self.io.out.control.push(ShardEvent::Left { id, reason });
+            let detail = leave_detail(
+                reason,
+                detail,
+                &p,
+                now,
+                self.settings.participant.connect_timeout,
+            );
+            self.io
+                .out
+                .control
+                .push(ShardEvent::Left { id, reason, detail });
         }
         // Forget it in the local room view right away; the control thread's
         // roster update will confirm.
@@ -716,6 +757,59 @@ impl Engine {
         if self.participants.is_empty() {
             self.io.timers.stop_room_tick();
         }
+    }
+}
+
+/// Why a participant left, in words an operator can act on: the reason, what
+/// its connection got to (nothing arrived, ICE never completed, DTLS did not
+/// finish), how long the client has been silent, and str0m's own error text
+/// (`detail`, or the last DTLS error one of its datagrams caused).
+fn leave_detail(
+    reason: LeaveReason,
+    detail: Option<String>,
+    p: &Participant,
+    now: Instant,
+    connect_timeout: Duration,
+) -> String {
+    let t = &p.trail;
+    let silent = match t.last_rx {
+        Some(at) => format!(
+            "no response from the client for {:.1} s",
+            now.saturating_duration_since(at).as_secs_f64()
+        ),
+        None => "nothing ever arrived from the client".to_string(),
+    };
+    let stage = if t.last_rx.is_none() {
+        "nothing ever arrived from the client (UDP blocked, or a wrong address in the answer?)"
+    } else if !t.ice_connected {
+        "ICE checks did not complete"
+    } else {
+        "ICE connected but the DTLS handshake did not complete"
+    };
+    let dtls = t
+        .last_error
+        .as_deref()
+        .map(|e| format!("; last error: {e}"))
+        .unwrap_or_default();
+    let said = detail.unwrap_or_else(|| "no detail".to_string());
+    match reason {
+        LeaveReason::IceDisconnected if p.connected => format!("ICE consent failed: {silent}"),
+        LeaveReason::IceDisconnected => {
+            format!("ICE failed before the connection was up: {stage}; {silent}{dtls}")
+        }
+        LeaveReason::ConnectTimeout => format!(
+            "never connected within --connect-timeout ({} s): {stage}{dtls}",
+            connect_timeout.as_secs_f64()
+        ),
+        LeaveReason::Error => said,
+        LeaveReason::Panic => format!("panic while handling it: {said}"),
+        LeaveReason::Closed => match &t.last_error {
+            Some(e) => format!("the session closed after an error: {e}"),
+            None => "the client closed the connection (DTLS close_notify)".to_string(),
+        },
+        LeaveReason::RenegotiationFailed => format!("a renegotiation failed on the shard: {said}"),
+        LeaveReason::Removed => "removed through the API".to_string(),
+        LeaveReason::Shutdown => "the server is shutting down".to_string(),
     }
 }
 

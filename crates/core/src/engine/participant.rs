@@ -1,5 +1,6 @@
 //! One participant on a shard: its str0m `Rtc`, the tracks it publishes, its
-//! receive slots, its data channel, its request budget and its figures.
+//! receive slots, its data channel, its request budget, its figures, and
+//! what its connection did (for the report if it has to leave).
 //!
 //! Must not: decide what goes in a slot ([`super::policy`] does, from the
 //! room view), know its addresses ([`super::demux`]) or its deadlines
@@ -26,6 +27,21 @@ pub(super) struct PublishedTrack {
     pub(super) codec: Option<(Pt, CodecSpec)>,
 }
 
+/// What a participant's connection did, kept so that the report of an
+/// eviction can tell an operator why (nothing arrived, ICE never completed,
+/// DTLS failed and how). Set on the packet path: plain stores, no allocation
+/// except for a str0m error.
+#[derive(Debug, Default)]
+pub(super) struct Trail {
+    /// When a datagram from the client last reached its `Rtc`.
+    pub(super) last_rx: Option<Instant>,
+    /// ICE reached connected (or completed) at least once.
+    pub(super) ice_connected: bool,
+    /// The last error str0m returned for one of its datagrams (a DTLS
+    /// record it refused, a fatal alert from the client).
+    pub(super) last_error: Option<String>,
+}
+
 pub(super) struct Participant {
     pub(super) room: RoomId,
     /// Its display name (only the test fault injection looks at it here).
@@ -41,6 +57,8 @@ pub(super) struct Participant {
     pub(super) poisoned: bool,
     /// ICE and DTLS came up (the connect deadline no longer applies).
     pub(super) connected: bool,
+    /// What its connection did, so that an eviction can say why.
+    pub(super) trail: Trail,
     /// Data-channel requests it may still make now (token bucket), and when
     /// the bucket was last refilled.
     request_tokens: f64,
@@ -71,6 +89,7 @@ impl Participant {
             channel: None,
             poisoned: false,
             connected: false,
+            trail: Trail::default(),
             request_tokens: 0.0,
             requests_refilled: None,
             stats: ParticipantStats {

@@ -47,7 +47,7 @@ use std::time::{Duration, Instant};
 use corelay_core::metrics::ParticipantStats;
 use corelay_core::offer::{accept_offer, check_renegotiation};
 use corelay_core::room::RoomUpdate;
-use corelay_core::{OfferError, ParticipantId, RtcSettings, ShardEvent, ShardId};
+use corelay_core::{LeaveReason, OfferError, ParticipantId, RtcSettings, ShardEvent, ShardId};
 use tokio::sync::{mpsc, oneshot};
 
 pub use self::http::ApiError;
@@ -222,9 +222,22 @@ impl State {
                     s.last = *r;
                 }
             }
-            ToControl::Event(ShardEvent::Left { id, reason }) => {
-                tracing::info!(participant = %id, reason = reason.as_str(), "removed by its shard");
-                let _ = self.leave(id, false);
+            ToControl::Event(ShardEvent::Left { id, reason, detail }) => {
+                let Ok(d) = self.rooms.leave(id) else {
+                    // Already gone from the directory (a DELETE crossed it).
+                    tracing::debug!(participant = %id, reason = reason.as_str(), "removed by its shard: {detail}");
+                    return;
+                };
+                // A failure (ICE, consent, DTLS, an error, a panic) is a
+                // WARN an operator should see; a client that closed its
+                // connection itself (DTLS close_notify) left normally.
+                let room = d.room.as_str();
+                if reason == LeaveReason::Closed {
+                    tracing::info!(participant = %id, room, reason = reason.as_str(), "removed by its shard: {detail}");
+                } else {
+                    tracing::warn!(participant = %id, room, reason = reason.as_str(), "removed by its shard: {detail}");
+                }
+                self.departed(d);
             }
             ToControl::Event(ShardEvent::Connected { id }) => {
                 tracing::debug!(participant = %id, "connected");
