@@ -783,7 +783,7 @@ fn wrong_fingerprint(sdp: String) -> String {
         .collect()
 }
 
-/// (17) DTLS fails on the server's side (the client's certificate does not
+/// (18) DTLS fails on the server's side (the client's certificate does not
 /// match its offer's fingerprint): the shard evicts it at once, and the
 /// report to the control thread says so in str0m's words.
 #[test]
@@ -807,7 +807,7 @@ fn sim_dtls_failure_on_the_server_is_reported() {
     assert_eq!(s.client(a).evicted, None);
 }
 
-/// (18) DTLS fails on the client's side (the server's certificate does not
+/// (19) DTLS fails on the client's side (the server's certificate does not
 /// match the answer it got): the client gives up, and like an OpenSSL
 /// client (GStreamer) says so with a fatal alert. str0m refuses that record
 /// (an error from `handle_input`, nothing more) and the handshake just
