@@ -385,6 +385,11 @@ fn sim_consent_failure_evicts_and_refills() {
     let reason = s.client(a).evicted.unwrap();
     eprintln!("evicted after {after:?}: {reason:?}");
     assert_eq!(reason, LeaveReason::IceDisconnected);
+    let detail = s.client(a).evicted_detail.clone().unwrap_or_default();
+    assert!(
+        detail.starts_with("ICE consent failed: no response from the client for"),
+        "{detail}"
+    );
     assert!(s.left_events().iter().all(|(id, _)| *id == s.client(a).id));
     s.run_for(Duration::from_secs(1));
     assert_eq!(
@@ -450,6 +455,13 @@ fn sim_connect_deadline_and_source_address_limit() {
     assert!(s.snapshot(a).connected);
     assert!(!s.snapshot(b).connected);
     assert_eq!(s.client(b).evicted, Some(LeaveReason::ConnectTimeout));
+    assert_eq!(
+        s.client(b).evicted_detail.as_deref(),
+        Some(
+            "never connected within --connect-timeout (2 s): nothing ever arrived from the \
+             client (UDP blocked, or a wrong address in the answer?)"
+        )
+    );
     assert_eq!(s.client(a).evicted, None);
     assert_eq!(s.shards[0].engine.participant_count(), 1);
 
