@@ -555,7 +555,9 @@ impl Engine {
                 self.io.out.control.push(ShardEvent::Connected { id });
             }
             Event::IceConnectionStateChange(IceConnectionState::Disconnected) => {
-                self.io.doomed.push((id, LeaveReason::IceDisconnected, None));
+                self.io
+                    .doomed
+                    .push((id, LeaveReason::IceDisconnected, None));
             }
             Event::IceConnectionStateChange(
                 IceConnectionState::Connected | IceConnectionState::Completed,
