@@ -90,8 +90,15 @@ pub struct Config {
     pub no_pin: bool,
 
     /// Log filter (tracing EnvFilter syntax), e.g. "info" or "corelay=debug".
+    /// str0m's per-join payload-type notices are kept below WARN unless the
+    /// filter names str0m.
     #[arg(long, env = "CORELAY_LOG", default_value = "info")]
     pub log: String,
+
+    /// Log line format, text or json (one JSON object per line, for log
+    /// collectors). Text has colours only on a terminal and without NO_COLOR.
+    #[arg(long, env = "CORELAY_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
 
     /// Largest SDP offer accepted, in bytes (larger: 413).
     #[arg(long, env = "CORELAY_MAX_SDP_BYTES", default_value_t = 64 * 1024)]
@@ -279,6 +286,13 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
             .ok_or_else(|| format!("{s:?}: expected a positive number of ms, e.g. 500ms")),
         None => parse_ttl(s),
     }
+}
+
+/// How log lines are written (`--log-format`).
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]

@@ -1,11 +1,13 @@
 //! corelay, the server: one control thread (HTTP signaling, placement,
 //! admission) and one pinned shard per core (the data plane).
 //!
-//! Layout: [`control`] is the control thread, [`shard`] the data plane, and
-//! the sans-I/O core that both drive lives in the `corelay-core` crate.
+//! Layout: [`control`] is the control thread, [`shard`] the data plane,
+//! [`logging`] the log's filter and format, and the sans-I/O core that both
+//! drive lives in the `corelay-core` crate.
 
 pub mod config;
 pub mod control;
+pub mod logging;
 pub mod shard;
 
 use std::net::SocketAddr;

@@ -18,12 +18,7 @@ fn main() -> std::process::ExitCode {
             }
         };
     }
-    let filter = tracing_subscriber::EnvFilter::try_new(&cfg.log)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+    corelay::logging::init(&cfg.log, cfg.log_format);
     match corelay::run(cfg) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
