@@ -693,8 +693,8 @@ impl Engine {
 
     /// Removes a participant from this shard: closes its `Rtc` (DTLS
     /// close_notify goes out), forgets its addresses and deadlines, frees
-    /// slots showing it.
-    /// `detail` is what str0m (or the panic) said, if anything.
+    /// slots showing it, and (unless the control thread asked for it)
+    /// reports why: `detail` is what str0m (or the panic) said, if anything.
     fn evict(
         &mut self,
         now: Instant,
