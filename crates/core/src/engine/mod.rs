@@ -299,7 +299,7 @@ impl Engine {
             Some(Ok(answer)) => answer,
             failed => {
                 if let Some(Err(e)) = &failed {
-                    tracing::warn!(participant = %id, "a rehearsed renegotiation failed on the shard: {e}");
+                    tracing::debug!(participant = %id, "a rehearsed renegotiation failed on the shard: {e}");
                     self.io.doomed.push((
                         id,
                         LeaveReason::RenegotiationFailed,
