@@ -1,6 +1,7 @@
 // Shared harness for the browser and interop tests: starts a corelay server
-// on free ports, launches Debian's chromium through playwright-core, and has
-// helpers to read getStats() progress out of a page.
+// on free ports, launches Debian's chromium through playwright-core (and
+// Debian's firefox-esr through puppeteer-core), and has helpers to read
+// getStats() progress out of a page.
 //
 // Environment:
 //   CORELAY_BIN          server binary (default target/debug/corelay)
@@ -8,6 +9,7 @@
 //   CORELAY_TEST_OUT     where server logs and failure screenshots go
 //                        (default $TMPDIR/corelay-browser)
 //   CHROMIUM             browser binary (default /usr/lib/chromium/chromium)
+//   FIREFOX              Firefox binary (default Debian's firefox-esr)
 //   CORELAY_HEADFUL=1    show the browser (needs a display)
 
 import { spawn } from 'node:child_process';
@@ -73,8 +75,9 @@ export function uniqueRoom(prefix) {
   return `${prefix}-${process.pid}-${Math.random().toString(36).slice(2, 8)}`;
 }
 
-// Start the server; resolves once /healthz answers 200.
-export async function startServer({ name = 'server', extraArgs = [] } = {}) {
+// Start the server; resolves once /healthz answers 200. `defaults: true`
+// runs it with the default codec list whatever CORELAY_VIDEO_CODEC(S) say.
+export async function startServer({ name = 'server', extraArgs = [], defaults = false } = {}) {
   const bin = path.resolve(ROOT, process.env.CORELAY_BIN || 'target/debug/corelay');
   if (!fs.existsSync(bin)) throw new Error(`server binary ${bin} not found (set CORELAY_BIN or build with cargo build -p corelay)`);
   const httpPort = await freeTcpPort();
@@ -85,7 +88,7 @@ export async function startServer({ name = 'server', extraArgs = [] } = {}) {
     '--public-ip', '127.0.0.1',
     '--shards', '1',
   ];
-  if (process.env.CORELAY_VIDEO_CODEC) args.push('--video-codec', process.env.CORELAY_VIDEO_CODEC);
+  if (process.env.CORELAY_VIDEO_CODEC && !defaults) args.push('--video-codec', process.env.CORELAY_VIDEO_CODEC);
   args.push(...extraArgs);
   const logPath = path.join(OUT, `${name}-${process.pid}.log`);
   const log = fs.openSync(logPath, 'w');
@@ -95,7 +98,7 @@ export async function startServer({ name = 'server', extraArgs = [] } = {}) {
     // No Prometheus listener (its default address is fixed, 127.0.0.1:6060):
     // servers of parallel runs would collide on it. An env var, not a flag, so
     // that binaries without --metrics ignore it.
-    env: { CORELAY_METRICS: 'off', ...process.env },
+    env: { CORELAY_METRICS: 'off', ...process.env, ...(defaults ? { CORELAY_VIDEO_CODECS: undefined } : {}) },
   });
   let exited = null;
   child.on('exit', (code, signal) => { exited = { code, signal }; });
@@ -151,6 +154,64 @@ export async function launchBrowser() {
   const args = [...CHROMIUM_ARGS];
   if (process.env.CORELAY_HEADFUL === '1') args.splice(args.indexOf('--headless'), 1);
   return chromium.launch({ executablePath, args, headless: process.env.CORELAY_HEADFUL !== '1' });
+}
+
+// Debian's firefox-esr, driven by puppeteer-core over WebDriver BiDi (never a
+// downloaded browser). Fake camera and microphone without a prompt, and ICE
+// on 127.0.0.1 (Firefox leaves loopback out of its candidates by default).
+export const FIREFOX = process.env.FIREFOX
+  || ['/usr/lib/firefox-esr/firefox-esr', '/usr/bin/firefox-esr'].find((p) => fs.existsSync(p))
+  || '/usr/lib/firefox-esr/firefox-esr';
+
+export const FIREFOX_PREFS = {
+  'media.navigator.streams.fake': true,
+  'media.navigator.permission.disabled': true,
+  'media.peerconnection.ice.loopback': true,
+  'permissions.default.camera': 1,
+  'permissions.default.microphone': 1,
+};
+
+// Why Firefox tests cannot run here, or null when they can.
+export async function firefoxUnavailable() {
+  if (!fs.existsSync(FIREFOX)) {
+    return `no Firefox at ${FIREFOX} (scripts/test-browser installs Debian's firefox-esr with apt; set FIREFOX to use another)`;
+  }
+  try {
+    await import('puppeteer-core');
+  } catch (err) {
+    return `puppeteer-core is not installed (npm ci): ${err.message}`;
+  }
+  return null;
+}
+
+export async function launchFirefox() {
+  const { default: puppeteer } = await import('puppeteer-core');
+  return puppeteer.launch({
+    browser: 'firefox',
+    executablePath: FIREFOX,
+    headless: process.env.CORELAY_HEADFUL !== '1',
+    defaultViewport: { width: 1280, height: 760 },
+    extraPrefsFirefox: FIREFOX_PREFS,
+  });
+}
+
+// A Firefox tab with the same conveniences as newPage (label, errors, logs).
+// page.evaluate(fn, arg) works as in playwright, so waitInPage, slotOf,
+// inboundByMid, waitMediaFlowing and debugState take either kind of page.
+// (CORELAY_LIVE_ASSETS does not apply: Firefox gets the embedded assets.)
+export async function newFirefoxPage(browser, label) {
+  const page = await browser.newPage();
+  page.setDefaultTimeout(10000);
+  page.label = label;
+  page.errors = [];
+  page.logs = [];
+  page.on('pageerror', (err) => page.errors.push(String(err)));
+  page.on('console', (msg) => {
+    const line = `[${label}] ${msg.type()}: ${msg.text()}`;
+    page.logs.push(line);
+    if (msg.type() === 'error') page.errors.push(line);
+  });
+  return page;
 }
 
 // A new page in its own context (own cookies/storage), with console errors
@@ -304,6 +365,38 @@ export async function joinDemo(page, base, room, name, { recvonly = false, query
     if (String(r).startsWith('error:')) throw new Error(`[${page.label}] join failed: ${r}\nanswer/offer in page state`);
   });
   return page.evaluate(() => window.corelay.participantId);
+}
+
+// Join `room` the way a link does: the demo page with ?room=&name=&join=1
+// (no clicks, so it works for any browser's page). Resolves with the
+// participant id; throws with the page's error (e.g. `400 codec_mismatch: …`)
+// when the server refused the offer.
+export async function joinDemoByUrl(page, base, room, name) {
+  const q = new URLSearchParams({ room, name, join: '1' });
+  await page.goto(`${base}/?${q}`);
+  const r = await waitInPage(page, () => {
+    const c = window.corelay;
+    if (c.state === 'error' || c.state === 'failed') return `error: ${c.error}`;
+    return c.pc?.connectionState === 'connected' && c.dc?.readyState === 'open'
+      && c.events.some((e) => e.type === 'welcome') && c.participantId;
+  }, null, { what: `${name} to join ${room}` });
+  if (String(r).startsWith('error:')) throw new Error(`[${page.label}] join failed: ${r}`);
+  return r;
+}
+
+// Wait until the inbound stream on `mid` has decoded more than `min` frames
+// (getStats inbound-rtp framesDecoded). Resolves with that stream's stats.
+export async function waitFramesDecoded(page, mid, min, { timeout = 20000 } = {}) {
+  const deadline = Date.now() + timeout;
+  for (;;) {
+    const stats = await inboundByMid(page);
+    const s = stats[mid];
+    if ((s?.framesDecoded ?? 0) > min) return s;
+    if (Date.now() > deadline) {
+      throw new Error(`[${page.label}] video on mid ${mid}: framesDecoded ${s?.framesDecoded} after ${timeout} ms, want > ${min}; inbound=${JSON.stringify(stats)}\nstate=${await debugState(page).catch(String)}`);
+    }
+    await sleep(500);
+  }
 }
 
 // The receive slot (mid) currently filled by `participant` with `kind`.
