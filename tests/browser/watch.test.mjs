@@ -45,16 +45,17 @@ test('a viewer on /watch/{room} decodes the room\'s video', async (t) => {
     const amid = await slotOf(viewer, pubId, 'audio');
     await waitMediaFlowing(viewer, amid, 'audio');
 
-    // The viewer is a participant without tracks: it shows up in the
-    // publisher's roster, and the publisher gets no tile for it.
+    // The viewer is receive-only: the publisher's roster counts it
+    // (`viewers`) without listing it, and the publisher gets no tile for it.
     const viewerId = await viewer.evaluate(() => window.corelay.participantId);
-    await waitInPage(pub, (id) => window.corelay.roster.some((p) => p.id === id), viewerId, { what: 'viewer in roster' });
+    await waitInPage(pub, () => window.corelay.session.viewers === 1, null, { what: 'the roster to count 1 viewer' });
+    assert.equal(await pub.evaluate((id) => window.corelay.roster.some((p) => p.id === id), viewerId), false, 'the viewer is not listed');
     assert.deepEqual(await pub.evaluate(() => window.corelay.tiles()), []);
 
     // DELETE on the WHEP Location removes the viewer.
     const del = await viewer.evaluate(async () => (await fetch(window.corelay.location, { method: 'DELETE' })).status);
     assert.equal(del, 204);
-    await waitInPage(pub, (id) => !window.corelay.roster.some((p) => p.id === id), viewerId, { what: 'viewer gone from roster' });
+    await waitInPage(pub, () => window.corelay.session.viewers === 0, null, { what: 'the roster to count 0 viewers' });
 
     for (const p of pages) assert.deepEqual(p.errors, [], `${p.label} errors`);
   } catch (err) {
