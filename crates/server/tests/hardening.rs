@@ -6,12 +6,10 @@
 mod common;
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use common::*;
-use str0m::media::{Direction, MediaKind};
-use str0m::{Candidate, Rtc};
 
 fn json(body: &str) -> serde_json::Value {
     serde_json::from_str(body).unwrap_or_else(|_| panic!("not JSON: {body}"))
@@ -21,25 +19,6 @@ fn header<'a>(hs: &'a [(String, String)], name: &str) -> Option<&'a str> {
     hs.iter()
         .find(|(k, _)| k.eq_ignore_ascii_case(name))
         .map(|(_, v)| v.as_str())
-}
-
-/// A str0m client's offer (H.264 + Opus publisher with one video slot and a
-/// data channel) that nobody will ever complete ICE for.
-fn offer() -> String {
-    let mut rtc = Rtc::builder()
-        .clear_codecs()
-        .enable_opus(true, false)
-        .enable_h264(true)
-        .build(Instant::now());
-    let addr: SocketAddr = "127.0.0.1:9".parse().unwrap();
-    rtc.add_local_candidate(Candidate::host(addr, "udp").unwrap());
-    let mut api = rtc.sdp_api();
-    api.add_media(MediaKind::Video, Direction::SendOnly, None, None, None);
-    api.add_media(MediaKind::Audio, Direction::SendOnly, None, None, None);
-    api.add_media(MediaKind::Video, Direction::RecvOnly, None, None, None);
-    api.add_channel("events".into());
-    let (offer, _pending) = api.apply().unwrap();
-    offer.to_sdp_string()
 }
 
 /// `sdp` plus one recvonly video m-line whose payload type repeats the
@@ -118,7 +97,7 @@ fn offers_str0m_would_assert_on_get_400_and_every_shard_keeps_running() {
     assert!(ok, "a does not receive b");
 
     // The same offer as a POST: refused before str0m sees it.
-    let evil = with_conflicting_pt(&offer());
+    let evil = with_conflicting_pt(&unconnectable_offer());
     let (st, _, body) = request(
         &server,
         "POST",
@@ -146,7 +125,8 @@ fn offers_str0m_would_assert_on_get_400_and_every_shard_keeps_running() {
     assert!(!body.contains("0x"), "no internal details: {body}");
 
     // Payload types past 127 index past str0m's table.
-    let big_pt = offer().replacen("a=rtpmap:", "a=rtpmap:200 H264/90000\r\na=rtpmap:", 1);
+    let big_pt =
+        unconnectable_offer().replacen("a=rtpmap:", "a=rtpmap:200 H264/90000\r\na=rtpmap:", 1);
     let (st, _, body) = request(
         &server,
         "POST",
@@ -359,7 +339,7 @@ fn joins_that_never_connect_are_reaped_and_admission_recovers() {
             "100",
         ],
     );
-    let sdp = offer();
+    let sdp = unconnectable_offer();
     let post = |room: &str| {
         request(
             &server,
@@ -439,14 +419,14 @@ fn http_limits_answer_json() {
         "POST",
         path,
         &[("content-type", "application/sdpXYZ")],
-        &offer(),
+        &unconnectable_offer(),
     );
     assert_eq!(st, 415, "{body}");
     let (st, _, body) = server.request(
         "POST",
         path,
         &[("content-type", "application/sdp; charset=utf-8")],
-        &offer(),
+        &unconnectable_offer(),
     );
     assert_eq!(st, 201, "{body}");
     // One rule for room names.
@@ -455,13 +435,13 @@ fn http_limits_answer_json() {
             "POST",
             &format!("/api/v1/rooms/{bad}/participants"),
             &[("content-type", "application/sdp")],
-            &offer(),
+            &unconnectable_offer(),
         );
         assert_eq!(st, 400, "{bad}: {body}");
         assert_eq!(json(&body)["code"], "bad_room_name", "{bad}");
     }
     // Too many m-lines: refused before parsing.
-    let mut many = offer();
+    let mut many = unconnectable_offer();
     for i in 0..70 {
         many.push_str(&format!(
             "m=video 9 UDP/TLS/RTP/SAVPF 96\r\na=mid:x{i}\r\na=recvonly\r\n"
@@ -484,7 +464,13 @@ fn http_limits_answer_json() {
         "{body}"
     );
     // The resource is a capability; the public id is separate.
-    let (st, hs, body) = request(&server, "POST", path, &sdp_headers("x")[..1], &offer());
+    let (st, hs, body) = request(
+        &server,
+        "POST",
+        path,
+        &sdp_headers("x")[..1],
+        &unconnectable_offer(),
+    );
     assert_eq!(st, 201, "{body}");
     let loc = header(&hs, "location").unwrap().to_string();
     let secret = loc.rsplit('/').next().unwrap();

@@ -5,28 +5,9 @@
 
 mod common;
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use common::*;
-use str0m::media::{Direction, MediaKind};
-use str0m::{Candidate, Rtc};
-
-/// A str0m client's offer whose ICE nobody will ever complete.
-fn offer() -> String {
-    let mut rtc = Rtc::builder()
-        .clear_codecs()
-        .enable_opus(true, false)
-        .enable_h264(true)
-        .build(Instant::now());
-    let addr: SocketAddr = "127.0.0.1:9".parse().unwrap();
-    rtc.add_local_candidate(Candidate::host(addr, "udp").unwrap());
-    let mut api = rtc.sdp_api();
-    api.add_media(MediaKind::Video, Direction::SendOnly, None, None, None);
-    api.add_channel("events".into());
-    let (offer, _pending) = api.apply().unwrap();
-    offer.to_sdp_string()
-}
 
 /// Joins room `logs` with an offer that never connects, then waits for the
 /// line that reports its eviction (the connect deadline is 1 s).
@@ -35,7 +16,7 @@ fn never_connects(server: &Server) -> String {
         "POST",
         "/api/v1/rooms/logs/participants",
         &[("content-type", "application/sdp")],
-        &offer(),
+        &unconnectable_offer(),
     );
     assert_eq!(st, 201, "{body}");
     let deadline = Instant::now() + Duration::from_secs(15);

@@ -3,8 +3,13 @@
 //! and helpers to join calls and check what flowed.
 #![allow(dead_code)]
 
+use std::net::SocketAddr;
+use std::time::Instant;
+
 use corelay_client::{JoinSpec, ParticipantHandle, Snapshot};
 pub use corelay_testkit::Server;
+use str0m::media::{Direction, MediaKind};
+use str0m::{Candidate, Rtc};
 
 /// Starts this package's `corelay` with `shards` shards and `extra` arguments.
 pub fn start_server(shards: usize, extra: &[&str]) -> Server {
@@ -76,4 +81,24 @@ pub fn names(v: &[&str]) -> Vec<String> {
     let mut v: Vec<String> = v.iter().map(|s| s.to_string()).collect();
     v.sort();
     v
+}
+
+/// A str0m client's offer (H.264 + Opus publisher with one video slot and a
+/// data channel) whose ICE nobody will ever complete: its candidate is
+/// 127.0.0.1:9 and no client answers there.
+pub fn unconnectable_offer() -> String {
+    let mut rtc = Rtc::builder()
+        .clear_codecs()
+        .enable_opus(true, false)
+        .enable_h264(true)
+        .build(Instant::now());
+    let addr: SocketAddr = "127.0.0.1:9".parse().unwrap();
+    rtc.add_local_candidate(Candidate::host(addr, "udp").unwrap());
+    let mut api = rtc.sdp_api();
+    api.add_media(MediaKind::Video, Direction::SendOnly, None, None, None);
+    api.add_media(MediaKind::Audio, Direction::SendOnly, None, None, None);
+    api.add_media(MediaKind::Video, Direction::RecvOnly, None, None, None);
+    api.add_channel("events".into());
+    let (offer, _pending) = api.apply().unwrap();
+    offer.to_sdp_string()
 }
