@@ -368,6 +368,9 @@ describe('demo page', () => {
         assert.deepEqual([other.mic, other.cam], [false, false], `${label}: the other participant stays live`);
       }
     }
+    // Bob with both off, as Alice and Bob see it.
+    await pages.alice.screenshot({ path: path.join(OUT, 'grid-muted-alice.png') });
+    await pages.bob.screenshot({ path: path.join(OUT, 'grid-muted-bob.png') });
     // Both back on: live everywhere again.
     await pages.bob.click('#mute-audio');
     await pages.bob.click('#mute-video');
