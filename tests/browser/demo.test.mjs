@@ -1,6 +1,8 @@
 // The demo page at / with real Chromium participants: two see and hear each
-// other, a third appears on both grids, leavers disappear, and a screenshot of
-// a two-participant grid lands in docs/screenshots/grid.png.
+// other, a third appears on both grids, the grid fills the window and reflows
+// on resize, the active speaker's tile is highlighted, muting shows on every
+// grid, leavers disappear, and a screenshot of a two-participant grid lands in
+// docs/screenshots/grid.png.
 
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
@@ -150,6 +152,231 @@ describe('demo page', () => {
     await waitMediaFlowing(pages.alice, carolMid, 'video');
     const names = await pages.bob.evaluate((id) => window.corelay.tiles().find((t) => t.participant === id)?.name, ids.carol);
     assert.equal(names, 'Carol');
+  });
+
+  step('the grid fills the window and reflows: largest 16:9 tiles, no overlap, no scrollbars', async () => {
+    const page = pages.alice;
+    // Where the tiles are, and the best tile width for the grid's box
+    // (computed here, not by the page's layout code).
+    const measure = () => page.evaluate(async () => {
+      await new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
+      const grid = document.getElementById('grid');
+      const cs = getComputedStyle(grid);
+      const g = grid.getBoundingClientRect();
+      return {
+        vw: window.innerWidth,
+        vh: window.innerHeight,
+        scrollW: document.documentElement.scrollWidth,
+        scrollH: document.documentElement.scrollHeight,
+        gridScrollH: grid.scrollHeight,
+        gridClientH: grid.clientHeight,
+        box: {
+          width: g.width - parseFloat(cs.paddingLeft) - parseFloat(cs.paddingRight),
+          height: g.height - parseFloat(cs.paddingTop) - parseFloat(cs.paddingBottom),
+          gapX: parseFloat(cs.columnGap),
+          gapY: parseFloat(cs.rowGap),
+        },
+        tiles: [...grid.querySelectorAll(':scope > .tile')].map((t) => {
+          const r = t.getBoundingClientRect();
+          return { x: r.x, y: r.y, w: r.width, h: r.height, local: t.dataset.local === 'true' };
+        }),
+      };
+    });
+    const bestWidth = (n, { width, height, gapX, gapY }) => {
+      let best = 0;
+      for (let cols = 1; cols <= n; cols++) {
+        const rows = Math.ceil(n / cols);
+        best = Math.max(best, Math.min((width - gapX * (cols - 1)) / cols, ((height - gapY * (rows - 1)) / rows) * 16 / 9));
+      }
+      return best;
+    };
+    const check = (m, n, what) => {
+      const ctx = `${what}: ${JSON.stringify(m)}`;
+      assert.equal(m.tiles.length, n, `${n} tiles, ${ctx}`);
+      assert.ok(m.scrollW <= m.vw && m.scrollH <= m.vh, `no page scrollbars, ${ctx}`);
+      assert.ok(m.gridScrollH <= m.gridClientH + 1, `no grid scrollbar, ${ctx}`);
+      const best = bestWidth(n, m.box);
+      for (const t of m.tiles) {
+        assert.ok(t.x >= 0 && t.y >= 0 && t.x + t.w <= m.vw + 0.5 && t.y + t.h <= m.vh + 0.5, `tile ${JSON.stringify(t)} inside the viewport, ${ctx}`);
+        assert.ok(Math.abs(t.w / t.h - 16 / 9) < 0.02, `tile ${JSON.stringify(t)} is 16:9, ${ctx}`);
+        // Within 2 px of the largest tile that fits (the page floors to px).
+        assert.ok(t.w >= best - 2, `tile width ${t.w} is the largest that fits (${best.toFixed(1)}), ${ctx}`);
+      }
+      for (let i = 0; i < m.tiles.length; i++) {
+        for (let j = i + 1; j < m.tiles.length; j++) {
+          const a = m.tiles[i];
+          const b = m.tiles[j];
+          const overlap = a.x < b.x + b.w - 0.5 && b.x < a.x + a.w - 0.5 && a.y < b.y + b.h - 0.5 && b.y < a.y + a.h - 0.5;
+          assert.ok(!overlap, `tiles ${i} and ${j} do not overlap, ${ctx}`);
+        }
+      }
+      assert.ok(m.tiles.some((t) => t.local), `the self-view is one of the tiles, ${ctx}`);
+      return new Set(m.tiles.map((t) => Math.round(t.x))).size;  // columns in use
+    };
+    try {
+      await page.setViewportSize({ width: 1280, height: 720 });
+      const wide = await measure();
+      const wideCols = check(wide, 3, '1280x720');
+      await page.screenshot({ path: path.join(OUT, 'grid-1280x720.png') });
+
+      await page.setViewportSize({ width: 640, height: 900 });
+      const tall = await measure();
+      const tallCols = check(tall, 3, '640x900');
+      await page.screenshot({ path: path.join(OUT, 'grid-640x900.png') });
+      assert.notDeepEqual(tall.tiles, wide.tiles, 'the tiles moved');
+      assert.notEqual(tall.tiles[0].w, wide.tiles[0].w, 'the tiles were resized');
+      assert.ok(tallCols < wideCols, `fewer columns in a tall window (${wideCols} -> ${tallCols})`);
+
+      // Up to 16 tiles fit a 1280x720 window: add placeholders to the grid.
+      await page.setViewportSize({ width: 1280, height: 720 });
+      await page.evaluate(() => {
+        for (let i = 0; i < 13; i++) {
+          const t = document.createElement('div');
+          t.className = 'tile';
+          t.dataset.testFake = 'true';
+          document.getElementById('grid').append(t);
+        }
+      });
+      const many = await measure();
+      check(many, 16, '16 tiles at 1280x720');
+      await page.screenshot({ path: path.join(OUT, 'grid-16-tiles.png') });
+      await page.evaluate(() => document.querySelectorAll('#grid > .tile[data-test-fake]').forEach((t) => t.remove()));
+      const back = await measure();
+      check(back, 3, 'back to 3 tiles');
+      assert.deepEqual(back.tiles, wide.tiles, 'removing tiles reflows back');
+      console.log(`tile width: 1280x720 ${wide.tiles[0].w}px (${wideCols} cols), 640x900 ${tall.tiles[0].w}px (${tallCols}), 16 tiles ${many.tiles[0].w}px`);
+    } finally {
+      await page.evaluate(() => document.querySelectorAll('#grid > .tile[data-test-fake]').forEach((t) => t.remove())).catch(() => {});
+      await page.setViewportSize({ width: 1280, height: 760 });
+    }
+  });
+
+  step('the active speaker\'s tile is highlighted (speaking)', async () => {
+    const me = { alice: ids.alice, bob: ids.bob, carol: ids.carol };
+    // Which tiles are `speaking`, by participant (the self-view is its own id).
+    const speakingNow = (page) => page.evaluate(() => {
+      const c = window.corelay;
+      return {
+        speaker: c.speaker,
+        lastEvent: [...c.events].reverse().find((e) => e.type === 'speaker')?.participant ?? null,
+        speaking: [...document.querySelectorAll('#grid > .tile.speaking')]
+          .map((t) => (t.dataset.local === 'true' ? c.participantId : t.dataset.participant)),
+      };
+    });
+    // The fake microphones beep: the server picks one of them (which one is
+    // up to it); every page highlights that one tile, and only it.
+    for (const [label, page] of Object.entries({ alice: pages.alice, bob: pages.bob, carol: pages.carol })) {
+      const got = await waitInPage(page, () => {
+        const c = window.corelay;
+        const last = [...c.events].reverse().find((e) => e.type === 'speaker');
+        if (!last?.participant) return null;
+        const speaking = [...document.querySelectorAll('#grid > .tile.speaking')]
+          .map((t) => (t.dataset.local === 'true' ? c.participantId : t.dataset.participant));
+        return speaking.length === 1 && speaking[0] === last.participant ? { speaker: last.participant } : null;
+      }, null, { timeout: 10000, what: 'the speaker\'s tile to be highlighted' });
+      assert.ok(Object.values(me).includes(got.speaker), `${label}: speaker ${got.speaker} is one of ours`);
+    }
+    // Each participant in turn as the speaker (the event as the data channel
+    // delivers it): exactly their tile is highlighted, on the self-view too.
+    const page = pages.alice;
+    for (const id of Object.values(me)) {
+      const r = await page.evaluate((p) => {
+        const s = window.corelay.session;
+        const real = s.speaker;
+        const n = s.events.length;
+        s.onEvent(JSON.stringify({ type: 'speaker', participant: p }));
+        const c = window.corelay;
+        const speaking = [...document.querySelectorAll('#grid > .tile.speaking')]
+          .map((t) => (t.dataset.local === 'true' ? c.participantId : t.dataset.participant));
+        s.onEvent(JSON.stringify({ type: 'speaker', participant: real }));
+        s.events.splice(n);
+        return speaking;
+      }, id);
+      assert.deepEqual(r, [id], `speaker ${id}: the highlighted tiles`);
+    }
+    const none = await page.evaluate(() => {
+      const s = window.corelay.session;
+      const real = s.speaker;
+      const n = s.events.length;
+      s.onEvent(JSON.stringify({ type: 'speaker', participant: null }));
+      const count = document.querySelectorAll('#grid > .tile.speaking').length;
+      s.onEvent(JSON.stringify({ type: 'speaker', participant: real }));
+      s.events.splice(n);
+      return count;
+    });
+    assert.equal(none, 0, 'no speaker, no highlight');
+    const now = await speakingNow(page);
+    assert.deepEqual(now.speaking, now.speaker ? [now.speaker] : [], `restored: ${JSON.stringify(now)}`);
+  });
+
+  step('muting the camera or mic shows on the local tile and on the others\' tiles', async () => {
+    // The state of the tile showing `id` on `page`: mic-muted/cam-muted/muted.
+    const tileState = (page, id) => page.evaluate((p) => {
+      const c = window.corelay;
+      const t = [...document.querySelectorAll('#grid > .tile')]
+        .find((x) => (x.dataset.local === 'true' ? c.participantId : x.dataset.participant) === p);
+      if (!t) return null;
+      const visible = (sel) => { const el = t.querySelector(sel); return !!el && getComputedStyle(el).display !== 'none'; };
+      return {
+        mic: t.classList.contains('mic-muted'),
+        cam: t.classList.contains('cam-muted'),
+        muted: t.classList.contains('muted'),
+        micBadge: visible('.badge.mic-off'),
+        camBadge: visible('.badge.cam-off'),
+      };
+    }, id);
+    const waitState = async (label, page, id, want, timeout) => {
+      const t0 = Date.now();
+      await waitInPage(page, ([p, w]) => {
+        const c = window.corelay;
+        const t = [...document.querySelectorAll('#grid > .tile')]
+          .find((x) => (x.dataset.local === 'true' ? c.participantId : x.dataset.participant) === p);
+        return t && t.classList.contains('mic-muted') === w.mic && t.classList.contains('cam-muted') === w.cam
+          && t.classList.contains('muted') === (w.mic || w.cam);
+      }, [id, want], { timeout, what: `${label}: tile of ${id} mic ${want.mic ? 'muted' : 'on'}, camera ${want.cam ? 'off' : 'on'}` });
+      return Date.now() - t0;
+    };
+    const live = { mic: false, cam: false };
+    // Before: everybody is live, everywhere (the fake devices beep and draw).
+    for (const [label, page] of [['alice', pages.alice], ['carol', pages.carol], ['bob', pages.bob]]) {
+      for (const id of [ids.alice, ids.bob, ids.carol]) await waitState(label, page, id, live, 10000);
+    }
+    const steps = [
+      ['#mute-video', { mic: false, cam: true }, 'Start camera'],
+      ['#mute-video', live, 'Stop camera'],
+      ['#mute-audio', { mic: true, cam: false }, 'Unmute mic'],
+      ['#mute-audio', live, 'Mute mic'],
+      ['#mute-audio', { mic: true, cam: false }, 'Unmute mic'],
+      ['#mute-video', { mic: true, cam: true }, 'Start camera'],
+    ];
+    const times = [];
+    for (const [button, want, text] of steps) {
+      await pages.bob.click(button);
+      assert.equal(await pages.bob.textContent(button), text);
+      // Bob's own tile at once; Alice's and Carol's tiles for Bob within seconds.
+      await waitState('bob', pages.bob, ids.bob, want, 1000);
+      const local = await tileState(pages.bob, ids.bob);
+      assert.equal(local.micBadge, want.mic, `bob's self-view mic badge ${JSON.stringify(local)}`);
+      assert.equal(local.camBadge, want.cam, `bob's self-view camera badge ${JSON.stringify(local)}`);
+      for (const [label, page] of [['alice', pages.alice], ['carol', pages.carol]]) {
+        times.push(`${button} ${JSON.stringify(want)} on ${label}: ${await waitState(label, page, ids.bob, want, 8000)} ms`);
+        const remote = await tileState(page, ids.bob);
+        assert.equal(remote.micBadge, want.mic, `${label}'s tile of bob: mic badge ${JSON.stringify(remote)}`);
+        assert.equal(remote.camBadge, want.cam, `${label}'s tile of bob: camera badge ${JSON.stringify(remote)}`);
+        // The others stay live.
+        const other = await tileState(page, label === 'alice' ? ids.carol : ids.alice);
+        assert.deepEqual([other.mic, other.cam], [false, false], `${label}: the other participant stays live`);
+      }
+    }
+    // Bob with both off, as Alice and Bob see it.
+    await pages.alice.screenshot({ path: path.join(OUT, 'grid-muted-alice.png') });
+    await pages.bob.screenshot({ path: path.join(OUT, 'grid-muted-bob.png') });
+    // Both back on: live everywhere again.
+    await pages.bob.click('#mute-audio');
+    await pages.bob.click('#mute-video');
+    await waitState('bob', pages.bob, ids.bob, live, 1000);
+    for (const [label, page] of [['alice', pages.alice], ['carol', pages.carol]]) await waitState(label, page, ids.bob, live, 8000);
+    console.log(times.join('\n'));
   });
 
   step('a participant who clicks Leave disappears from the others within seconds', async () => {

@@ -224,9 +224,18 @@
     pin(mid, participant) { this.send({ type: 'pin', participant, mid }); }
     unpin(mid) { this.send({ type: 'unpin', mid }); }
 
+    // Mute keeps the sender: a disabled track sends silence (audio) or black
+    // frames (video), which is what the others' pages notice (see
+    // CorelayGrid.monitor); the server is not told.
     setMuted(kind, muted) {
       if (!this.stream) return;
       for (const t of this.stream.getTracks()) if (t.kind === kind) t.enabled = !muted;
+      this.dispatchEvent(new CustomEvent('mute', { detail: { kind, muted } }));
+    }
+
+    isMuted(kind) {
+      const tracks = this.stream ? this.stream.getTracks().filter((t) => t.kind === kind) : [];
+      return tracks.length > 0 && tracks.every((t) => !t.enabled || t.readyState === 'ended');
     }
 
     // Best-effort removal on page unload: fetch keepalive survives the page.
@@ -253,6 +262,36 @@
   // -------------------------------------------------------------------------
   // Grid: a tile per filled video slot, hidden <audio> per audio slot.
 
+  // Tiles keep this aspect; the grid picks the column count that makes them
+  // largest in the space it has (CorelayGrid.layout).
+  const TILE_ASPECT = 16 / 9;
+  // How often the grid looks at the media to tell muted from live.
+  const MONITOR_MS = 500;
+  // A remote video that decodes no new frame for this long is shown as off.
+  const VIDEO_STALL_MS = 1000;
+  // A remote audio slot that plays digital silence for this long is shown as
+  // muted (a disabled microphone track sends exact zeros; a live microphone,
+  // even a quiet one, has a noise floor).
+  const AUDIO_SILENT_MS = 1500;
+  // Below this mean power (energy per second, audioLevel 0-1 squared) audio
+  // counts as digital silence: about -90 dBFS.
+  const SILENCE_POWER = 1e-9;
+
+  const ICON_MIC_OFF = '<svg viewBox="0 0 24 24" width="16" height="16" fill="none" stroke="currentColor" stroke-width="2" stroke-linecap="round" stroke-linejoin="round" aria-hidden="true"><rect x="9" y="2" width="6" height="12" rx="3"/><path d="M5 10v1a7 7 0 0 0 14 0v-1M12 18v4M8 22h8M3 3l18 18"/></svg>';
+  const ICON_CAM_OFF = '<svg viewBox="0 0 24 24" width="16" height="16" fill="none" stroke="currentColor" stroke-width="2" stroke-linecap="round" stroke-linejoin="round" aria-hidden="true"><rect x="2" y="6" width="14" height="12" rx="2"/><path d="M16 10l6-4v12l-6-4M3 3l18 18"/></svg>';
+
+  // The column count (and tile width, px) that makes `n` tiles of
+  // TILE_ASPECT largest in a `width` x `height` box with gaps `gapX`/`gapY`.
+  function bestLayout(n, width, height, gapX, gapY) {
+    let best = { cols: 1, width: 0 };
+    for (let cols = 1; cols <= n; cols++) {
+      const rows = Math.ceil(n / cols);
+      const w = Math.min((width - gapX * (cols - 1)) / cols, ((height - gapY * (rows - 1)) / rows) * TILE_ASPECT);
+      if (w > best.width) best = { cols, width: w };
+    }
+    return { cols: best.cols, width: Math.max(0, Math.floor(best.width)) };
+  }
+
   function fmtBitrate(bps) {
     if (!Number.isFinite(bps)) return '-';
     if (bps >= 1e6) return `${(bps / 1e6).toFixed(2)} Mbit/s`;
@@ -268,9 +307,39 @@
       this.localTile = null;
       this.prevStats = new Map();  // key -> {bytes, ts}
       this.statsTimer = null;
+      this.media = new Map();  // `${mid}/${participant}` -> what monitor() last saw
+      this.canvas = null;
       session.addEventListener('slots', () => this.renderSlots());
       session.addEventListener('roster', () => this.renderNames());
       session.addEventListener('speaker', () => this.renderSpeaker());
+      session.addEventListener('mute', () => this.renderLocalMute());
+      // Re-layout when the grid's box changes (window resize, roster or
+      // controls wrapping) and when tiles come and go.
+      this.onResize = () => this.layout();
+      if (typeof ResizeObserver === 'function') {
+        this.resizeObserver = new ResizeObserver(this.onResize);
+        this.resizeObserver.observe(gridEl);
+      } else {
+        window.addEventListener('resize', this.onResize);
+      }
+      this.mutationObserver = new MutationObserver(() => this.layout());
+      this.mutationObserver.observe(gridEl, { childList: true });
+      this.monitorTimer = setInterval(() => this.monitor(), MONITOR_MS);
+    }
+
+    // Size the tiles: the column count that makes them largest for the
+    // grid's box, keeping TILE_ASPECT (CSS: --cols and --tile-w).
+    layout() {
+      const el = this.gridEl;
+      const n = el.querySelectorAll(':scope > .tile').length;
+      const cs = getComputedStyle(el);
+      const width = el.clientWidth - parseFloat(cs.paddingLeft) - parseFloat(cs.paddingRight);
+      const height = el.clientHeight - parseFloat(cs.paddingTop) - parseFloat(cs.paddingBottom);
+      const { cols, width: w } = bestLayout(Math.max(1, n), width, height, parseFloat(cs.columnGap) || 0, parseFloat(cs.rowGap) || 0);
+      if (el.dataset.cols === String(cols) && el.style.getPropertyValue('--tile-w') === `${w}px`) return;
+      el.style.setProperty('--cols', String(cols));
+      el.style.setProperty('--tile-w', `${w}px`);
+      el.dataset.cols = String(cols);
     }
 
     makeTile(kind) {
@@ -285,7 +354,14 @@
       const stats = document.createElement('pre');
       stats.className = 'stats';
       stats.hidden = !this.showStats;
-      tile.append(video, label, stats);
+      const off = document.createElement('div');
+      off.className = 'camera-off';
+      off.textContent = 'camera off';
+      const badges = document.createElement('div');
+      badges.className = 'badges';
+      badges.innerHTML = `<span class="badge mic-off" title="microphone muted" role="img" aria-label="microphone muted">${ICON_MIC_OFF}</span>`
+        + `<span class="badge cam-off" title="camera off" role="img" aria-label="camera off">${ICON_CAM_OFF}</span>`;
+      tile.append(video, off, label, badges, stats);
       tile.dataset.kind = kind;
       return tile;
     }
@@ -301,6 +377,102 @@
       video.classList.add('mirror');
       this.localTile = tile;
       this.gridEl.prepend(tile);
+      this.renderLocalMute();
+    }
+
+    // The muted state of a tile: `mic-muted`, `cam-muted`, and `muted` for
+    // either (what the page shows: badges, "camera off").
+    setTileMuted(tile, mic, cam) {
+      tile.classList.toggle('mic-muted', mic);
+      tile.classList.toggle('cam-muted', cam);
+      tile.classList.toggle('muted', mic || cam);
+    }
+
+    renderLocalMute() {
+      if (!this.localTile) return;
+      this.setTileMuted(this.localTile, this.session.isMuted('audio'), this.session.isMuted('video'));
+    }
+
+    // True when the video element shows an (almost) all-black picture: what a
+    // disabled camera track sends.
+    isBlack(video) {
+      if (video.readyState < 2 || !video.videoWidth) return false;
+      try {
+        if (!this.canvas) {
+          this.canvas = document.createElement('canvas');
+          this.canvas.width = 16;
+          this.canvas.height = 9;
+          this.ctx = this.canvas.getContext('2d', { willReadFrequently: true });
+        }
+        this.ctx.drawImage(video, 0, 0, 16, 9);
+        const px = this.ctx.getImageData(0, 0, 16, 9).data;
+        for (let i = 0; i < px.length; i += 4) {
+          if (px[i] > 24 || px[i + 1] > 24 || px[i + 2] > 24) return false;
+        }
+        return true;
+      } catch {
+        return false;
+      }
+    }
+
+    // What the server does not tell: is a remote participant's camera or
+    // microphone off? Their camera counts as off when the slot's track is
+    // muted, decodes no new frame for VIDEO_STALL_MS, or shows black; their
+    // microphone when the audio slot that carries them plays digital silence
+    // for AUDIO_SILENT_MS (unknown, so not shown, when no audio slot does).
+    async monitor() {
+      if (this.monitoring) return;
+      this.monitoring = true;
+      try {
+        this.renderLocalMute();
+        const s = this.session;
+        const pc = s.pc;
+        if (!pc || pc.signalingState === 'closed') return;
+        const report = await pc.getStats();
+        const inbound = new Map();
+        report.forEach((r) => { if (r.type === 'inbound-rtp' && r.mid != null) inbound.set(r.mid, r); });
+        const now = performance.now();
+        const seen = new Set();
+        const state = (mid, participant, init) => {
+          const key = `${mid}/${participant}`;
+          seen.add(key);
+          let st = this.media.get(key);
+          if (!st) { st = { ...init, since: now }; this.media.set(key, st); }
+          return st;
+        };
+        for (const tile of this.gridEl.querySelectorAll('.tile[data-mid]')) {
+          const participant = tile.dataset.participant;
+          const video = tile.querySelector('video');
+          const vr = inbound.get(tile.dataset.mid);
+          const frames = vr?.framesDecoded ?? 0;
+          const v = state(tile.dataset.mid, participant, { frames, lastFrame: now });
+          if (frames !== v.frames) { v.frames = frames; v.lastFrame = now; }
+          const track = video.srcObject?.getVideoTracks()[0];
+          const cam = !!track?.muted || now - v.lastFrame > VIDEO_STALL_MS || this.isBlack(video);
+
+          let mic = false;
+          const aslot = s.slots.find((x) => x.kind === 'audio' && x.participant === participant);
+          const ar = aslot && inbound.get(aslot.mid);
+          if (ar) {
+            const energy = ar.totalAudioEnergy ?? 0;
+            const duration = ar.totalSamplesDuration ?? 0;
+            const a = state(aslot.mid, participant, { energy, duration, lastSound: now });
+            const dd = duration - a.duration;
+            if (dd > 0) {
+              if ((energy - a.energy) / dd > SILENCE_POWER) a.lastSound = now;
+              a.energy = energy;
+              a.duration = duration;
+            }
+            mic = now - a.lastSound > AUDIO_SILENT_MS;
+          }
+          this.setTileMuted(tile, mic, cam);
+        }
+        for (const key of this.media.keys()) if (!seen.has(key)) this.media.delete(key);
+      } catch (err) {
+        console.warn('corelay: monitor', err);
+      } finally {
+        this.monitoring = false;
+      }
     }
 
     tileFor(mid) {
@@ -373,10 +545,13 @@
       }
     }
 
+    // The active speaker's tile (the local one too) gets `speaking`.
     renderSpeaker() {
+      const speaker = this.session.speaker;
       for (const tile of this.gridEl.querySelectorAll('.tile[data-mid]')) {
-        tile.classList.toggle('speaking', !!this.session.speaker && tile.dataset.participant === this.session.speaker);
+        tile.classList.toggle('speaking', !!speaker && tile.dataset.participant === speaker);
       }
+      if (this.localTile) this.localTile.classList.toggle('speaking', !!speaker && speaker === this.session.participantId);
     }
 
     togglePin(tile) {
@@ -418,6 +593,10 @@
           height: v.videoHeight,
           currentTime: v.currentTime,
           paused: v.paused,
+          speaking: tile.classList.contains('speaking'),
+          muted: tile.classList.contains('muted'),
+          micMuted: tile.classList.contains('mic-muted'),
+          camMuted: tile.classList.contains('cam-muted'),
         };
       });
     }
@@ -483,10 +662,15 @@
 
     clear() {
       this.setStatsVisible(false);
+      clearInterval(this.monitorTimer);
+      this.resizeObserver?.disconnect();
+      window.removeEventListener('resize', this.onResize);
+      this.mutationObserver.disconnect();
       this.gridEl.replaceChildren();
       this.audioEl.replaceChildren();
       this.localTile = null;
       this.prevStats.clear();
+      this.media.clear();
     }
   }
 
