@@ -28,7 +28,9 @@ use crate::shard::{ShardSpec, bind, spawn};
 /// from the main thread: it becomes the control thread.
 pub fn run(cfg: Config) -> Result<(), Box<dyn std::error::Error>> {
     install_panic_hook();
-    str0m::crypto::from_feature_flags().install_process_default();
+    // aws-lc-rs for SRTP, OpenSSL for the DTLS handshake: it takes RSA client
+    // certificates (GStreamer), which str0m's own DTLS refuses.
+    corelay_dtls::provider().install_process_default();
     let access = Arc::new(control::auth::Access::from_config(&cfg)?);
     if !access.enabled() {
         tracing::warn!("no --auth-secret: the API runs without authentication, open to anyone");
