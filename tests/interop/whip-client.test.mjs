@@ -20,7 +20,8 @@
 // with the server's candidate on the veth (--public-ip 10.77.0.1).
 //
 // Skips, saying why, when there is no simple-whip-client (scripts/test-browser
-// installs it with apt), no gcc or no way to make the veth pair.
+// installs it with apt), when gcc cannot build the stub, or when the veth
+// pair cannot be made (no CAP_NET_ADMIN).
 
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
@@ -32,22 +33,23 @@ import {
 import { VETH, buildIgdStub, setupVeth, whipClient, whipClientUnavailable } from './realclient.mjs';
 
 let unavailable = whipClientUnavailable();
+let stubDir;
 let removeVeth = async () => {};
 if (!unavailable) {
   try {
+    stubDir = buildIgdStub();
     removeVeth = await setupVeth();
   } catch (err) {
     unavailable = err.message;
+    if (stubDir) fs.rmSync(stubDir, { recursive: true, force: true });
   }
 }
 
 describe('simple-whip-client (GStreamer webrtcbin) publishes over WHIP', { skip: unavailable ?? false }, () => {
   let server;
   let browser;
-  let stubDir;
 
   before(async () => {
-    stubDir = buildIgdStub();
     // Default codecs on purpose (whatever CORELAY_VIDEO_CODEC says): each
     // client's pipeline picks its room's codec.
     server = await startServer({ name: 'whip-client', defaults: true, publicIp: VETH.server });
