@@ -77,7 +77,8 @@ export function uniqueRoom(prefix) {
 
 // Start the server; resolves once /healthz answers 200. `defaults: true`
 // runs it with the default codec list whatever CORELAY_VIDEO_CODEC(S) say.
-export async function startServer({ name = 'server', extraArgs = [], defaults = false } = {}) {
+// `publicIp`: the address in its ICE candidates (default 127.0.0.1).
+export async function startServer({ name = 'server', extraArgs = [], defaults = false, publicIp = '127.0.0.1' } = {}) {
   const bin = path.resolve(ROOT, process.env.CORELAY_BIN || 'target/debug/corelay');
   if (!fs.existsSync(bin)) throw new Error(`server binary ${bin} not found (set CORELAY_BIN or build with cargo build -p corelay)`);
   const httpPort = await freeTcpPort();
@@ -85,7 +86,7 @@ export async function startServer({ name = 'server', extraArgs = [], defaults = 
   const args = [
     '--http', `127.0.0.1:${httpPort}`,
     '--udp-port', String(udpPort),
-    '--public-ip', '127.0.0.1',
+    '--public-ip', publicIp,
     '--shards', '1',
   ];
   if (process.env.CORELAY_VIDEO_CODEC && !defaults) args.push('--video-codec', process.env.CORELAY_VIDEO_CODEC);

@@ -7,11 +7,15 @@
   subscribe  POST --slots recvonly video + one recvonly audio + the data
              channel, decode whatever the server puts in the slots and report
              decoded frame counts per slot mid.
+  whep       POST one recvonly video + one recvonly audio (no data channel) to
+             /whep/{room}, the way a WHEP player does; report decoded video
+             frames and audio frames per mid.
 
 Everything it has to say goes to stdout as JSON lines, e.g.
   {"event": "joined", "participant": "p1", "location": "...", "answer": "..."}
   {"event": "dc", "message": {...room event...}}
   {"event": "frames", "mid": "1", "count": 42, "width": 320, "height": 240}
+  {"event": "audio", "mid": "2", "count": 150, "sample_rate": 48000}
   {"event": "done"}
 """
 
@@ -33,6 +37,7 @@ from aiortc import (
     AudioStreamTrack,
     RTCConfiguration,
     RTCPeerConnection,
+    RTCRtpHeaderExtensionParameters,
     RTCRtpSender,
     RTCSessionDescription,
     VideoStreamTrack,
@@ -149,6 +154,24 @@ def copy_candidates(sdp):
     return "\r\n".join(out) + "\r\n"
 
 
+ABS_SEND_TIME = "http://www.webrtc.org/experiments/rtp-hdrext/abs-send-time"
+
+
+def legacy_extmap_ids():
+    """Number the header extensions as aiortc < 1.8 did: abs-send-time on
+    video at id 2, which ssrc-audio-level has on audio. A server that echoes
+    both in its answer makes aiortc read the 1-byte audio level as a 3-byte
+    abs-send-time: RTP parsing fails and nothing is received (aiortc 1.8 moved
+    abs-send-time to id 3)."""
+    from aiortc.codecs import HEADER_EXTENSIONS
+
+    # The dict itself is shared with rtcpeerconnection: change it in place.
+    HEADER_EXTENSIONS["video"] = [
+        RTCRtpHeaderExtensionParameters(id=2 if e.uri == ABS_SEND_TIME else e.id, uri=e.uri)
+        for e in HEADER_EXTENSIONS["video"]
+    ]
+
+
 def prefer_codec(transceiver, codec):
     caps = RTCRtpSender.getCapabilities(transceiver.kind)
     wanted = [c for c in caps.codecs if c.mimeType.lower() == f"{transceiver.kind}/{codec}"]
@@ -158,6 +181,8 @@ def prefer_codec(transceiver, codec):
 
 
 async def run(args):
+    if args.legacy_extmap_ids:
+        legacy_extmap_ids()
     pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
     counts = {}
     tasks = []
@@ -173,20 +198,21 @@ async def run(args):
         if args.audio:
             pc.addTransceiver(ToneTrack(), direction="sendonly")
     else:
-        for _ in range(args.slots):
+        for _ in range(1 if args.mode == "whep" else args.slots):
             t = pc.addTransceiver("video", direction="recvonly")
             if args.codec:
                 prefer_codec(t, args.codec)
         pc.addTransceiver("audio", direction="recvonly")
 
-    dc = pc.createDataChannel("events")
+    if args.mode != "whep":
+        dc = pc.createDataChannel("events")
 
-    @dc.on("message")
-    def on_message(msg):
-        try:
-            emit(event="dc", message=json.loads(msg))
-        except ValueError:
-            emit(event="dc-raw", message=str(msg))
+        @dc.on("message")
+        def on_message(msg):
+            try:
+                emit(event="dc", message=json.loads(msg))
+            except ValueError:
+                emit(event="dc-raw", message=str(msg))
 
     async def consume(transceiver, track):
         mid = transceiver.mid
@@ -196,14 +222,15 @@ async def run(args):
                 frame = await track.recv()
             except MediaStreamError:
                 return
-            if track.kind != "video":
-                continue
             c = counts.setdefault(mid, 0) + 1
             counts[mid] = c
             now = time.time()
             if now - last_report > 0.5:
                 last_report = now
-                emit(event="frames", mid=mid, count=c, width=frame.width, height=frame.height)
+                if track.kind == "video":
+                    emit(event="frames", mid=mid, count=c, width=frame.width, height=frame.height)
+                else:
+                    emit(event="audio", mid=mid, count=c, sample_rate=frame.sample_rate)
 
     @pc.on("track")
     def on_track(track):
@@ -213,7 +240,10 @@ async def run(args):
 
     # aiortc gathers all candidates in setLocalDescription: no trickle.
     await pc.setLocalDescription(await pc.createOffer())
-    url = f"{args.base}/api/v1/rooms/{urllib.parse.quote(args.room)}/participants?name={urllib.parse.quote(args.name)}"
+    if args.mode == "whep":
+        url = f"{args.base}/whep/{urllib.parse.quote(args.room)}"
+    else:
+        url = f"{args.base}/api/v1/rooms/{urllib.parse.quote(args.room)}/participants?name={urllib.parse.quote(args.name)}"
     status, headers, body = await asyncio.to_thread(http, "POST", url, pc.localDescription.sdp, "application/sdp")
     if status != 201:
         emit(event="error", status=status, body=body, offer=pc.localDescription.sdp)
@@ -243,7 +273,7 @@ async def run(args):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("mode", choices=["publish", "subscribe"])
+    p.add_argument("mode", choices=["publish", "subscribe", "whep"])
     p.add_argument("--base", required=True, help="http://127.0.0.1:PORT")
     p.add_argument("--room", required=True)
     p.add_argument("--name", default="aiortc")
@@ -253,6 +283,8 @@ def main():
     p.add_argument("--seconds", type=float, default=20)
     p.add_argument("--copy-candidates", action="store_true",
                    help="repeat the answer's candidates in every m-section (works around aiortc's bundle handling)")
+    p.add_argument("--legacy-extmap-ids", action="store_true",
+                   help="offer abs-send-time (video) and ssrc-audio-level (audio) both at id 2, as aiortc < 1.8")
     p.add_argument("--debug", action="store_true", help="aiortc/aioice debug logging to stderr")
     args = p.parse_args()
     if args.debug:

@@ -156,3 +156,58 @@ test(`Chromium publishes and aiortc decodes it`, async (t) => {
     await peer?.exited;
   }
 });
+
+// aiortc as a WHEP player: one recvonly video + one recvonly audio, bundled,
+// no data channel, POSTed to /whep/{room} while Chromium publishes both.
+//
+// Issue 10: aiortc's bundled offer gave one extension id (2) to abs-send-time
+// on video and to ssrc-audio-level on audio; the server echoed both, sent a
+// 1-byte audio level at that id, aiortc's RTP header parser failed on every
+// packet and the player received nothing. aiortc >= 1.8 numbers them 3 and 2,
+// so two players run side by side: aiortc as installed, and one that numbers
+// them as aiortc < 1.8 did (--legacy-extmap-ids: both at 2). The answer must
+// give each id one meaning across the bundle (docs/api.md), and both players
+// must decode video and audio.
+test('aiortc as a WHEP viewer receives video and audio (also with one extension id for two extensions)', async (t) => {
+  const room = uniqueRoom('aio-whep');
+  const pages = [];
+  const peers = [];
+  try {
+    const page = await newPage(browser, 'chromium-whep-source');
+    pages.push(page);
+    await joinDemo(page, server.base, room, 'Chromium', { query: 'video=320x240' });
+    const variants = [['aiortc-whep', []], ['aiortc-whep-legacy-ids', ['--legacy-extmap-ids']]];
+    for (const [label, extra] of variants) {
+      peers.push(aiortc(['whep', '--base', server.base, '--room', room, '--codec', CODEC, '--seconds', '30', ...extra, ...EXTRA], label));
+    }
+    await Promise.all(peers.map(async (peer, i) => {
+      const label = variants[i][0];
+      const joined = await peer.waitFor((e) => e.event === 'joined' || e.event === 'error', 'the WHEP POST');
+      assert.equal(joined.event, 'joined', `${label}: WHEP POST failed: ${JSON.stringify(joined)}`);
+      assert.match(joined.location, new RegExp(`^/whep/${room}/[^/]+$`), `${label}: WHEP Location`);
+      const extmaps = (sdp) => [...sdp.matchAll(/^a=extmap:(\d+)(?:\/\w+)? (\S+)/gm)].map((m) => [m[1], m[2]]);
+      if (label.endsWith('legacy-ids')) {
+        // The offer does have the clash (else this variant proves nothing).
+        const two = extmaps(joined.offer).filter(([id]) => id === '2').map(([, uri]) => uri).sort();
+        assert.deepEqual(two, ['http://www.webrtc.org/experiments/rtp-hdrext/abs-send-time', 'urn:ietf:params:rtp-hdrext:ssrc-audio-level'], `${label}: offer`);
+      }
+      // One meaning per extension id across the bundle, in the answer.
+      const meaning = new Map();
+      for (const [id, uri] of extmaps(joined.answer)) {
+        assert.ok(!meaning.has(id) || meaning.get(id) === uri, `${label}: extension id ${id} is both ${meaning.get(id)} and ${uri} in the answer:\n${joined.answer}`);
+        meaning.set(id, uri);
+      }
+      await peer.waitFor((e) => e.event === 'connection' && e.state === 'connected', `${label} to connect`);
+      const video = await peer.waitFor((e) => e.event === 'frames' && e.count > 30, '> 30 decoded video frames');
+      const audio = await peer.waitFor((e) => e.event === 'audio' && e.count > 25, '> 25 decoded audio frames (0.5 s)');
+      t.diagnostic(`${label} decoded ${video.count} video frames ${video.width}x${video.height} on mid ${video.mid} and ${audio.count} audio frames (${audio.sample_rate} Hz) on mid ${audio.mid}`);
+      assert.notEqual(video.mid, audio.mid);
+    }));
+  } catch (err) {
+    await dump(pages, 'interop-whep-failure');
+    throw err;
+  } finally {
+    for (const peer of peers) peer.kill();
+    await Promise.all(peers.map((p) => p.exited));
+  }
+});
