@@ -71,6 +71,25 @@ async function freeUdpPort() {
   });
 }
 
+async function tcpPortFree(port) {
+  return new Promise((resolve) => {
+    const s = net.createServer();
+    s.unref();
+    s.on('error', () => resolve(false));
+    s.listen(port, '0.0.0.0', () => s.close(() => resolve(true)));
+  });
+}
+
+// A media port: free for UDP and, since the shard also listens there for
+// ICE-TCP, for TCP too; never the HTTP port.
+async function freeMediaPort(httpPort) {
+  for (let i = 0; i < 50; i++) {
+    const port = await freeUdpPort();
+    if (port !== httpPort && await tcpPortFree(port)) return port;
+  }
+  throw new Error('no port free for both UDP and TCP');
+}
+
 export function uniqueRoom(prefix) {
   return `${prefix}-${process.pid}-${Math.random().toString(36).slice(2, 8)}`;
 }
@@ -82,7 +101,7 @@ export async function startServer({ name = 'server', extraArgs = [], defaults = 
   const bin = path.resolve(ROOT, process.env.CORELAY_BIN || 'target/debug/corelay');
   if (!fs.existsSync(bin)) throw new Error(`server binary ${bin} not found (set CORELAY_BIN or build with cargo build -p corelay)`);
   const httpPort = await freeTcpPort();
-  const udpPort = await freeUdpPort();
+  const udpPort = await freeMediaPort(httpPort);
   const args = [
     '--http', `127.0.0.1:${httpPort}`,
     '--udp-port', String(udpPort),

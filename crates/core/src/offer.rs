@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use str0m::change::SdpOffer;
 use str0m::format::Codec;
 use str0m::media::{Direction, MediaKind, Mid};
+use str0m::net::TcpType;
 use str0m::rtp::{Extension, ExtensionMap};
 use str0m::{Candidate, Output, Rtc};
 
@@ -80,6 +81,10 @@ pub struct RtcSettings {
     pub video_codecs: Vec<VideoCodec>,
     pub offer: OfferLimits,
     pub participant: ParticipantLimits,
+    /// Also offer a passive ICE-TCP candidate (RFC 6544) on the same address
+    /// and port, after the UDP one: for clients whose network blocks UDP.
+    /// The shard must listen on that TCP port.
+    pub ice_tcp: bool,
 }
 
 impl Default for RtcSettings {
@@ -88,6 +93,7 @@ impl Default for RtcSettings {
             video_codecs: vec![VideoCodec::Vp8, VideoCodec::H264],
             offer: OfferLimits::default(),
             participant: ParticipantLimits::default(),
+            ice_tcp: false,
         }
     }
 }
@@ -280,11 +286,27 @@ pub fn accept_offer(
 ) -> Result<Accepted, OfferError> {
     let offer = parse_offer(settings, sdp)?;
     let (codecs, room_codec) = choose_codecs(&settings.video_codecs, room, sdp)?;
-    let c = Candidate::host(candidate, "udp")
-        .map_err(|_| OfferError::bad("the server's media address is not usable"))?;
+    let unusable = |_| OfferError::bad("the server's media address is not usable");
+    let udp = Candidate::host(candidate, "udp").map_err(unusable)?;
+    let tcp = if settings.ice_tcp {
+        let c = Candidate::builder()
+            .tcp()
+            .host(candidate)
+            .tcptype(TcpType::Passive)
+            .build()
+            .map_err(unusable)?;
+        Some(c)
+    } else {
+        None
+    };
     let accepted = guard::isolate(|| {
         let mut rtc = build_rtc(&codecs, now);
-        rtc.add_local_candidate(c);
+        // UDP first: a client pairs it when it can (lower priority for TCP,
+        // RFC 6544 §4.2 and str0m's type preference, does the rest).
+        rtc.add_local_candidate(udp);
+        if let Some(tcp) = tcp {
+            rtc.add_local_candidate(tcp);
+        }
         let answer = apply_offer(&mut rtc, offer)?;
         let answer = candidates_everywhere(&answer);
         let lines = initial_lines(&mut rtc, &answer)?;

@@ -43,8 +43,8 @@ use openssl::ssl::{
 use openssl::x509::X509;
 use str0m::crypto::CryptoProvider;
 use str0m::crypto::dtls::{
-    DtlsCert, DtlsInstance, DtlsOutput, DtlsProvider, DtlsVersion, KeyingMaterial,
-    ProtocolVersion, SrtpProfile,
+    DtlsCert, DtlsInstance, DtlsOutput, DtlsProvider, DtlsVersion, KeyingMaterial, ProtocolVersion,
+    SrtpProfile,
 };
 
 /// str0m's default provider with OpenSSL's DTLS: install it with
@@ -106,9 +106,8 @@ impl DtlsProvider for OpensslDtls {
         _version: DtlsVersion,
         mtu: Option<usize>,
     ) -> Result<Box<dyn DtlsInstance>, str0m::crypto::CryptoError> {
-        let ssl = new_ssl(cert, mtu).map_err(|e| {
-            str0m::crypto::CryptoError::Other(format!("OpenSSL DTLS setup: {e}"))
-        })?;
+        let ssl = new_ssl(cert, mtu)
+            .map_err(|e| str0m::crypto::CryptoError::Other(format!("OpenSSL DTLS setup: {e}")))?;
         Ok(Box::new(Session::new(ssl, now)))
     }
 }
@@ -430,10 +429,11 @@ impl DtlsInstance for Session {
 
     fn poll_output<'a>(&mut self, buf: &'a mut [u8]) -> DtlsOutput<'a> {
         // A client starts its handshake (ClientHello) on the first poll.
-        if self.active == Some(true) && matches!(self.state, State::Ready(..)) {
-            if let Err(e) = self.drive() {
-                tracing::debug!(error = %e, "DTLS connect failed");
-            }
+        if self.active == Some(true)
+            && matches!(self.state, State::Ready(..))
+            && let Err(e) = self.drive()
+        {
+            tracing::debug!(error = %e, "DTLS connect failed");
         }
         if let Some(record) = self.pipe().outgoing.pop_front() {
             if record.len() > buf.len() {
@@ -549,7 +549,12 @@ impl DtlsInstance for Session {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+#[allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 mod tests {
     use super::*;
     use openssl::asn1::Asn1Time;
@@ -571,8 +576,10 @@ mod tests {
         x.set_subject_name(&name).unwrap();
         x.set_issuer_name(&name).unwrap();
         x.set_pubkey(&key).unwrap();
-        x.set_not_before(&Asn1Time::days_from_now(0).unwrap()).unwrap();
-        x.set_not_after(&Asn1Time::days_from_now(30).unwrap()).unwrap();
+        x.set_not_before(&Asn1Time::days_from_now(0).unwrap())
+            .unwrap();
+        x.set_not_after(&Asn1Time::days_from_now(30).unwrap())
+            .unwrap();
         x.sign(&key, MessageDigest::sha256()).unwrap();
         DtlsCert {
             certificate: x.build().to_der().unwrap(),
@@ -611,10 +618,7 @@ mod tests {
     }
 
     /// Runs a handshake between a client and a server; returns what each saw.
-    fn handshake(
-        client: &mut dyn DtlsInstance,
-        server: &mut dyn DtlsInstance,
-    ) -> (Seen, Seen) {
+    fn handshake(client: &mut dyn DtlsInstance, server: &mut dyn DtlsInstance) -> (Seen, Seen) {
         client.set_active(true);
         server.set_active(false);
         let (mut c, mut s) = (Seen::default(), Seen::default());

@@ -85,6 +85,12 @@ pub struct Config {
     #[arg(long, env = "CORELAY_TEST_STALL_MS", hide = true, default_value_t = 5)]
     pub test_stall_ms: u64,
 
+    /// Do not offer ICE-TCP. By default each shard also listens on TCP at its
+    /// UDP port number and offers it as a passive candidate (RFC 6544), for
+    /// clients whose network blocks UDP.
+    #[arg(long, env = "CORELAY_NO_ICE_TCP")]
+    pub no_ice_tcp: bool,
+
     /// Do not pin shard threads to cores.
     #[arg(long, env = "CORELAY_NO_PIN")]
     pub no_pin: bool,

@@ -49,6 +49,7 @@ pub fn run(cfg: Config) -> Result<(), Box<dyn std::error::Error>> {
             requests_per_second: cfg.max_requests_per_second.max(1),
             fault_injection_name: cfg.test_panic_participant.clone(),
         },
+        ice_tcp: !cfg.no_ice_tcp,
     };
     let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
     let mesh = Arc::new(Mesh::new(n));
@@ -62,9 +63,19 @@ pub fn run(cfg: Config) -> Result<(), Box<dyn std::error::Error>> {
             .ok_or("--udp-port + shard count exceeds 65535")?;
         let socket = bind(SocketAddr::new(cfg.bind_ip, port), !cfg.no_packet_metrics)
             .map_err(|e| format!("cannot bind UDP {}:{port} for shard {i}: {e}", cfg.bind_ip))?;
+        let tcp = if cfg.no_ice_tcp {
+            None
+        } else {
+            let addr = SocketAddr::new(cfg.bind_ip, port);
+            let l = shard::tcp::bind(addr).map_err(|e| {
+                format!("cannot bind TCP {addr} for shard {i}'s ICE-TCP: {e} (--no-ice-tcp turns ICE-TCP off)")
+            })?;
+            Some(l)
+        };
         let (h, j) = spawn(ShardSpec {
             index: ShardId(i),
             socket,
+            tcp,
             advertised: SocketAddr::new(ip, port),
             settings: settings.clone(),
             mesh: mesh.clone(),

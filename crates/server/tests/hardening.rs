@@ -561,3 +561,56 @@ fn data_channel_requests_are_rate_limited() {
     );
     assert!(keeps_flowing(&a, 30, Duration::from_secs(10)));
 }
+
+/// ICE-TCP takes connections from anyone: frames that are not ICE from a
+/// known client are dropped and counted like datagrams, a frame that never
+/// completes or a connection that says nothing costs nothing but a socket,
+/// and the calls on the shard go on.
+#[test]
+fn ice_tcp_garbage_is_dropped_and_counted_and_calls_go_on() {
+    let server = start_server(1, &[]);
+    let a = join(&server, "tcpjunk", "a");
+    let b = join(&server, "tcpjunk", "b");
+    let (ok, _) = a.wait_until(Duration::from_secs(20), |s| {
+        video_sources(s, 20) == names(&["b"])
+    });
+    assert!(ok, "the call did not start");
+    let before =
+        server.stats_total("dropped_malformed") + server.stats_total("dropped_unknown_source");
+    let mut conns = Vec::new();
+    for i in 0..20u8 {
+        let mut s = TcpStream::connect(("127.0.0.1", server.udp_base)).expect("ICE-TCP listener");
+        // A short frame of junk, an empty frame, a STUN-looking frame from a
+        // stranger, then a frame announced at 64 KiB that never completes.
+        s.write_all(&[0, 4, i, 2, 3, 4]).unwrap();
+        s.write_all(&[0, 0]).unwrap();
+        let mut stun = vec![0, 20, 0, 1, 0, 0, 0x21, 0x12, 0xa4, 0x42];
+        stun.extend_from_slice(&[i; 12]);
+        s.write_all(&stun).unwrap();
+        s.write_all(&[0xff, 0xff, 1, 2, 3]).unwrap();
+        conns.push(s);
+    }
+    let stats = server.wait_stats(Duration::from_secs(10), |s| {
+        let t = &s["total"];
+        t["dropped_malformed"].as_u64().unwrap_or(0)
+            + t["dropped_unknown_source"].as_u64().unwrap_or(0)
+            >= before + 40
+    });
+    let t = &stats["total"];
+    assert!(
+        t["dropped_malformed"].as_u64().unwrap_or(0)
+            + t["dropped_unknown_source"].as_u64().unwrap_or(0)
+            >= before + 40,
+        "each junk and stranger frame is counted: {stats}"
+    );
+    assert_eq!(server.get_json("/healthz")["status"], "ok");
+    assert!(
+        keeps_flowing(&a, 60, Duration::from_secs(10)),
+        "the shard stopped forwarding"
+    );
+    assert!(
+        keeps_flowing(&b, 60, Duration::from_secs(10)),
+        "the shard stopped forwarding"
+    );
+    drop(conns);
+}

@@ -99,7 +99,11 @@ pub fn free_udp_ports(n: usize) -> u16 {
     let n = u16::try_from(n).expect("a few shards");
     for _ in 0..200 {
         let base = fastrand::u16(20_000..60_000);
-        let ok = (0..n).all(|i| UdpSocket::bind(("0.0.0.0", base + i)).is_ok());
+        // Each shard also listens on TCP at its UDP port number (ICE-TCP).
+        let ok = (0..n).all(|i| {
+            UdpSocket::bind(("0.0.0.0", base + i)).is_ok()
+                && TcpListener::bind(("0.0.0.0", base + i)).is_ok()
+        });
         if ok {
             return base;
         }

@@ -339,6 +339,32 @@ impl Engine {
         destination: SocketAddr,
         data: &[u8],
     ) {
+        self.receive(now, kernel_rx, Protocol::Udp, source, destination, data);
+    }
+
+    /// One RFC 4571 frame (the length prefix removed) from an ICE-TCP
+    /// connection: `source` is the client's end of the connection, and the
+    /// answers go back to it as [`Transmit`]s with `proto` TCP. Everything
+    /// else is as for a datagram.
+    pub fn handle_tcp_frame(
+        &mut self,
+        now: Instant,
+        source: SocketAddr,
+        destination: SocketAddr,
+        data: &[u8],
+    ) {
+        self.receive(now, None, Protocol::Tcp, source, destination, data);
+    }
+
+    fn receive(
+        &mut self,
+        now: Instant,
+        kernel_rx: Option<Duration>,
+        proto: Protocol,
+        source: SocketAddr,
+        destination: SocketAddr,
+        data: &[u8],
+    ) {
         self.io.counters.rx_packets += 1;
         self.io.counters.rx_bytes += data.len() as u64;
         if !plausible(data) {
@@ -372,7 +398,7 @@ impl Engine {
         let input = Input::Receive(
             now,
             Receive {
-                proto: Protocol::Udp,
+                proto,
                 source,
                 destination,
                 contents,

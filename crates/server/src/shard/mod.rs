@@ -1,11 +1,19 @@
 //! A shard: one pinned OS thread, one single-threaded tokio runtime, one UDP
-//! socket on its own port, one [`Engine`].
+//! socket on its own port (and an ICE-TCP listener on the same port number,
+//! see [`tcp`]), one [`Engine`].
 //!
-//! The loop waits on exactly four things: socket readiness, the control
-//! thread's commands, the peer-shard wake-up, and the engine's next timer. A
-//! datagram is read (in a batch), handled by the engine synchronously down to
-//! the encrypted datagrams for its subscribers, and those are sent (in a batch)
-//! before the loop waits again. No await, channel or task switch in between.
+//! The loop waits on socket readiness, the control thread's commands, the
+//! peer-shard wake-up, the engine's next timer, and ICE-TCP (new connections,
+//! frames). A datagram is read (in a batch), handled by the engine
+//! synchronously down to the encrypted datagrams for its subscribers, and
+//! those are sent (in a batch) before the loop waits again. No await, channel
+//! or task switch in between.
+//!
+//! The one exception is ICE-TCP, the fallback for clients that cannot use
+//! UDP: a connection's frames reach the loop through a bounded channel from
+//! a reader task on this same thread (no other thread, no lock). TCP's own
+//! costs (head-of-line blocking, acks) dwarf that hop; the answers go out
+//! from the loop directly.
 //!
 //! Faults: a panic while handling one participant costs that participant
 //! (the engine isolates it). Anything else that stops the thread (a panic
@@ -26,6 +34,7 @@
 )]
 
 pub mod mesh;
+pub mod tcp;
 pub mod udp;
 
 use std::io;
@@ -39,14 +48,18 @@ use corelay_core::{
     Accepted, Engine, OfferError, ParticipantId, RoomId, RtcSettings, ShardEvent, ShardId,
 };
 use str0m::change::SdpOffer;
+use str0m::net::Protocol;
 use tokio::io::Interest;
 use tokio::sync::{mpsc, oneshot};
 
 use self::mesh::Mesh;
+use self::tcp::{Frame, TcpConns};
 use self::udp::{RecvBatch, SendBatch};
 
 /// Batches read per wake-up before the loop looks at timers and commands again.
 const MAX_BATCHES_PER_WAKE: usize = 8;
+/// ICE-TCP frames handled per wake-up.
+const MAX_TCP_FRAMES_PER_WAKE: usize = 256;
 /// Peer messages handled per wake-up.
 const PEER_BUDGET: usize = 4096;
 /// How often a shard reports its figures to the control thread.
@@ -124,6 +137,8 @@ pub struct ShardHandle {
 pub struct ShardSpec {
     pub index: ShardId,
     pub socket: UdpSocket,
+    /// The ICE-TCP listener on the same port, unless `--no-ice-tcp`.
+    pub tcp: Option<std::net::TcpListener>,
     pub advertised: SocketAddr,
     pub settings: RtcSettings,
     pub mesh: Arc<Mesh>,
@@ -197,6 +212,7 @@ fn pin_to_core(core: usize) {
 struct ShardLoop {
     index: ShardId,
     engine: Engine,
+    tcp: TcpConns,
     advertised: SocketAddr,
     recv: RecvBatch,
     send: SendBatch,
@@ -234,7 +250,9 @@ async fn run(
     mut commands: mpsc::UnboundedReceiver<ShardCommand>,
 ) -> io::Result<()> {
     let peers = spec.mesh.clone();
+    let (tcp_conns, mut tcp_frames) = TcpConns::new();
     let mut d = ShardLoop {
+        tcp: tcp_conns,
         index: spec.index,
         engine: Engine::new(spec.index, spec.settings),
         advertised: spec.advertised,
@@ -257,6 +275,10 @@ async fn run(
         fail_on_room: spec.fail_on_room,
     };
     let socket = tokio::net::UdpSocket::from_std(spec.socket)?;
+    let listener = spec
+        .tcp
+        .map(tokio::net::TcpListener::from_std)
+        .transpose()?;
     let Some(wake) = peers.notified(d.index) else {
         return Err(io::Error::other("shard index outside the mesh"));
     };
@@ -292,6 +314,28 @@ async fn run(
                 let start = Instant::now();
                 let engine = &mut d.engine;
                 d.mesh.drain(d.index, PEER_BUDGET, |m| engine.handle_peer(start, m));
+                d.flush(&socket);
+                d.worked(start);
+            }
+            accepted = tcp::accept(listener.as_ref()) => {
+                match accepted {
+                    Ok((stream, peer)) => d.tcp.accept(stream, peer),
+                    Err(e) => tracing::debug!(shard = d.index.0, "ICE-TCP accept: {e}"),
+                }
+            }
+            frame = tcp_frames.recv() => {
+                let start = Instant::now();
+                let mut next = frame;
+                for _ in 0..MAX_TCP_FRAMES_PER_WAKE {
+                    match next {
+                        Some(Frame::Data(peer, packet)) => {
+                            d.engine.handle_tcp_frame(start, peer, d.advertised, &packet);
+                        }
+                        Some(Frame::Closed(peer)) => d.tcp.closed(peer),
+                        None => break,
+                    }
+                    next = tcp_frames.try_recv().ok();
+                }
                 d.flush(&socket);
                 d.worked(start);
             }
@@ -385,10 +429,20 @@ impl ShardLoop {
     fn flush(&mut self, socket: &tokio::net::UdpSocket) {
         let out = self.engine.outputs();
         if !out.transmits.is_empty() {
+            let mut dropped_tcp = 0;
+            if !self.tcp.is_empty() {
+                self.tcp.flush_waiting();
+                for t in out.transmits.iter().filter(|t| t.proto == Protocol::Tcp) {
+                    if !self.tcp.send(&t.destination, &t.contents) {
+                        dropped_tcp += 1;
+                    }
+                }
+            }
             let res = self.send.send(
                 socket,
                 out.transmits
                     .iter()
+                    .filter(|t| t.proto == Protocol::Udp)
                     .map(|t| (&t.destination, &t.contents[..])),
             );
             out.transmits.clear();
@@ -405,7 +459,7 @@ impl ShardLoop {
                 };
                 h.record_us(micros(sent_at.saturating_sub(rx)));
             }
-            self.engine.counters_mut().dropped_send += res.dropped as u64;
+            self.engine.counters_mut().dropped_send += res.dropped as u64 + dropped_tcp;
         }
         self.engine.outputs().forwarded.clear();
         let out = self.engine.outputs();
