@@ -301,7 +301,10 @@ impl Session {
                 // The alert OpenSSL sent (if any) is in the pipe: keep it.
                 let reason = mid.error().to_string();
                 let pipe = std::mem::take(mid.get_mut());
-                tracing::debug!(error = %reason, "DTLS handshake failed");
+                // OpenSSL's reason (e.g. "sslv3 alert bad certificate") does
+                // not fit str0m's error type: it goes to the log here, just
+                // before the engine's WARN for the participant.
+                tracing::info!(error = %reason, "DTLS handshake failed");
                 self.state = State::Done(pipe);
                 Err(failed(CryptoOperation::CompleteKeyExchange))
             }
