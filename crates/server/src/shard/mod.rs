@@ -283,6 +283,7 @@ async fn run(
         return Err(io::Error::other("shard index outside the mesh"));
     };
     let mut shutdown: Option<oneshot::Sender<()>> = None;
+    let mut socket_wakes: u64 = 0;
     while shutdown.is_none() {
         let next_report = d.last_report + REPORT_INTERVAL;
         let deadline = d
@@ -314,28 +315,6 @@ async fn run(
                 let start = Instant::now();
                 let engine = &mut d.engine;
                 d.mesh.drain(d.index, PEER_BUDGET, |m| engine.handle_peer(start, m));
-                d.flush(&socket);
-                d.worked(start);
-            }
-            accepted = tcp::accept(listener.as_ref()) => {
-                match accepted {
-                    Ok((stream, peer)) => d.tcp.accept(stream, peer),
-                    Err(e) => tracing::debug!(shard = d.index.0, "ICE-TCP accept: {e}"),
-                }
-            }
-            frame = tcp_frames.recv() => {
-                let start = Instant::now();
-                let mut next = frame;
-                for _ in 0..MAX_TCP_FRAMES_PER_WAKE {
-                    match next {
-                        Some(Frame::Data(peer, packet)) => {
-                            d.engine.handle_tcp_frame(start, peer, d.advertised, &packet);
-                        }
-                        Some(Frame::Closed(peer)) => d.tcp.closed(peer),
-                        None => break,
-                    }
-                    next = tcp_frames.try_recv().ok();
-                }
                 d.flush(&socket);
                 d.worked(start);
             }
@@ -372,6 +351,38 @@ async fn run(
                         }
                     }
                 }
+                if !d.tcp.is_empty() {
+                    let frame = tcp_frames.try_recv().ok();
+                    if frame.is_some() {
+                        d.tcp_frames(start, frame, &mut tcp_frames);
+                        d.flush(&socket);
+                    }
+                }
+                socket_wakes += 1;
+                if let Some(l) = &listener
+                    && socket_wakes.is_multiple_of(64)
+                    && let Some(accepted) = tcp::try_accept(l)
+                {
+                    match accepted {
+                        Ok((stream, peer)) => d.tcp.accept(stream, peer),
+                        Err(e) => tracing::debug!(shard = d.index.0, "ICE-TCP accept: {e}"),
+                    }
+                }
+                d.worked(start);
+            }
+            // ICE-TCP after the UDP socket: polled only when UDP is idle;
+            // under UDP load the socket branch takes frames and connections
+            // in passing (see there), so neither starves.
+            accepted = tcp::accept(listener.as_ref()) => {
+                match accepted {
+                    Ok((stream, peer)) => d.tcp.accept(stream, peer),
+                    Err(e) => tracing::debug!(shard = d.index.0, "ICE-TCP accept: {e}"),
+                }
+            }
+            frame = tcp_frames.recv() => {
+                let start = Instant::now();
+                d.tcp_frames(start, frame, &mut tcp_frames);
+                d.flush(&socket);
                 d.worked(start);
             }
         }
@@ -388,6 +399,23 @@ async fn run(
 }
 
 impl ShardLoop {
+    /// Feeds ICE-TCP frames to the engine: `first`, then what else is
+    /// queued, up to [`MAX_TCP_FRAMES_PER_WAKE`].
+    fn tcp_frames(&mut self, now: Instant, first: Option<Frame>, rx: &mut mpsc::Receiver<Frame>) {
+        let mut next = first;
+        for _ in 0..MAX_TCP_FRAMES_PER_WAKE {
+            match next {
+                Some(Frame::Data(peer, packet)) => {
+                    self.engine
+                        .handle_tcp_frame(now, peer, self.advertised, &packet);
+                }
+                Some(Frame::Closed(peer)) => self.tcp.closed(peer),
+                None => break,
+            }
+            next = rx.try_recv().ok();
+        }
+    }
+
     fn worked(&mut self, start: Instant) {
         self.iteration.record_us(micros(start.elapsed()));
     }

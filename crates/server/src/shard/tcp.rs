@@ -195,6 +195,16 @@ pub async fn accept(listener: Option<&TcpListener>) -> io::Result<(TcpStream, So
     }
 }
 
+/// A new connection if one is waiting, without waiting: for the loop to
+/// take connections while the UDP socket keeps it busy.
+pub fn try_accept(listener: &TcpListener) -> Option<io::Result<(TcpStream, SocketAddr)>> {
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match listener.poll_accept(&mut cx) {
+        std::task::Poll::Ready(r) => Some(r),
+        std::task::Poll::Pending => None,
+    }
+}
+
 /// One connection's reader: RFC 4571 frames to the loop until the client
 /// closes, idles for [`IDLE`], or the loop is gone.
 async fn read_frames(read: OwnedReadHalf, peer: SocketAddr, frames: mpsc::Sender<Frame>) {
