@@ -307,7 +307,19 @@ fn execute(
         Ok(s) => {
             print!("{}", report::table(&s));
             println!("outputs in {}", common.out.display());
-            0
+            // A run with an outage says so in its exit status too (3), so a
+            // script cannot take it for a measurement.
+            match s["outages"].as_array() {
+                Some(list) if !list.is_empty() => {
+                    eprintln!(
+                        "corelay-bench: OUTAGE: {} publisher->subscriber silence(s) over {} s inside the measurement window",
+                        s["pairs"]["outage_count"],
+                        report::OUTAGE.as_secs()
+                    );
+                    3
+                }
+                _ => 0,
+            }
         }
         Err(e) => {
             eprintln!("corelay-bench: writing outputs: {e}");

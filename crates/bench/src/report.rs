@@ -3,6 +3,7 @@
 
 use std::fmt::Write as _;
 use std::path::Path;
+use std::time::Duration;
 
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -176,20 +177,59 @@ pub fn rows(o: &Outcome) -> Vec<Row> {
     out
 }
 
+/// A pair that received nothing for longer than this inside the measurement
+/// window had an outage.
+pub const OUTAGE: Duration = Duration::from_secs(2);
+/// Outages listed in summary.json (all are counted).
+const MAX_OUTAGES_LISTED: usize = 100;
+
+/// The silences longer than [`OUTAGE`] within `[from, to)` (ns), given the
+/// sorted, merged spans in which frames arrived.
+pub fn outages_in(spans: &[(u64, u64)], from: u64, to: u64) -> Vec<(u64, u64)> {
+    let limit = OUTAGE.as_nanos() as u64;
+    let mut out = Vec::new();
+    let mut cursor = from;
+    for &(a, b) in spans {
+        if b < cursor {
+            continue;
+        }
+        if a >= to {
+            break;
+        }
+        if a > cursor && a - cursor > limit {
+            out.push((cursor, a));
+        }
+        cursor = cursor.max(b);
+    }
+    if to > cursor && to - cursor > limit {
+        out.push((cursor, to));
+    }
+    out
+}
+
 /// Who received whom: for every room, every joined member should get frames
-/// from every other joined member (when it has enough video slots).
+/// from every other joined member (when it has enough video slots), and
+/// throughout the measurement window: a pair silent for more than
+/// [`OUTAGE`] inside it is an outage, listed with its times (seconds since
+/// start), and does not count as ok.
 pub fn pairs(o: &Outcome, video_slots: usize) -> Value {
     let mut expected = 0u64;
     let mut ok = 0u64;
     let mut missing = Vec::new();
+    let mut outages = Vec::new();
+    let mut outage_count = 0u64;
     let mut by_room: std::collections::BTreeMap<usize, Vec<usize>> = Default::default();
     for (k, (j, _)) in o.joined.iter().enumerate() {
         by_room.entry(j.room).or_default().push(k);
     }
     let applicable = o.plan.room_sizes.iter().all(|&n| video_slots + 1 >= n);
     if !applicable {
-        return json!({"applicable": false, "reason": "fewer video slots than other room members"});
+        return json!({"applicable": false, "reason": "fewer video slots than other room members", "outages": []});
     }
+    let (from_s, to_s) = o.window;
+    let from = o.start_ns + from_s * 1_000_000_000;
+    let to = o.start_ns + to_s * 1_000_000_000;
+    let secs = |ns: u64| ((ns.saturating_sub(o.start_ns)) as f64 / 1e9 * 10.0).round() / 10.0;
     for members in by_room.values() {
         for &a in members {
             for &b in members {
@@ -199,15 +239,33 @@ pub fn pairs(o: &Outcome, video_slots: usize) -> Value {
                 expected += 1;
                 let (ja, sa) = &o.joined[a];
                 let (jb, _) = &o.joined[b];
-                if sa.frames_from(&jb.name) > 0 {
+                let pair = format!("{} <- {}", ja.name, jb.name);
+                if sa.frames_from(&jb.name) == 0 {
+                    if missing.len() < 50 {
+                        missing.push(pair.clone());
+                    }
+                }
+                let silences = outages_in(&sa.reception_spans(&jb.name), from, to);
+                if silences.is_empty() {
                     ok += 1;
-                } else if missing.len() < 50 {
-                    missing.push(format!("{} <- {}", ja.name, jb.name));
+                }
+                for (x, y) in silences {
+                    outage_count += 1;
+                    if outages.len() < MAX_OUTAGES_LISTED {
+                        outages.push(json!({"pair": pair, "from": secs(x), "to": secs(y)}));
+                    }
                 }
             }
         }
     }
-    json!({"applicable": true, "expected": expected, "ok": ok, "missing": missing})
+    json!({
+        "applicable": true,
+        "expected": expected,
+        "ok": ok,
+        "missing": missing,
+        "outage_count": outage_count,
+        "outages": outages,
+    })
 }
 
 /// Everything, as the summary.json value.
@@ -229,6 +287,7 @@ pub fn summary(o: &Outcome, config: Value, video_slots: usize) -> Value {
     for &v in &o.connect_times_us {
         rec(&mut con, v);
     }
+    let pairs_v = pairs(o, video_slots);
     let mut packets = 0u64;
     let mut missing = 0u64;
     let mut nacks = 0u64;
@@ -240,6 +299,7 @@ pub fn summary(o: &Outcome, config: Value, video_slots: usize) -> Value {
     let mut frames_rx_video = 0u64;
     let mut frames_rx_audio = 0u64;
     let mut not_connected = 0u64;
+    let mut frames_missing = 0u64;
     for (_, s) in &o.joined {
         nacks += s.nacks_sent;
         keyframe_requests += s.keyframe_requests;
@@ -250,6 +310,7 @@ pub fn summary(o: &Outcome, config: Value, video_slots: usize) -> Value {
         for st in s.slots.values() {
             packets += st.packets;
             missing += st.seq_missing;
+            frames_missing += st.frames_missing;
             corrupt += st.corrupt;
             ooo += st.out_of_order;
             ts_back += st.ts_backwards;
@@ -338,6 +399,12 @@ pub fn summary(o: &Outcome, config: Value, video_slots: usize) -> Value {
         warnings.push(format!("{corrupt} payloads failed verification"));
     }
     let _ = threads;
+    let frames_all = frames_rx_video + frames_rx_audio;
+    let frame_loss_ratio = if frames_all + frames_missing > 0 {
+        frames_missing as f64 / (frames_all + frames_missing) as f64
+    } else {
+        0.0
+    };
     json!({
         "scenario": o.plan.scenario,
         "config": config,
@@ -370,10 +437,13 @@ pub fn summary(o: &Outcome, config: Value, video_slots: usize) -> Value {
             "ts_backwards": ts_back,
             "seq_missing": missing,
             "loss_ratio": if packets + missing > 0 { missing as f64 / (packets + missing) as f64 } else { 0.0 },
+            "frames_missing": frames_missing,
+            "frame_loss_ratio": frame_loss_ratio,
             "nacks_sent": nacks,
             "keyframe_requests_received": keyframe_requests,
         },
-        "pairs": pairs(o, video_slots),
+        "outages": pairs_v["outages"].clone(),
+        "pairs": pairs_v,
         "throughput": {
             "client_rx_pps": r3(rx_pps),
             "client_tx_pps": r3(tx_pps),
@@ -493,22 +563,41 @@ pub fn table(s: &Value) -> String {
     let r = &s["received"];
     let _ = writeln!(
         t,
-        "received: {} video frames, {} audio frames, corrupt {}, out-of-order {}, loss {:.5} ({} missing), NACKs sent {}",
+        "received: {} video frames, {} audio frames, corrupt {}, out-of-order {}, loss {:.5} ({} missing), frames lost {:.5} ({} sent, never complete), NACKs sent {}",
         r["video_frames"],
         r["audio_frames"],
         r["corrupt"],
         r["out_of_order"],
         r["loss_ratio"].as_f64().unwrap_or(0.0),
         r["seq_missing"],
+        r["frame_loss_ratio"].as_f64().unwrap_or(0.0),
+        r["frames_missing"],
         r["nacks_sent"]
     );
     let pr = &s["pairs"];
     if pr["applicable"].as_bool() == Some(true) {
         let _ = writeln!(
             t,
-            "pairs: {}/{} publisher->subscriber pairs received frames",
+            "pairs: {}/{} publisher->subscriber pairs received frames throughout the window",
             pr["ok"], pr["expected"]
         );
+    }
+    if let Some(list) = s["outages"].as_array().filter(|l| !l.is_empty()) {
+        let _ = writeln!(
+            t,
+            "!!! OUTAGE: {} silence(s) over {} s inside the window; this run does not measure a working server !!!",
+            pr["outage_count"],
+            OUTAGE.as_secs()
+        );
+        for x in list.iter().take(10) {
+            let _ = writeln!(
+                t,
+                "    {} silent from {} s to {} s",
+                x["pair"].as_str().unwrap_or("?"),
+                x["from"],
+                x["to"]
+            );
+        }
     }
     if let Some(ws) = s["warnings"].as_array() {
         for w in ws {
@@ -711,4 +800,41 @@ pub fn write_all(
     w("streams.csv", &st)?;
     w("report.txt", &table(&s))?;
     Ok(s)
+}
+
+#[cfg(test)]
+mod outage_tests {
+    use super::*;
+
+    const S: u64 = 1_000_000_000;
+
+    #[test]
+    fn silences_over_two_seconds_inside_the_window_are_outages() {
+        // Frames from 0 to 10 s and from 13.5 to 20 s: one 3.5 s silence.
+        let spans = [(0, 10 * S), (13 * S + S / 2, 20 * S)];
+        assert_eq!(
+            outages_in(&spans, 2 * S, 20 * S),
+            vec![(10 * S, 13 * S + S / 2)]
+        );
+        // The same silence outside the window is none of its business.
+        assert!(outages_in(&spans, 14 * S, 20 * S).is_empty());
+        // 1.9 s is not an outage.
+        let spans = [(0, 10 * S), (11 * S + 9 * S / 10, 20 * S)];
+        assert!(outages_in(&spans, 0, 20 * S).is_empty());
+    }
+
+    #[test]
+    fn nothing_at_all_or_a_stop_before_the_end_is_an_outage() {
+        assert_eq!(outages_in(&[], 2 * S, 20 * S), vec![(2 * S, 20 * S)]);
+        // Every shard killed at 8 s: frames stop, the window goes on.
+        assert_eq!(
+            outages_in(&[(0, 8 * S)], 2 * S, 20 * S),
+            vec![(8 * S, 20 * S)]
+        );
+        // Started late inside the window.
+        assert_eq!(
+            outages_in(&[(6 * S, 20 * S)], 2 * S, 20 * S),
+            vec![(2 * S, 6 * S)]
+        );
+    }
 }

@@ -185,6 +185,8 @@ pub struct Outcome {
     pub connect_times_us: Vec<u64>,
     /// Seconds (since start) of the measurement window [from, to).
     pub window: (u64, u64),
+    /// CLOCK_MONOTONIC ns at start (second 0 of `window`).
+    pub start_ns: u64,
     /// Wall time of the run.
     pub elapsed: Duration,
     /// Joins that started more than 1 s late (joiner pool too slow).
@@ -249,6 +251,7 @@ pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String>
     };
 
     let start = Instant::now();
+    let start_ns = clock::mono_ns();
     let (rep_tx, rep_rx) = channel::<Report>();
     let mut drivers = Vec::new();
     for i in 0..common.threads.max(1) {
@@ -529,6 +532,7 @@ pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String>
         signaling_times_us,
         connect_times_us,
         window,
+        start_ns,
         elapsed: end_el,
         late_joins,
         client_tx_errors,

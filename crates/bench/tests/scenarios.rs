@@ -13,22 +13,27 @@ use serde_json::Value;
 
 fn run_bench(server: &Server, out: &std::path::Path, args: &[&str]) -> Value {
     let pid = server.pid().to_string();
-    let st = Command::new(env!("CARGO_BIN_EXE_corelay-bench"))
-        .args([
-            "--url",
-            &server.base(),
-            "--out",
-            out.to_str().unwrap(),
-            "--server-pid",
-            &pid,
-            "--quiet",
-        ])
-        .args(args)
+    let st = bench_command(server, out, &pid, args)
         .status()
         .expect("run corelay-bench");
     assert!(st.success(), "corelay-bench failed: {st}");
     let text = std::fs::read_to_string(out.join("summary.json")).expect("summary.json");
     serde_json::from_str(&text).expect("summary.json parses")
+}
+
+fn bench_command(server: &Server, out: &std::path::Path, pid: &str, args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_corelay-bench"));
+    c.args([
+        "--url",
+        &server.base(),
+        "--out",
+        out.to_str().unwrap(),
+        "--server-pid",
+        pid,
+        "--quiet",
+    ])
+    .args(args);
+    c
 }
 
 fn out_dir(name: &str) -> PathBuf {
@@ -64,7 +69,9 @@ fn assert_common(s: &Value, dir: &std::path::Path, planned: u64) {
     );
     assert_eq!(s["participants"]["failed"], 0);
     assert_eq!(s["received"]["corrupt"], 0, "{}", s["received"]);
+    assert!(s["received"]["frames_missing"].is_u64(), "{}", s["received"]);
     assert_eq!(s["pairs"]["applicable"], true);
+    assert_eq!(s["outages"], serde_json::json!([]), "{}", s["pairs"]);
     assert_eq!(
         s["pairs"]["ok"], s["pairs"]["expected"],
         "missing pairs: {}",
@@ -146,5 +153,53 @@ fn tiny_rooms_and_speakers() {
     assert_eq!(s["pairs"]["expected"], 12);
     assert_percentiles(&s, "audio_latency_us");
     assert!(s["received"]["audio_frames"].as_u64().unwrap() > 0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 12: with every shard of the server killed mid-run, the bench printed
+/// `loss 0.00000` and `4/4 pairs`. Now the pairs silent for more than 2 s
+/// inside the measurement window are outages: listed, not ok, and the run
+/// exits 3.
+#[test]
+fn a_server_killed_mid_run_is_an_outage() {
+    let mut server = Server::start(corelay_bin(), 1, &[]);
+    let dir = out_dir("outage");
+    let pid = server.pid().to_string();
+    let mut bench = bench_command(
+        &server,
+        &dir,
+        &pid,
+        &[
+            "rooms",
+            "--max-rooms",
+            "1",
+            "--room-size",
+            "2",
+            "--join-spread",
+            "500ms",
+            "--duration",
+            "9s",
+        ],
+    )
+    .spawn()
+    .expect("run corelay-bench");
+    // The window opens 2 s after the last join (~1 s): kill at ~5 s, so
+    // frames flow for a while inside it and then stop for good.
+    std::thread::sleep(std::time::Duration::from_secs(5));
+    server.child.kill().expect("kill the server");
+    let st = bench.wait().expect("corelay-bench ends");
+    assert_eq!(st.code(), Some(3), "an outage exits 3: {st}");
+    let text = std::fs::read_to_string(dir.join("summary.json")).expect("summary.json");
+    let s: Value = serde_json::from_str(&text).expect("summary.json parses");
+    let outages = s["outages"].as_array().expect("an outages list");
+    assert_eq!(outages.len(), 2, "both pairs went silent: {}", s["pairs"]);
+    for o in outages {
+        let (from, to) = (o["from"].as_f64().unwrap(), o["to"].as_f64().unwrap());
+        assert!(to - from > 2.0, "{o}");
+        assert!((3.0..7.0).contains(&from), "silent from the kill on: {o}");
+    }
+    assert_eq!(s["pairs"]["ok"], 0, "{}", s["pairs"]);
+    let report = std::fs::read_to_string(dir.join("report.txt")).unwrap_or_default();
+    assert!(report.contains("OUTAGE"), "{report}");
     let _ = std::fs::remove_dir_all(&dir);
 }

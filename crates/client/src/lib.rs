@@ -42,7 +42,9 @@ pub use driver::{Command, Driver};
 pub use media::{Recording, VideoSource};
 pub use participant::{Participant, ParticipantConfig, VideoCodec};
 pub use signal::{JoinError, mint_token};
-pub use stats::{Kind, NoObserver, Observer, Received, SlotStats, Snapshot};
+pub use stats::{
+    Kind, NoObserver, Observer, RECEPTION_GAP_NS, Received, Reception, SlotStats, Snapshot,
+};
 
 /// What to join and how to behave: where (server, room, local address,
 /// token) plus the participant itself ([`ParticipantConfig`]: name, tracks,

@@ -798,6 +798,7 @@ impl Participant {
             } else {
                 st.frames_by_source.insert(stamp.name.to_string(), 1);
             }
+            st.frame_complete(stamp.name, stamp.frame, rx_ns);
             let lat_us = rx_ns.saturating_sub(capture) / 1000;
             st.latency_count += 1;
             if st.latency_us.len() < self.cfg.keep_latency_samples {

@@ -22,12 +22,23 @@ pub struct SlotStats {
     pub seq_gaps: u64,
     /// Packets skipped by those jumps (a loss estimate before retransmission).
     pub seq_missing: u64,
+    /// Frames a publisher sent that never completed here: jumps of the
+    /// publisher's own frame number between consecutive complete frames of
+    /// one source on this slot (less the late ones that came after). Unlike
+    /// `seq_missing` it sees what the server dropped before rewriting
+    /// sequence numbers.
+    pub frames_missing: u64,
+    /// Source and frame number of the last complete frame.
+    pub last_frame: Option<(String, u32)>,
     /// RTP timestamp went backwards (wrapping compare).
     pub ts_backwards: u64,
     /// Publisher names seen in payloads, in order of first appearance.
     pub sources: Vec<String>,
     /// Complete frames per publisher name.
     pub frames_by_source: BTreeMap<String, u64>,
+    /// When frames from each publisher arrived: first, last, and the gaps
+    /// longer than [`RECEPTION_GAP_NS`] (what an outage report needs).
+    pub reception: BTreeMap<String, Reception>,
     /// Video packets whose abs-capture-time differs from the capture time in the payload.
     pub abs_capture_mismatch: u64,
     /// Video packets without abs-capture-time.
@@ -52,7 +63,89 @@ pub struct SlotStats {
     pub first_packet_ns: Option<u64>,
 }
 
+/// Gaps between complete frames from one publisher longer than this are
+/// recorded in [`Reception::gaps`].
+pub const RECEPTION_GAP_NS: u64 = 1_000_000_000;
+/// At most this many gaps are kept per publisher and slot; more are counted.
+pub const MAX_RECEPTION_GAPS: usize = 64;
+
+/// When complete frames from one publisher arrived on one slot, in
+/// CLOCK_MONOTONIC ns.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Reception {
+    pub first_ns: u64,
+    pub last_ns: u64,
+    /// `(last frame before, first frame after)` for every silence longer
+    /// than [`RECEPTION_GAP_NS`], oldest first, at most [`MAX_RECEPTION_GAPS`].
+    pub gaps: Vec<(u64, u64)>,
+    /// Gaps past [`MAX_RECEPTION_GAPS`].
+    pub gaps_dropped: u64,
+}
+
+impl Reception {
+    /// The first frame, at `at_ns`.
+    pub fn new_at(at_ns: u64) -> Self {
+        Reception {
+            first_ns: at_ns,
+            last_ns: at_ns,
+            gaps: Vec::new(),
+            gaps_dropped: 0,
+        }
+    }
+
+    /// A complete frame arrived at `at_ns`.
+    pub fn frame(&mut self, at_ns: u64) {
+        if at_ns <= self.last_ns {
+            return;
+        }
+        if at_ns - self.last_ns > RECEPTION_GAP_NS {
+            if self.gaps.len() < MAX_RECEPTION_GAPS {
+                self.gaps.push((self.last_ns, at_ns));
+            } else {
+                self.gaps_dropped += 1;
+            }
+        }
+        self.last_ns = at_ns;
+    }
+
+    /// The spans in which frames arrived: `[first, last]` without the gaps.
+    pub fn spans(&self) -> Vec<(u64, u64)> {
+        let mut out = Vec::with_capacity(self.gaps.len() + 1);
+        let mut from = self.first_ns;
+        for &(a, b) in &self.gaps {
+            out.push((from, a));
+            from = b;
+        }
+        out.push((from, self.last_ns));
+        out
+    }
+}
+
 impl SlotStats {
+    /// The last packet of frame `frame` from publisher `source` arrived at
+    /// `rx_ns`: frame-number loss and the reception record.
+    pub fn frame_complete(&mut self, source: &str, frame: u32, rx_ns: u64) {
+        match &mut self.last_frame {
+            Some((last_source, last)) if last_source == source => {
+                if frame > *last {
+                    self.frames_missing += u64::from(frame - *last - 1);
+                    *last = frame;
+                } else if frame < *last {
+                    // Late (a retransmission): it was counted missing.
+                    self.frames_missing = self.frames_missing.saturating_sub(1);
+                }
+            }
+            // A new source on this slot: its numbering starts here.
+            _ => self.last_frame = Some((source.to_string(), frame)),
+        }
+        if let Some(r) = self.reception.get_mut(source) {
+            r.frame(rx_ns);
+        } else {
+            self.reception
+                .insert(source.to_string(), Reception::new_at(rx_ns));
+        }
+    }
+
     /// Largest latency sample, if any.
     pub fn max_latency_us(&self) -> Option<u64> {
         self.latency_us.iter().copied().max()
@@ -123,8 +216,10 @@ impl SlotStats {
             kind: src.kind.clone(),
             sources: src.sources.clone(),
             frames_by_source: src.frames_by_source.clone(),
+            reception: src.reception.clone(),
             ssrcs: src.ssrcs.clone(),
             last_source: src.last_source.clone(),
+            last_frame: src.last_frame.clone(),
             latency_us,
             ..*src
         };
@@ -181,6 +276,30 @@ impl Snapshot {
         self.unknown_packets = *unknown_packets;
         self.bad_datagrams = *bad_datagrams;
         self.failed.clone_from(failed);
+    }
+
+    /// The spans of time in which frames from publisher `name` arrived, over
+    /// all slots, merged and sorted (CLOCK_MONOTONIC ns). A publisher can
+    /// move between slots; a gap on one slot covered by another is no gap.
+    pub fn reception_spans(&self, name: &str) -> Vec<(u64, u64)> {
+        let mut spans: Vec<(u64, u64)> = self
+            .slots
+            .values()
+            .filter_map(|s| s.reception.get(name))
+            .flat_map(Reception::spans)
+            .collect();
+        spans.sort_unstable();
+        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(spans.len());
+        for (a, b) in spans {
+            match merged.last_mut() {
+                // Touching or overlapping, or apart by less than a gap: one span.
+                Some(last) if a <= last.1.saturating_add(RECEPTION_GAP_NS) => {
+                    last.1 = last.1.max(b);
+                }
+                _ => merged.push((a, b)),
+            }
+        }
+        merged
     }
 
     /// Complete frames received from publisher `name` over all slots.
@@ -305,5 +424,53 @@ mod tests {
         let fresh = Snapshot::default();
         dst.update_from(&fresh);
         assert_eq!(dst, fresh);
+    }
+}
+
+#[cfg(test)]
+mod reception_tests {
+    use super::*;
+
+    #[test]
+    fn frames_a_publisher_sent_that_never_came_are_missing() {
+        let mut st = SlotStats::default();
+        for f in [10, 11, 14, 13, 15] {
+            st.frame_complete("a", f, u64::from(f) * 33_000_000);
+        }
+        // 12 never came; 13 came late.
+        assert_eq!(st.frames_missing, 1);
+        // Another source takes the slot: its numbers are its own.
+        st.frame_complete("b", 500, 16 * 33_000_000);
+        st.frame_complete("b", 501, 17 * 33_000_000);
+        assert_eq!(st.frames_missing, 1);
+        // The first source back: a new run, not a jump of 485 frames.
+        st.frame_complete("a", 40, 18 * 33_000_000);
+        assert_eq!(st.frames_missing, 1);
+    }
+
+    const S: u64 = 1_000_000_000;
+
+    #[test]
+    fn gaps_are_recorded_and_slots_merge() {
+        let mut r = Reception::new_at(S);
+        for t in [S + S / 30, 2 * S, 5 * S, 5 * S + S / 2] {
+            r.frame(t);
+        }
+        assert_eq!(r.gaps, vec![(2 * S, 5 * S)]);
+        assert_eq!(r.spans(), vec![(S, 2 * S), (5 * S, 5 * S + S / 2)]);
+        // The publisher moved to another slot during the gap: no gap overall.
+        let mut a = SlotStats::default();
+        a.reception.insert("p".into(), r);
+        let mut b = SlotStats::default();
+        let mut r2 = Reception::new_at(2 * S + S / 2);
+        for half in 6..=9 {
+            r2.frame(half * S / 2);
+        }
+        b.reception.insert("p".into(), r2);
+        let mut snap = Snapshot::default();
+        snap.slots.insert("1".into(), a);
+        snap.slots.insert("2".into(), b);
+        assert_eq!(snap.reception_spans("p"), vec![(S, 5 * S + S / 2)]);
+        assert!(snap.reception_spans("q").is_empty());
     }
 }
