@@ -4,6 +4,7 @@
 // Nested `if let` reads better than long let-chains here (same choice as str0m).
 #![allow(clippy::collapsible_if)]
 
+mod floor;
 mod metrics;
 mod packetize;
 mod report;
@@ -100,6 +101,34 @@ enum Cmd {
     Speakers(SpeakersArgs),
     /// Convert an H.264 Annex-B stream into a packetized frame file.
     Packetize(PacketizeArgs),
+    /// This host's cost floor for forwarding: recvmmsg, SRTP decrypt, and per
+    /// output copy SRTP encrypt + sendmmsg; no WebRTC logic. Prints JSON.
+    Floor(FloorArgs),
+}
+
+#[derive(Args, Debug)]
+struct FloorArgs {
+    /// Output copies per input packet (room size - 1).
+    #[arg(long, default_value_t = 3)]
+    fanout: usize,
+    /// RTP payload bytes per packet.
+    #[arg(long, default_value_t = 1000)]
+    payload: usize,
+    /// Input packets per second.
+    #[arg(long, default_value_t = 5000)]
+    rate: u64,
+    /// Largest recvmmsg/sendmmsg batch (the server's: 32).
+    #[arg(long, default_value_t = 32)]
+    batch: usize,
+    /// Seconds measured (after 0.5 s of warm-up).
+    #[arg(long, default_value_t = 5.0)]
+    seconds: f64,
+    /// CPU for the floor thread (where the server's shard runs).
+    #[arg(long)]
+    pin_floor: Option<usize>,
+    /// CPU for the thread that sends the input and drains the output.
+    #[arg(long)]
+    pin_load: Option<usize>,
 }
 
 #[derive(Args, Debug)]
@@ -207,6 +236,27 @@ fn main() {
     };
     let code = match cli.cmd {
         Cmd::Packetize(a) => packetize(&a),
+        Cmd::Floor(a) => {
+            let spec = floor::FloorSpec {
+                fanout: a.fanout,
+                payload: a.payload,
+                rate: a.rate,
+                batch: a.batch,
+                seconds: a.seconds,
+                pin_floor: a.pin_floor,
+                pin_load: a.pin_load,
+            };
+            match floor::run(&spec) {
+                Ok(v) => {
+                    println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+                    0
+                }
+                Err(e) => {
+                    eprintln!("corelay-bench floor: {e}");
+                    2
+                }
+            }
+        }
         Cmd::Rooms(a) => {
             let vs = a.video_slots.unwrap_or(a.room_size.saturating_sub(1));
             let plan = scenario::rooms(

@@ -399,6 +399,19 @@ pub fn summary(o: &Outcome, config: Value, video_slots: usize) -> Value {
         warnings.push(format!("{corrupt} payloads failed verification"));
     }
     let _ = threads;
+    // CPU per packet, server and client, over the window (µs).
+    let server_us = match (cpu.server_cores, server_fwd) {
+        (Some(c), Some(f)) if f > 0.0 => Some(r3(c * 1e6 / f)),
+        _ => None,
+    };
+    let client_us = match cpu.client_cores {
+        Some(c) if rx_pps > 0.0 => Some(r3(c * 1e6 / rx_pps)),
+        _ => None,
+    };
+    let client_to_server = match (client_us, server_us) {
+        (Some(c), Some(s)) if s > 0.0 => Some(r3(c / s)),
+        _ => None,
+    };
     let frames_all = frames_rx_video + frames_rx_audio;
     let frame_loss_ratio = if frames_all + frames_missing > 0 {
         frames_missing as f64 / (frames_all + frames_missing) as f64
@@ -451,6 +464,9 @@ pub fn summary(o: &Outcome, config: Value, video_slots: usize) -> Value {
             "client_rx_mbps": r3(if secs > 0.0 { w.rx_bytes as f64 * 8.0 / secs / 1e6 } else { 0.0 }),
         },
         "cpu": cpu,
+        "server_us_per_forwarded_packet": server_us,
+        "client_us_per_received_packet": client_us,
+        "client_to_server_ratio": client_to_server,
         "send_slips": slips,
         "max_slip_us": w.max_slip_us,
         "load_average_1m": {
@@ -574,6 +590,16 @@ pub fn table(s: &Value) -> String {
         r["frames_missing"],
         r["nacks_sent"]
     );
+    if let (Some(sv), Some(cl)) = (
+        s["server_us_per_forwarded_packet"].as_f64(),
+        s["client_us_per_received_packet"].as_f64(),
+    ) {
+        let _ = writeln!(
+            t,
+            "cost: server {sv:.2} µs CPU per forwarded packet, client {cl:.2} µs per received packet (client/server {:.2})",
+            s["client_to_server_ratio"].as_f64().unwrap_or(0.0)
+        );
+    }
     let pr = &s["pairs"];
     if pr["applicable"].as_bool() == Some(true) {
         let _ = writeln!(

@@ -69,7 +69,11 @@ fn assert_common(s: &Value, dir: &std::path::Path, planned: u64) {
     );
     assert_eq!(s["participants"]["failed"], 0);
     assert_eq!(s["received"]["corrupt"], 0, "{}", s["received"]);
-    assert!(s["received"]["frames_missing"].is_u64(), "{}", s["received"]);
+    assert!(
+        s["received"]["frames_missing"].is_u64(),
+        "{}",
+        s["received"]
+    );
     assert_eq!(s["pairs"]["applicable"], true);
     assert_eq!(s["outages"], serde_json::json!([]), "{}", s["pairs"]);
     assert_eq!(
@@ -202,4 +206,33 @@ fn a_server_killed_mid_run_is_an_outage() {
     let report = std::fs::read_to_string(dir.join("report.txt")).unwrap_or_default();
     assert!(report.contains("OUTAGE"), "{report}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `corelay-bench floor` runs and reports: every input packet decrypted and
+/// sent on to each of the fan-out, a positive cost per forwarded packet.
+#[test]
+fn the_floor_tool_runs_and_reports() {
+    let out = Command::new(env!("CARGO_BIN_EXE_corelay-bench"))
+        .args(["--url", "http://127.0.0.1:9", "floor", "--fanout", "3"])
+        .args(["--rate", "2000", "--seconds", "1"])
+        .output()
+        .expect("run corelay-bench floor");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    assert_eq!(v["bad"], 0, "{v}");
+    let us = v["floor_us_per_forwarded_packet"].as_f64().unwrap();
+    assert!(us > 0.0 && us < 1000.0, "{v}");
+    let (inp, fwd) = (
+        v["input_pps"].as_f64().unwrap(),
+        v["forwarded_pps"].as_f64().unwrap(),
+    );
+    assert!(inp > 1000.0, "the input arrived: {v}");
+    assert!(
+        (fwd - 3.0 * inp).abs() <= 0.05 * fwd,
+        "three copies of each: {v}"
+    );
 }

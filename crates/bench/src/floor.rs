@@ -1,0 +1,344 @@
+//! `corelay-bench floor`: this host's cost floor for forwarding, the work
+//! any SFU must do per packet and nothing else.
+//!
+//! One thread (the "floor", pinned where the server's shard would be) reads
+//! SRTP packets with `recvmmsg` in batches, decrypts each (AES-128-GCM, the
+//! profile corelay negotiates), and for each of `fanout` subscribers copies
+//! it, rewrites the header, encrypts it with that subscriber's key and queues
+//! it for `sendmmsg` in batches; no WebRTC logic, no allocation. A second
+//! thread paces the input at `rate` packets per second and drains what the
+//! floor sends (so loopback delivery is paid as for a real subscriber). The
+//! floor thread's CPU time over the measurement divided by the packets it
+//! sent is `floor_us_per_forwarded_packet`, the figure `floor_ratio` divides
+//! the server's by.
+//!
+//! Owns: its sockets, threads and keys. Touches nothing of corelay's.
+
+use std::io;
+use std::net::UdpSocket;
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use str0m::crypto::AeadAes128GcmCipher;
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct FloorSpec {
+    /// Output copies per input packet (room size − 1 for the rooms scenario).
+    pub fanout: usize,
+    /// RTP payload bytes per packet (before SRTP's 16-byte tag).
+    pub payload: usize,
+    /// Input packets per second.
+    pub rate: u64,
+    /// Largest recvmmsg/sendmmsg batch.
+    pub batch: usize,
+    /// Measured time (after a 0.5 s warm-up).
+    pub seconds: f64,
+    /// CPU for the floor thread (the server's shard core).
+    pub pin_floor: Option<usize>,
+    /// CPU for the pacing/draining thread (the client's core).
+    pub pin_load: Option<usize>,
+}
+
+const HEADER: usize = 12;
+const TAG: usize = 16;
+const WARMUP: Duration = Duration::from_millis(500);
+
+fn cipher(key: u8, encrypt: bool) -> Box<dyn AeadAes128GcmCipher> {
+    str0m::crypto::from_feature_flags()
+        .srtp_provider
+        .aead_aes_128_gcm()
+        .create_cipher([key; 16], encrypt)
+}
+
+/// RFC 7714 §8.1: the IV is the salt XOR (ssrc, roc, seq).
+fn iv(salt: &[u8; 12], header: &[u8]) -> [u8; 12] {
+    let mut iv = *salt;
+    if let (Some(ssrc), Some(seq)) = (header.get(8..12), header.get(2..4)) {
+        for (i, b) in ssrc.iter().enumerate() {
+            iv[2 + i] ^= b;
+        }
+        iv[10] ^= seq[0];
+        iv[11] ^= seq[1];
+    }
+    iv
+}
+
+/// Runs the measurement; returns its figures as JSON.
+pub fn run(spec: &FloorSpec) -> io::Result<Value> {
+    let fanout = spec.fanout.max(1);
+    let batch = spec.batch.clamp(1, 1024);
+    let floor_sock = UdpSocket::bind("127.0.0.1:0")?;
+    let load_sock = UdpSocket::bind("127.0.0.1:0")?;
+    let floor_addr = floor_sock.local_addr()?;
+    let load_addr = load_sock.local_addr()?;
+    floor_sock.set_read_timeout(Some(Duration::from_millis(50)))?;
+    load_sock.set_read_timeout(Some(Duration::from_millis(5)))?;
+    let total = Duration::from_secs_f64(spec.seconds.max(0.5)) + WARMUP;
+
+    // The load: SRTP packets encrypted with the ingress key, paced.
+    let (rate, payload, pin_load) = (spec.rate.max(1), spec.payload.max(1), spec.pin_load);
+    let load = std::thread::Builder::new()
+        .name("floor-load".into())
+        .spawn(move || -> io::Result<(u64, u64)> {
+            if let Some(cpu) = pin_load {
+                corelay_thread::pin_to_cpu(cpu);
+            }
+            let mut enc = cipher(1, true);
+            let salt = [7u8; 12];
+            let plain = vec![0x5au8; payload];
+            let mut pkt = vec![0u8; HEADER + payload + TAG];
+            let mut drained = vec![0u8; 2048];
+            let (mut sent, mut received) = (0u64, 0u64);
+            let start = Instant::now();
+            while start.elapsed() < total + Duration::from_millis(200) {
+                // Send what the schedule says is due, then drain.
+                let due = (start.elapsed().as_secs_f64() * rate as f64) as u64;
+                while sent < due && start.elapsed() < total {
+                    let seq = (sent & 0xffff) as u16;
+                    let header = [
+                        0x80,
+                        96,
+                        (seq >> 8) as u8,
+                        seq as u8,
+                        0,
+                        0,
+                        0,
+                        1,
+                        0xde,
+                        0xad,
+                        0xbe,
+                        0xef,
+                    ];
+                    let (h, body) = pkt.split_at_mut(HEADER);
+                    h.copy_from_slice(&header);
+                    enc.encrypt(&iv(&salt, &header), &header, &plain, body)
+                        .map_err(|e| io::Error::other(e.to_string()))?;
+                    load_sock.send_to(&pkt, floor_addr)?;
+                    sent += 1;
+                }
+                // Drain up to 64 datagrams, then back to sending.
+                for _ in 0..64 {
+                    if load_sock.recv_from(&mut drained).is_err() {
+                        break;
+                    }
+                    received += 1;
+                }
+            }
+            Ok((sent, received))
+        })?;
+
+    if let Some(cpu) = spec.pin_floor {
+        corelay_thread::pin_to_cpu(cpu);
+    }
+    let mut dec = cipher(1, false);
+    let mut encs: Vec<Box<dyn AeadAes128GcmCipher>> =
+        (0..fanout).map(|i| cipher(2 + i as u8, true)).collect();
+    let salt = [7u8; 12];
+    let size = HEADER + payload + TAG;
+    let mut rx = Batch::new(batch, 2048);
+    let mut tx = Batch::new(batch, size);
+    let mut plain = vec![0u8; 2048];
+    let (mut inputs, mut outputs, mut bad, mut recv_calls, mut send_calls) =
+        (0u64, 0u64, 0u64, 0u64, 0u64);
+    let start = Instant::now();
+    let mut measured: Option<(Duration, u64, u64, u64, u64)> = None;
+    while start.elapsed() < total {
+        if measured.is_none() && start.elapsed() >= WARMUP {
+            measured = Some((
+                corelay_thread::thread_cpu(),
+                outputs,
+                inputs,
+                recv_calls,
+                send_calls,
+            ));
+        }
+        let n = rx.recv(&floor_sock)?;
+        recv_calls += 1;
+        for i in 0..n {
+            let Some(pkt) = rx.get(i) else { continue };
+            let (Some(header), Some(body)) = (pkt.get(..HEADER), pkt.get(HEADER..)) else {
+                bad += 1;
+                continue;
+            };
+            let Ok(len) = dec.decrypt(&iv(&salt, header), &[header], body, &mut plain) else {
+                bad += 1;
+                continue;
+            };
+            inputs += 1;
+            let clear = plain.get(..len).unwrap_or_default();
+            for (o, enc) in encs.iter_mut().enumerate() {
+                let out = tx.next_slot();
+                let (h, b) = out.split_at_mut(HEADER);
+                h.copy_from_slice(header);
+                // A subscriber's own SSRC, as the server's rewriter does.
+                h[11] = o as u8;
+                let iv = iv(&salt, h);
+                let Some(sealed) = b.get_mut(..len + TAG) else {
+                    bad += 1;
+                    continue;
+                };
+                if enc.encrypt(&iv, h, clear, sealed).is_err() {
+                    bad += 1;
+                }
+                tx.push(HEADER + len + TAG);
+                if tx.full() {
+                    outputs += tx.send(&floor_sock, load_addr)? as u64;
+                    send_calls += 1;
+                }
+            }
+        }
+        if !tx.is_empty() {
+            outputs += tx.send(&floor_sock, load_addr)? as u64;
+            send_calls += 1;
+        }
+    }
+    let cpu_end = corelay_thread::thread_cpu();
+    let (sent, drained) = load
+        .join()
+        .map_err(|_| io::Error::other("the load thread panicked"))??;
+    let (cpu0, out0, in0, rc0, sc0) = measured.unwrap_or_default();
+    let cpu = cpu_end.saturating_sub(cpu0).as_secs_f64();
+    let out = outputs - out0;
+    let inp = inputs - in0;
+    let secs = (total - WARMUP).as_secs_f64();
+    Ok(json!({
+        "floor_us_per_forwarded_packet": if out > 0 { cpu * 1e6 / out as f64 } else { 0.0 },
+        "floor_cores": cpu / secs,
+        "forwarded_pps": out as f64 / secs,
+        "input_pps": inp as f64 / secs,
+        "fanout": fanout,
+        "payload_bytes": payload,
+        "batch": batch,
+        "mean_recv_batch": if recv_calls > rc0 { inp as f64 / (recv_calls - rc0) as f64 } else { 0.0 },
+        "mean_send_batch": if send_calls > sc0 { out as f64 / (send_calls - sc0) as f64 } else { 0.0 },
+        "load_sent": sent,
+        "load_drained": drained,
+        "bad": bad,
+    }))
+}
+
+/// A recvmmsg/sendmmsg batch: `n` buffers of `size` bytes, kept between calls.
+struct Batch {
+    bufs: Vec<Vec<u8>>,
+    lens: Vec<usize>,
+    used: usize,
+}
+
+impl Batch {
+    fn new(n: usize, size: usize) -> Self {
+        Batch {
+            bufs: (0..n).map(|_| vec![0u8; size]).collect(),
+            lens: vec![0; n],
+            used: 0,
+        }
+    }
+
+    fn get(&self, i: usize) -> Option<&[u8]> {
+        self.bufs.get(i)?.get(..*self.lens.get(i)?)
+    }
+
+    fn next_slot(&mut self) -> &mut [u8] {
+        &mut self.bufs[self.used]
+    }
+
+    fn push(&mut self, len: usize) {
+        self.lens[self.used] = len;
+        self.used += 1;
+    }
+
+    fn full(&self) -> bool {
+        self.used == self.bufs.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.used == 0
+    }
+
+    /// One recvmmsg (blocking up to the socket's read timeout); the count.
+    fn recv(&mut self, sock: &UdpSocket) -> io::Result<usize> {
+        let mut iov: Vec<libc::iovec> = self
+            .bufs
+            .iter_mut()
+            .map(|b| libc::iovec {
+                iov_base: b.as_mut_ptr().cast(),
+                iov_len: b.len(),
+            })
+            .collect();
+        // SAFETY: mmsghdr is plain data; all-zero is a valid value.
+        let mut msgs: Vec<libc::mmsghdr> = vec![unsafe { std::mem::zeroed() }; iov.len()];
+        for (m, v) in msgs.iter_mut().zip(iov.iter_mut()) {
+            m.msg_hdr.msg_iov = v;
+            m.msg_hdr.msg_iovlen = 1;
+        }
+        // SAFETY: msgs and their iovecs point into self.bufs, alive and
+        // unaliased for the call; vlen is msgs.len().
+        let n = unsafe {
+            libc::recvmmsg(
+                sock.as_raw_fd(),
+                msgs.as_mut_ptr(),
+                msgs.len() as libc::c_uint,
+                libc::MSG_WAITFORONE,
+                std::ptr::null_mut(),
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            return match e.kind() {
+                io::ErrorKind::WouldBlock
+                | io::ErrorKind::TimedOut
+                | io::ErrorKind::Interrupted => Ok(0),
+                _ => Err(e),
+            };
+        }
+        let n = n as usize;
+        for (len, m) in self.lens.iter_mut().zip(&msgs).take(n) {
+            *len = m.msg_len as usize;
+        }
+        Ok(n)
+    }
+
+    /// One sendmmsg of the queued buffers to `to`; the count sent.
+    fn send(&mut self, sock: &UdpSocket, to: std::net::SocketAddr) -> io::Result<usize> {
+        let std::net::SocketAddr::V4(v4) = to else {
+            return Err(io::Error::other("IPv4 only"));
+        };
+        let addr = libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: v4.port().to_be(),
+            sin_addr: libc::in_addr {
+                s_addr: u32::from(*v4.ip()).to_be(),
+            },
+            sin_zero: [0; 8],
+        };
+        let used = self.used;
+        let mut iov: Vec<libc::iovec> = self
+            .bufs
+            .iter_mut()
+            .zip(&self.lens)
+            .take(used)
+            .map(|(b, &len)| libc::iovec {
+                iov_base: b.as_mut_ptr().cast(),
+                iov_len: len,
+            })
+            .collect();
+        // SAFETY: as in recv.
+        let mut msgs: Vec<libc::mmsghdr> = vec![unsafe { std::mem::zeroed() }; used];
+        for (m, v) in msgs.iter_mut().zip(iov.iter_mut()) {
+            m.msg_hdr.msg_iov = v;
+            m.msg_hdr.msg_iovlen = 1;
+            m.msg_hdr.msg_name = (&raw const addr).cast_mut().cast();
+            m.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        }
+        self.used = 0;
+        // SAFETY: msgs point into self.bufs and `addr`, alive for the call.
+        let n =
+            unsafe { libc::sendmmsg(sock.as_raw_fd(), msgs.as_mut_ptr(), used as libc::c_uint, 0) };
+        if n < 0 {
+            // A full socket buffer drops the batch, as a server would.
+            return Ok(0);
+        }
+        Ok(n as usize)
+    }
+}
