@@ -86,15 +86,44 @@ fn keeps_flowing(p: &corelay_client::ParticipantHandle, more: u64, within: Durat
     .0
 }
 
-#[test]
-fn offers_str0m_would_assert_on_get_400_and_every_shard_keeps_running() {
-    let server = start_server(2, &[]);
-    let a = join(&server, "pt", "a");
-    let b = join(&server, "pt", "b");
+/// Two participants in `room`, each receiving the other's video.
+fn two_in_a_call(
+    server: &Server,
+    room: &str,
+) -> (
+    corelay_client::ParticipantHandle,
+    corelay_client::ParticipantHandle,
+) {
+    let a = join(server, room, "a");
+    let b = join(server, room, "b");
     let (ok, _) = a.wait_until(Duration::from_secs(20), |s| {
         video_sources(s, 20) == names(&["b"])
     });
     assert!(ok, "a does not receive b");
+    (a, b)
+}
+
+/// The server is healthy and still forwards to both.
+fn both_keep_flowing(
+    server: &Server,
+    a: &corelay_client::ParticipantHandle,
+    b: &corelay_client::ParticipantHandle,
+) {
+    assert_eq!(server.get_json("/healthz")["status"], "ok");
+    assert!(
+        keeps_flowing(a, 60, Duration::from_secs(10)),
+        "a's media stopped"
+    );
+    assert!(
+        keeps_flowing(b, 60, Duration::from_secs(10)),
+        "b's media stopped"
+    );
+}
+
+#[test]
+fn offers_str0m_would_assert_on_get_400_and_every_shard_keeps_running() {
+    let server = start_server(2, &[]);
+    let (a, b) = two_in_a_call(&server, "pt");
 
     // The same offer as a POST: refused before str0m sees it.
     let evil = with_conflicting_pt(&unconnectable_offer());
@@ -138,14 +167,7 @@ fn offers_str0m_would_assert_on_get_400_and_every_shard_keeps_running() {
 
     let h = server.get_json("/healthz");
     assert_eq!(h["status"], "ok", "{h}");
-    assert!(
-        keeps_flowing(&a, 60, Duration::from_secs(10)),
-        "a's media stopped"
-    );
-    assert!(
-        keeps_flowing(&b, 60, Duration::from_secs(10)),
-        "b's media stopped"
-    );
+    both_keep_flowing(&server, &a, &b);
     // Both shards still take participants and forward.
     let c = join(&server, "pt2", "c");
     let d = join(&server, "pt2", "d");
@@ -160,12 +182,7 @@ fn offers_str0m_would_assert_on_get_400_and_every_shard_keeps_running() {
 #[test]
 fn a_refused_renegotiation_leaves_the_call_as_it_was() {
     let server = start_server(1, &[]);
-    let a = join(&server, "reneg", "a");
-    let b = join(&server, "reneg", "b");
-    let (ok, _) = a.wait_until(Duration::from_secs(20), |s| {
-        video_sources(s, 20) == names(&["b"])
-    });
-    assert!(ok);
+    let (a, b) = two_in_a_call(&server, "reneg");
     let (ok, _) = b.wait_until(Duration::from_secs(20), |s| {
         video_sources(s, 20) == names(&["a"])
     });
@@ -225,12 +242,7 @@ fn a_refused_renegotiation_leaves_the_call_as_it_was() {
 #[test]
 fn a_panic_in_one_participant_evicts_only_that_participant() {
     let server = start_server(1, &["--test-panic-participant", "boom"]);
-    let a = join(&server, "fault", "a");
-    let b = join(&server, "fault", "b");
-    let (ok, _) = a.wait_until(Duration::from_secs(20), |s| {
-        video_sources(s, 20) == names(&["b"])
-    });
-    assert!(ok);
+    let (a, b) = two_in_a_call(&server, "fault");
     let _boom = join(&server, "fault", "boom");
     let stats = server.wait_stats(Duration::from_secs(15), |s| {
         s["total"]["participant_panics"].as_u64() == Some(1)
@@ -251,15 +263,7 @@ fn a_panic_in_one_participant_evicts_only_that_participant() {
         .collect();
     assert_eq!(names.len(), 2, "{members}");
     assert!(!names.contains(&"boom"), "{members}");
-    assert_eq!(server.get_json("/healthz")["status"], "ok");
-    assert!(
-        keeps_flowing(&a, 60, Duration::from_secs(10)),
-        "the shard stopped forwarding"
-    );
-    assert!(
-        keeps_flowing(&b, 60, Duration::from_secs(10)),
-        "the shard stopped forwarding"
-    );
+    both_keep_flowing(&server, &a, &b);
     assert!(server.scrape().contains("corelay_participant_panics_total"));
 }
 
@@ -532,12 +536,7 @@ fn slow_headers_are_cut_off_and_shutdown_has_a_deadline() {
 #[test]
 fn data_channel_requests_are_rate_limited() {
     let server = start_server(1, &["--max-requests-per-second", "10"]);
-    let a = join(&server, "flood", "a");
-    let b = join(&server, "flood", "b");
-    let (ok, _) = a.wait_until(Duration::from_secs(20), |s| {
-        video_sources(s, 20) == names(&["b"])
-    });
-    assert!(ok);
+    let (a, b) = two_in_a_call(&server, "flood");
     let before = server.stats_total("dropped_requests");
     let slot = a.snapshot().slots.keys().next().unwrap().clone();
     for i in 0..500 {
@@ -569,12 +568,7 @@ fn data_channel_requests_are_rate_limited() {
 #[test]
 fn ice_tcp_garbage_is_dropped_and_counted_and_calls_go_on() {
     let server = start_server(1, &[]);
-    let a = join(&server, "tcpjunk", "a");
-    let b = join(&server, "tcpjunk", "b");
-    let (ok, _) = a.wait_until(Duration::from_secs(20), |s| {
-        video_sources(s, 20) == names(&["b"])
-    });
-    assert!(ok, "the call did not start");
+    let (a, b) = two_in_a_call(&server, "tcpjunk");
     let before =
         server.stats_total("dropped_malformed") + server.stats_total("dropped_unknown_source");
     let mut conns = Vec::new();
@@ -603,14 +597,6 @@ fn ice_tcp_garbage_is_dropped_and_counted_and_calls_go_on() {
             >= before + 40,
         "each junk and stranger frame is counted: {stats}"
     );
-    assert_eq!(server.get_json("/healthz")["status"], "ok");
-    assert!(
-        keeps_flowing(&a, 60, Duration::from_secs(10)),
-        "the shard stopped forwarding"
-    );
-    assert!(
-        keeps_flowing(&b, 60, Duration::from_secs(10)),
-        "the shard stopped forwarding"
-    );
+    both_keep_flowing(&server, &a, &b);
     drop(conns);
 }
