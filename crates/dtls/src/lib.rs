@@ -198,6 +198,10 @@ enum Event {
 /// One peer's DTLS session.
 pub struct Session {
     state: State,
+    /// Records taken from the pipe after each call into OpenSSL, so that
+    /// str0m's frequent polls (several per forwarded packet) never reach
+    /// into OpenSSL's structures: reading the pipe goes through SSL_get_rbio.
+    out: VecDeque<Vec<u8>>,
     active: Option<bool>,
     now: Instant,
     events: VecDeque<Event>,
@@ -236,6 +240,7 @@ impl Session {
     fn new(ssl: Ssl, now: Instant) -> Self {
         Session {
             state: State::Ready(ssl, Pipe::default()),
+            out: VecDeque::new(),
             active: None,
             now,
             events: VecDeque::new(),
@@ -251,6 +256,18 @@ impl Session {
             State::Handshaking(mid) => mid.get_mut(),
             State::Established(stream) => stream.get_mut(),
         }
+    }
+
+    /// Moves what OpenSSL wrote into `out`; after every call into OpenSSL.
+    fn collect(&mut self) {
+        let mut records = std::mem::take(&mut self.pipe().outgoing);
+        if self.out.is_empty() {
+            std::mem::swap(&mut self.out, &mut records);
+        } else {
+            self.out.append(&mut records);
+        }
+        // The pipe keeps its (empty) allocation for the next writes.
+        self.pipe().outgoing = records;
     }
 
     fn ssl(&self) -> Option<&SslRef> {
@@ -427,21 +444,23 @@ impl DtlsInstance for Session {
             self.pipe().incoming.clear();
             return Ok(());
         }
-        self.drive()
+        let result = self.drive();
+        self.collect();
+        result
     }
 
     fn poll_output<'a>(&mut self, buf: &'a mut [u8]) -> DtlsOutput<'a> {
         // A client starts its handshake (ClientHello) on the first poll.
-        if self.active == Some(true)
-            && matches!(self.state, State::Ready(..))
-            && let Err(e) = self.drive()
-        {
-            tracing::debug!(error = %e, "DTLS connect failed");
+        if self.active == Some(true) && matches!(self.state, State::Ready(..)) {
+            if let Err(e) = self.drive() {
+                tracing::debug!(error = %e, "DTLS connect failed");
+            }
+            self.collect();
         }
-        if let Some(record) = self.pipe().outgoing.pop_front() {
+        if let Some(record) = self.out.pop_front() {
             if record.len() > buf.len() {
                 let needed = record.len();
-                self.pipe().outgoing.push_front(record);
+                self.out.push_front(record);
                 return DtlsOutput::BufferTooSmall { needed };
             }
             let (out, _) = buf.split_at_mut(record.len());
@@ -492,6 +511,7 @@ impl DtlsInstance for Session {
                     std::ptr::null_mut(),
                 )
             };
+            self.collect();
             if r < 0 {
                 tracing::debug!("DTLS retransmission limit reached");
                 return Err(DtlsImplError::Timeout(dimpl::TimeoutError::Handshake));
@@ -507,14 +527,16 @@ impl DtlsInstance for Session {
         if data.is_empty() || self.closing {
             return Ok(0);
         }
-        match stream.ssl_write(data) {
+        let written = match stream.ssl_write(data) {
             Ok(n) => Ok(n),
             Err(e) if e.code() == ErrorCode::WANT_WRITE => Ok(0),
             Err(e) => {
                 tracing::debug!(error = %e, "DTLS write failed");
                 Err(failed(CryptoOperation::Encrypt))
             }
-        }
+        };
+        self.collect();
+        written
     }
 
     fn is_active(&self) -> bool {
@@ -530,7 +552,7 @@ impl DtlsInstance for Session {
     }
 
     fn is_closed(&self) -> bool {
-        matches!(&self.state, State::Done(pipe) if pipe.outgoing.is_empty())
+        matches!(self.state, State::Done(_)) && self.out.is_empty()
     }
 
     fn close(&mut self) -> Result<(), DtlsImplError> {
@@ -547,6 +569,7 @@ impl DtlsInstance for Session {
             State::Handshaking(mut mid) => State::Done(std::mem::take(mid.get_mut())),
             State::Ready(_, pipe) | State::Done(pipe) => State::Done(pipe),
         };
+        self.collect();
         Ok(())
     }
 }
