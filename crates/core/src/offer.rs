@@ -308,7 +308,7 @@ pub fn accept_offer(
             rtc.add_local_candidate(tcp);
         }
         let answer = apply_offer(&mut rtc, offer)?;
-        let answer = candidates_everywhere(&answer);
+        let answer = unbundle_answer(sdp, candidates_everywhere(&answer));
         let lines = initial_lines(&mut rtc, &answer)?;
         let ufrag = rtc.direct_api().local_ice_credentials().ufrag;
         Ok(Accepted {
@@ -392,6 +392,7 @@ fn parse_offer(settings: &RtcSettings, sdp: &str) -> Result<SdpOffer, OfferError
     // str0m's parse errors quote its parser's internals (stream positions):
     // say what is wrong without them.
     let sdp = bundle_safe_extmaps(sdp);
+    let sdp = bundle_a_single_mline(&sdp)?;
     let offer = SdpOffer::from_sdp_string(&sdp).map_err(|e| {
         let text = e.to_string();
         match text.strip_prefix("SDP inconsistent: ") {
@@ -402,6 +403,47 @@ fn parse_offer(settings: &RtcSettings, sdp: &str) -> Result<SdpOffer, OfferError
         }
     })?;
     Ok(offer)
+}
+
+/// An offer without `a=group:BUNDLE` is fine when it has one m-line (a
+/// video-only WHIP publisher with bundle-policy none, e.g. simple-whip-client):
+/// one m-line is one transport either way, so it gets the group str0m needs
+/// (and the answer loses it again, [`unbundle_answer`]). Several m-lines
+/// without it would want a transport each, which corelay does not do: that
+/// is a clear 400.
+fn bundle_a_single_mline(sdp: &str) -> Result<std::borrow::Cow<'_, str>, OfferError> {
+    if sdp.contains("a=group:BUNDLE") {
+        return Ok(std::borrow::Cow::Borrowed(sdp));
+    }
+    let mlines = sdp.lines().filter(|l| l.starts_with("m=")).count();
+    let mid = sdp
+        .lines()
+        .find_map(|l| l.trim_end_matches('\r').strip_prefix("a=mid:"));
+    match (mlines, mid) {
+        (1, Some(mid)) => {
+            let at = sdp.find("\nm=").map_or(0, |i| i + 1);
+            let (head, tail) = sdp.split_at(at);
+            Ok(std::borrow::Cow::Owned(format!(
+                "{head}a=group:BUNDLE {mid}\r\n{tail}"
+            )))
+        }
+        (1, None) => Err(OfferError::bad("the SDP offer's m-line has no a=mid")),
+        (n, _) => Err(OfferError::bad(format!(
+            "the SDP offer has {n} m-lines and no a=group:BUNDLE: corelay carries a participant's media on one transport (use bundle-policy max-bundle or balanced)"
+        ))),
+    }
+}
+
+/// The answer to an offer that had no BUNDLE group has none either
+/// (RFC 8843 §7.2), whatever str0m wrote.
+fn unbundle_answer(offer: &str, answer: String) -> String {
+    if offer.contains("a=group:BUNDLE") {
+        return answer;
+    }
+    answer
+        .split_inclusive('\n')
+        .filter(|l| !l.starts_with("a=group:BUNDLE"))
+        .collect()
 }
 
 /// str0m's `accept_offer`, and the answer as text. The caller drains.
@@ -882,6 +924,79 @@ mod tests {
         // No rid extensions: forged RTP with new rids made str0m map
         // receive streams before checking SRTP (fuzz/examples/rid_flood.rs).
         assert!(!acc.answer.contains("rtp-stream-id"), "{}", acc.answer);
+    }
+
+    fn without_bundle_group(sdp: &str) -> String {
+        sdp.split_inclusive('\n')
+            .filter(|l| !l.starts_with("a=group:BUNDLE"))
+            .collect()
+    }
+
+    /// simple-whip-client publishing video only (bundle-policy none) sent
+    /// one m-line and no BUNDLE group, and str0m refused it: "Session
+    /// attribute a=group missing".
+    #[test]
+    fn one_mline_without_bundle_is_accepted_and_answered_without_bundle() {
+        let mut rtc = Rtc::builder()
+            .clear_codecs()
+            .enable_h264(true)
+            .build(Instant::now());
+        let addr: SocketAddr = "127.0.0.1:5000".parse().unwrap();
+        rtc.add_local_candidate(Candidate::host(addr, "udp").unwrap());
+        let mut api: SdpApi = rtc.sdp_api();
+        api.add_media(MediaKind::Video, Direction::SendOnly, None, None, None);
+        let (offer, _pending) = api.apply().unwrap();
+        let offer = without_bundle_group(&offer.to_sdp_string());
+        assert!(!offer.contains("a=group:BUNDLE"));
+        let acc = accept_offer(&settings(), Instant::now(), &offer, addr, None).unwrap();
+        assert_eq!(acc.tracks.len(), 1);
+        assert!(!acc.answer.contains("a=group:BUNDLE"), "{}", acc.answer);
+
+        // Several m-lines without a group: a 400 that says why.
+        let two = without_bundle_group(&client_offer(VideoCodec::H264));
+        let Err(e) = accept_offer(&settings(), Instant::now(), &two, addr, None) else {
+            panic!("accepted several unbundled m-lines");
+        };
+        assert!(e.to_string().contains("no a=group:BUNDLE"), "{e}");
+    }
+
+    /// ICE-TCP: a passive TCP candidate on the same address, after the UDP
+    /// one, in every m-section.
+    #[test]
+    fn ice_tcp_adds_a_passive_candidate_after_the_udp_one() {
+        let addr = "127.0.0.1:3478".parse().unwrap();
+        let on = RtcSettings {
+            ice_tcp: true,
+            ..settings()
+        };
+        let acc = accept_offer(
+            &on,
+            Instant::now(),
+            &client_offer(VideoCodec::H264),
+            addr,
+            None,
+        )
+        .unwrap();
+        for sec in acc.answer.split("\r\nm=").skip(1) {
+            let udp = sec.find(" udp ").expect("a UDP candidate");
+            let tcp = sec
+                .find("tcptype passive")
+                .expect("a passive TCP candidate");
+            assert!(udp < tcp, "{sec}");
+            assert!(
+                sec.contains("127.0.0.1 3478 typ host tcptype passive"),
+                "{sec}"
+            );
+        }
+        let off = accept_offer(
+            &settings(),
+            Instant::now(),
+            &client_offer(VideoCodec::H264),
+            addr,
+            None,
+        )
+        .unwrap();
+        assert!(!off.answer.contains("tcptype"), "{}", off.answer);
     }
 
     #[test]
