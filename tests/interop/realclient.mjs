@@ -115,9 +115,9 @@ export function whipClientUnavailable() {
 }
 
 // GStreamer pipelines for simple-whip-client's -V/-A: 320x240 30 fps test
-// pattern, a keyframe every second; Opus tone. Audio is there also because
-// the client uses bundle-policy=max-bundle only with both (video alone gets
-// bundle-policy=none: no a=group:BUNDLE, which the server refuses).
+// pattern, a keyframe every second; Opus tone. The client uses
+// bundle-policy=max-bundle with both, and bundle-policy=none with video
+// alone (one m-line, no a=group:BUNDLE: refused by the server until 72f3fe6).
 export const WHIP_PIPELINES = {
   h264: 'videotestsrc is-live=true pattern=ball ! video/x-raw,width=320,height=240,framerate=30/1 ! videoconvert '
     + '! x264enc tune=zerolatency speed-preset=ultrafast key-int-max=30 bitrate=600 ! video/x-h264,profile=constrained-baseline '
@@ -132,10 +132,11 @@ export const WHIP_PIPELINES = {
 // Run simple-whip-client against `url` (http://…/whip/{room}) with the given
 // video codec and Opus audio; stdout+stderr go to OUT/{label}-{pid}.log.
 // GST_DEBUG=dtls*:3 puts OpenSSL's reason for a DTLS failure into that log.
-export function whipClient({ url, codec, stubDir, label }) {
+export function whipClient({ url, codec, stubDir, label, audio = true }) {
   const logPath = path.join(OUT, `${label}-${process.pid}.log`);
   const log = fs.openSync(logPath, 'w');
-  const args = ['-u', url, '-o', '-l', '5', '-V', WHIP_PIPELINES[codec], '-A', WHIP_PIPELINES.opus];
+  const args = ['-u', url, '-o', '-l', '5', '-V', WHIP_PIPELINES[codec]];
+  if (audio) args.push('-A', WHIP_PIPELINES.opus);
   fs.writeSync(log, `$ ${WHIP_CLIENT} ${args.map((a) => (/\s/.test(a) ? `'${a}'` : a)).join(' ')}\n`);
   const child = spawn(WHIP_CLIENT, args, {
     stdio: ['ignore', log, log],
