@@ -52,6 +52,13 @@ pub fn run(cfg: Config) -> Result<(), Box<dyn std::error::Error>> {
         ice_tcp: !cfg.no_ice_tcp,
     };
     let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    let nofile = raise_nofile_limit();
+    let tcp_max = shard::tcp::conns_per_shard(nofile, n);
+    if !cfg.no_ice_tcp && tcp_max < shard::tcp::MAX_CONNS {
+        tracing::info!(
+            "ICE-TCP takes at most {tcp_max} connections per shard: the file descriptor limit is {nofile} (ulimit -n)"
+        );
+    }
     let mesh = Arc::new(Mesh::new(n));
     let (to_control, from_shards) = mpsc::unbounded_channel();
     let mut handles = Vec::with_capacity(n);
@@ -76,6 +83,7 @@ pub fn run(cfg: Config) -> Result<(), Box<dyn std::error::Error>> {
             index: ShardId(i),
             socket,
             tcp,
+            tcp_max,
             advertised: SocketAddr::new(ip, port),
             settings: settings.clone(),
             mesh: mesh.clone(),
@@ -258,4 +266,30 @@ async fn shutdown_signal() {
         _ = tokio::signal::ctrl_c() => {}
         _ = term => {}
     }
+}
+
+/// Raises the soft `nofile` limit to the hard one (every connection and
+/// socket is a descriptor; distributions often start processes at 1024) and
+/// returns the soft limit in force.
+fn raise_nofile_limit() -> u64 {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit with a valid rlimit.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) != 0 {
+            return 1024;
+        }
+        if r.rlim_cur < r.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: r.rlim_max,
+                rlim_max: r.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                return raised.rlim_cur;
+            }
+        }
+    }
+    r.rlim_cur
 }

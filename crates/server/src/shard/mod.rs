@@ -139,6 +139,8 @@ pub struct ShardSpec {
     pub socket: UdpSocket,
     /// The ICE-TCP listener on the same port, unless `--no-ice-tcp`.
     pub tcp: Option<std::net::TcpListener>,
+    /// ICE-TCP connections this shard takes at most ([`tcp::conns_per_shard`]).
+    pub tcp_max: usize,
     pub advertised: SocketAddr,
     pub settings: RtcSettings,
     pub mesh: Arc<Mesh>,
@@ -250,7 +252,7 @@ async fn run(
     mut commands: mpsc::UnboundedReceiver<ShardCommand>,
 ) -> io::Result<()> {
     let peers = spec.mesh.clone();
-    let (tcp_conns, mut tcp_frames) = TcpConns::new();
+    let (tcp_conns, mut tcp_frames) = TcpConns::new(spec.tcp_max);
     let mut d = ShardLoop {
         tcp: tcp_conns,
         index: spec.index,
@@ -284,12 +286,18 @@ async fn run(
     };
     let mut shutdown: Option<oneshot::Sender<()>> = None;
     let mut socket_wakes: u64 = 0;
+    // Set after a failed accept (out of descriptors): the listener rests.
+    let mut accept_rest: Option<Instant> = None;
     while shutdown.is_none() {
         let next_report = d.last_report + REPORT_INTERVAL;
         let deadline = d
             .engine
             .poll_timeout()
             .map_or(next_report, |t| t.min(next_report));
+        if accept_rest.is_some_and(|t| Instant::now() >= t) {
+            accept_rest = None;
+        }
+        let deadline = accept_rest.map_or(deadline, |t| t.min(deadline));
         tokio::select! {
             biased;
             cmd = commands.recv() => {
@@ -360,12 +368,16 @@ async fn run(
                 }
                 socket_wakes += 1;
                 if let Some(l) = &listener
+                    && accept_rest.is_none()
                     && socket_wakes.is_multiple_of(64)
                     && let Some(accepted) = tcp::try_accept(l)
                 {
                     match accepted {
                         Ok((stream, peer)) => d.tcp.accept(stream, peer),
-                        Err(e) => tracing::debug!(shard = d.index.0, "ICE-TCP accept: {e}"),
+                        Err(e) => {
+                            tracing::debug!(shard = d.index.0, "ICE-TCP accept: {e}");
+                            accept_rest = Some(Instant::now() + tcp::ACCEPT_BACKOFF);
+                        }
                     }
                 }
                 d.worked(start);
@@ -373,10 +385,13 @@ async fn run(
             // ICE-TCP after the UDP socket: polled only when UDP is idle;
             // under UDP load the socket branch takes frames and connections
             // in passing (see there), so neither starves.
-            accepted = tcp::accept(listener.as_ref()) => {
+            accepted = tcp::accept(listener.as_ref()), if accept_rest.is_none() => {
                 match accepted {
                     Ok((stream, peer)) => d.tcp.accept(stream, peer),
-                    Err(e) => tracing::debug!(shard = d.index.0, "ICE-TCP accept: {e}"),
+                    Err(e) => {
+                        tracing::debug!(shard = d.index.0, "ICE-TCP accept: {e}");
+                        accept_rest = Some(Instant::now() + tcp::ACCEPT_BACKOFF);
+                    }
                 }
             }
             frame = tcp_frames.recv() => {

@@ -10,7 +10,8 @@
 //! [`TcpConns::send`]; what the kernel does not take at once waits in a
 //! bounded per-connection buffer, written out at the next flush.
 //!
-//! Bounded: connections per shard ([`MAX_CONNS`]), idle time before a
+//! Bounded: connections per shard (at most [`MAX_CONNS`], fewer when the
+//! process's file descriptor limit is low: [`conns_per_shard`]), idle time before a
 //! connection is closed ([`IDLE`]: a live ICE-TCP connection carries consent
 //! checks every few seconds), bytes waiting per connection ([`MAX_PENDING`]).
 //! A frame from an unknown client is dropped by the engine and counted there,
@@ -31,8 +32,19 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 
-/// Open ICE-TCP connections per shard; more are closed at accept.
+/// Open ICE-TCP connections per shard at most; more are closed at accept.
 pub const MAX_CONNS: usize = 1024;
+/// After a failed accept (out of file descriptors), the listener rests this
+/// long instead of failing again at once in a loop.
+pub const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// Connections per shard: [`MAX_CONNS`], or less so that ICE-TCP can take
+/// no more than a quarter of the process's `nofile` descriptors, leaving
+/// the rest to HTTP, UDP sockets and the shards' own.
+pub fn conns_per_shard(nofile: u64, shards: usize) -> usize {
+    let quarter = usize::try_from(nofile / 4).unwrap_or(usize::MAX);
+    (quarter / shards.max(1)).clamp(16, MAX_CONNS)
+}
 /// A connection that carries nothing for this long is closed.
 pub const IDLE: Duration = Duration::from_secs(30);
 /// Bytes waiting for the kernel per connection; past it, packets are dropped
@@ -61,6 +73,7 @@ pub fn bind(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
 /// The shard's ICE-TCP connections, by the client's address.
 pub struct TcpConns {
     conns: HashMap<SocketAddr, Conn>,
+    max: usize,
     frames: mpsc::Sender<Frame>,
     /// Connections with bytes waiting: the flush skips the scan when zero.
     pending: usize,
@@ -73,10 +86,12 @@ struct Conn {
 }
 
 impl TcpConns {
-    pub fn new() -> (Self, mpsc::Receiver<Frame>) {
+    /// At most `max` connections (see [`conns_per_shard`]).
+    pub fn new(max: usize) -> (Self, mpsc::Receiver<Frame>) {
         let (tx, rx) = mpsc::channel(CHANNEL);
         let conns = TcpConns {
             conns: HashMap::new(),
+            max,
             frames: tx,
             pending: 0,
         };
@@ -92,9 +107,9 @@ impl TcpConns {
     }
 
     /// Takes a new connection (on the shard's runtime), or closes it when
-    /// the shard has [`MAX_CONNS`].
+    /// the shard has its maximum.
     pub fn accept(&mut self, stream: TcpStream, peer: SocketAddr) {
-        if self.conns.len() >= MAX_CONNS || self.conns.contains_key(&peer) {
+        if self.conns.len() >= self.max || self.conns.contains_key(&peer) {
             tracing::debug!(%peer, "ICE-TCP connection refused: too many");
             return;
         }
@@ -229,4 +244,17 @@ async fn read_frames(read: OwnedReadHalf, peer: SocketAddr, frames: mpsc::Sender
         }
     }
     let _ = frames.send(Frame::Closed(peer)).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_quarter_of_the_descriptors_at_most() {
+        assert_eq!(conns_per_shard(1 << 20, 2), MAX_CONNS);
+        // The usual soft limit of 1024 with 2 shards: 128 each.
+        assert_eq!(conns_per_shard(1024, 2), 128);
+        assert_eq!(conns_per_shard(10, 4), 16);
+    }
 }
