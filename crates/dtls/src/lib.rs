@@ -421,6 +421,15 @@ impl Session {
     }
 }
 
+/// `bytes` copied to the front of `buf`, or the length `buf` would need.
+fn copy_out<'a>(buf: &'a mut [u8], bytes: &[u8]) -> Result<&'a [u8], usize> {
+    let Some(out) = buf.get_mut(..bytes.len()) else {
+        return Err(bytes.len());
+    };
+    out.copy_from_slice(bytes);
+    Ok(out)
+}
+
 /// From OpenSSL's ssl.h: `DTLSv1_get_timeout` and `DTLSv1_handle_timeout`
 /// are macros over `SSL_ctrl` with these commands.
 const DTLS_CTRL_GET_TIMEOUT: libc::c_int = 73;
@@ -458,41 +467,36 @@ impl DtlsInstance for Session {
             self.collect();
         }
         if let Some(record) = self.out.pop_front() {
-            if record.len() > buf.len() {
-                let needed = record.len();
-                self.out.push_front(record);
-                return DtlsOutput::BufferTooSmall { needed };
-            }
-            let (out, _) = buf.split_at_mut(record.len());
-            out.copy_from_slice(&record);
-            return DtlsOutput::Packet(out);
+            return match copy_out(buf, &record) {
+                Ok(out) => DtlsOutput::Packet(out),
+                Err(needed) => {
+                    self.out.push_front(record);
+                    DtlsOutput::BufferTooSmall { needed }
+                }
+            };
         }
         if let Some(event) = self.events.pop_front() {
             return match event {
-                Event::PeerCert(der) => {
-                    if der.len() > buf.len() {
-                        let needed = der.len();
+                Event::PeerCert(der) => match copy_out(buf, &der) {
+                    Ok(out) => DtlsOutput::PeerCert(out),
+                    Err(needed) => {
                         self.events.push_front(Event::PeerCert(der));
-                        return DtlsOutput::BufferTooSmall { needed };
+                        DtlsOutput::BufferTooSmall { needed }
                     }
-                    let (out, _) = buf.split_at_mut(der.len());
-                    out.copy_from_slice(&der);
-                    DtlsOutput::PeerCert(out)
-                }
+                },
                 Event::Keys(keys, profile) => DtlsOutput::KeyingMaterial(keys, profile),
                 Event::Connected => DtlsOutput::Connected,
                 Event::CloseNotify => DtlsOutput::CloseNotify,
             };
         }
         if let Some(data) = self.app_data.pop_front() {
-            if data.len() > buf.len() {
-                let needed = data.len();
-                self.app_data.push_front(data);
-                return DtlsOutput::BufferTooSmall { needed };
-            }
-            let (out, _) = buf.split_at_mut(data.len());
-            out.copy_from_slice(&data);
-            return DtlsOutput::ApplicationData(out);
+            return match copy_out(buf, &data) {
+                Ok(out) => DtlsOutput::ApplicationData(out),
+                Err(needed) => {
+                    self.app_data.push_front(data);
+                    DtlsOutput::BufferTooSmall { needed }
+                }
+            };
         }
         DtlsOutput::Timeout(self.now + self.timeout().unwrap_or(IDLE_TIMEOUT))
     }
@@ -731,6 +735,24 @@ mod tests {
         let (mut client, mut server) = (ours(&ecdsa_cert()), ours(&rsa_cert()));
         let (c, s) = handshake(client.as_mut(), server.as_mut());
         assert!(c.connected && s.connected);
+    }
+
+    /// A buffer too small for the next record: asked for a larger one, the
+    /// record kept.
+    #[test]
+    fn a_small_buffer_keeps_the_record() {
+        let mut client = ours(&ecdsa_cert());
+        client.set_active(true);
+        let mut small = [0u8; 8];
+        let needed = match client.poll_output(&mut small) {
+            DtlsOutput::BufferTooSmall { needed } => needed,
+            other => panic!("expected BufferTooSmall, got {other:?}"),
+        };
+        let mut big = vec![0u8; needed];
+        match client.poll_output(&mut big) {
+            DtlsOutput::Packet(p) => assert_eq!(p.len(), needed),
+            other => panic!("expected the ClientHello, got {other:?}"),
+        }
     }
 
     /// Garbage instead of a ClientHello: an error, no panic, nothing queued
