@@ -222,6 +222,13 @@ export async function launchFirefox() {
 export async function newFirefoxPage(browser, label) {
   const page = await browser.newPage();
   page.setDefaultTimeout(10000);
+  return collectLogs(page, label);
+}
+
+// Labels a page (Playwright or puppeteer: both have 'pageerror' and
+// 'console' with msg.type()/msg.text()) and collects its console lines into
+// page.logs and its errors into page.errors.
+function collectLogs(page, label) {
   page.label = label;
   page.errors = [];
   page.logs = [];
@@ -242,16 +249,7 @@ export async function newPage(browser, label) {
   if (process.env.CORELAY_LIVE_ASSETS === '1') await routeLiveAssets(context);
   context.setDefaultTimeout(10000);
   const page = await context.newPage();
-  page.label = label;
-  page.errors = [];
-  page.logs = [];
-  page.on('pageerror', (err) => page.errors.push(String(err)));
-  page.on('console', (msg) => {
-    const line = `[${label}] ${msg.type()}: ${msg.text()}`;
-    page.logs.push(line);
-    if (msg.type() === 'error') page.errors.push(line);
-  });
-  return page;
+  return collectLogs(page, label);
 }
 
 // CORELAY_LIVE_ASSETS=1: serve the pages from crates/server/assets in the
