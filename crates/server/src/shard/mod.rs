@@ -372,13 +372,8 @@ async fn run(
                     && socket_wakes.is_multiple_of(64)
                     && let Some(accepted) = tcp::try_accept(l)
                 {
-                    match accepted {
-                        Ok((stream, peer)) => d.tcp.accept(stream, peer),
-                        Err(e) => {
-                            tracing::debug!(shard = d.index.0, "ICE-TCP accept: {e}");
-                            accept_rest = Some(Instant::now() + tcp::ACCEPT_BACKOFF);
-                        }
-                    }
+                    // Only reached while not resting: None stays None.
+                    accept_rest = d.tcp_accepted(accepted);
                 }
                 d.worked(start);
             }
@@ -386,13 +381,8 @@ async fn run(
             // under UDP load the socket branch takes frames and connections
             // in passing (see there), so neither starves.
             accepted = tcp::accept(listener.as_ref()), if accept_rest.is_none() => {
-                match accepted {
-                    Ok((stream, peer)) => d.tcp.accept(stream, peer),
-                    Err(e) => {
-                        tracing::debug!(shard = d.index.0, "ICE-TCP accept: {e}");
-                        accept_rest = Some(Instant::now() + tcp::ACCEPT_BACKOFF);
-                    }
-                }
+                // Only reached while not resting: None stays None.
+                accept_rest = d.tcp_accepted(accepted);
             }
             frame = tcp_frames.recv() => {
                 let start = Instant::now();
@@ -414,6 +404,24 @@ async fn run(
 }
 
 impl ShardLoop {
+    /// Takes an accepted ICE-TCP connection; after a failed accept (out of
+    /// descriptors), returns until when the listener rests.
+    fn tcp_accepted(
+        &mut self,
+        accepted: io::Result<(tokio::net::TcpStream, SocketAddr)>,
+    ) -> Option<Instant> {
+        match accepted {
+            Ok((stream, peer)) => {
+                self.tcp.accept(stream, peer);
+                None
+            }
+            Err(e) => {
+                tracing::debug!(shard = self.index.0, "ICE-TCP accept: {e}");
+                Some(Instant::now() + tcp::ACCEPT_BACKOFF)
+            }
+        }
+    }
+
     /// Feeds ICE-TCP frames to the engine: `first`, then what else is
     /// queued, up to [`MAX_TCP_FRAMES_PER_WAKE`].
     fn tcp_frames(&mut self, now: Instant, first: Option<Frame>, rx: &mut mpsc::Receiver<Frame>) {
