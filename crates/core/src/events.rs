@@ -48,14 +48,45 @@ pub enum RoomEvent {
     Bye {
         reason: &'static str,
     },
+    /// Dynacast, to a simulcast publisher: the rids of its track `mid` that
+    /// some subscriber takes now; it may stop sending the others until a
+    /// later `layers` names them again (then starting with a keyframe).
+    Layers {
+        mid: String,
+        active: Vec<String>,
+    },
 }
 
 /// What a client may ask for on the data channel.
 #[derive(serde::Deserialize, Debug, PartialEq, Eq)]
 #[serde(tag = "type", rename_all = "lowercase")]
 pub enum ClientRequest {
-    Pin { participant: String, mid: String },
-    Unpin { mid: String },
+    Pin {
+        participant: String,
+        mid: String,
+    },
+    Unpin {
+        mid: String,
+    },
+    /// How the subscriber shows slot `mid`: its rendered size in CSS
+    /// pixels (0x0: hidden, its video pauses) and, optionally, the highest
+    /// quality it wants ("low", "medium", "high").
+    View {
+        mid: String,
+        width: u16,
+        height: u16,
+        #[serde(default)]
+        quality: Option<Quality>,
+    },
+}
+
+/// A subscriber's cap on a slot's simulcast quality.
+#[derive(serde::Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Quality {
+    Low,
+    Medium,
+    High,
 }
 
 pub fn kind_str(kind: str0m::media::MediaKind) -> &'static str {

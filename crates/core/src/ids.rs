@@ -49,6 +49,15 @@ pub struct TrackKey {
     pub mid: Mid,
 }
 
+/// One simulcast layer of a published track (layer 0 without simulcast):
+/// what a keyframe request names.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct LayerKey {
+    pub track: TrackKey,
+    /// The layer's stable id (its rid's position in the publisher's offer).
+    pub layer: u8,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

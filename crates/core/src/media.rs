@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use str0m::format::CodecSpec;
 use str0m::media::MediaKind;
-use str0m::rtp::{AbsCaptureTime, ExtensionValues, VideoOrientation};
+use str0m::rtp::{AbsCaptureTime, ExtensionValues, VideoOrientation, Vp8Descriptor};
 
 use crate::ids::TrackKey;
 
@@ -60,6 +60,14 @@ pub struct Media<P> {
     pub timestamp: u32,
     pub marker: bool,
     pub keyframe: bool,
+    /// The simulcast layer it belongs to: its rid's position in the
+    /// publisher's offer (stable for the track's life), 0 without simulcast.
+    pub layer: u8,
+    /// How many layers its track has (1 without simulcast).
+    pub layers: u8,
+    /// The VP8 payload descriptor, parsed once on the publisher's shard (a
+    /// slot patches picture ids from it without copying the payload).
+    pub vp8: Option<Vp8Descriptor>,
     pub ext: E2eExt,
     pub payload: P,
     /// When the datagram that carried it was received (str0m's receive time).
@@ -86,6 +94,9 @@ impl<P> Media<P> {
             timestamp: self.timestamp,
             marker: self.marker,
             keyframe: self.keyframe,
+            layer: self.layer,
+            layers: self.layers,
+            vp8: self.vp8,
             ext: self.ext,
             payload: f(self.payload),
             received: self.received,

@@ -51,6 +51,16 @@ pub struct Counters {
     /// Datagrams from a participant's address that str0m took without effect
     /// (SRTP authentication failure, replay, bad STUN integrity, stray DTLS).
     pub dropped_by_stack: u64,
+    /// RTP with a rid and an SSRC the participant never used, on an m-line
+    /// without simulcast: kept from str0m (it would open a receive stream).
+    pub dropped_unknown_stream: u64,
+    /// Slots that moved to another simulcast layer of their source.
+    pub layer_switches: u64,
+    /// Slots whose video the allocation paused (the estimate did not fit
+    /// even the lowest layer, or the subscriber hid the slot).
+    pub layer_pauses: u64,
+    /// Dynacast notices to publishers (layers paused or resumed).
+    pub dynacast_notices: u64,
 }
 
 impl Counters {
@@ -85,7 +95,11 @@ impl Counters {
             connect_timeouts,
             dropped_addr_limit,
             dropped_requests,
-            dropped_by_stack
+            dropped_by_stack,
+            dropped_unknown_stream,
+            layer_switches,
+            layer_pauses,
+            dynacast_notices
         );
     }
 }
@@ -227,4 +241,19 @@ pub struct ParticipantStats {
     pub keyframe_requests_received: u64,
     pub bytes_in: u64,
     pub bytes_out: u64,
+    /// Its downlink estimate (send-side BWE from its TWCC feedback), bps.
+    pub estimate_bps: Option<u64>,
+    /// Each video slot's simulcast layer.
+    pub layers: Vec<SlotLayer>,
+}
+
+/// The layer one video slot forwards (`layer`) and the one the allocation
+/// chose (`target`; `None`: paused), as stable layer ids of its source (the
+/// rid's position in the publisher's offer; 0 without simulcast).
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct SlotLayer {
+    pub mid: String,
+    pub layer: Option<u8>,
+    pub target: Option<u8>,
+    pub switches: u64,
 }

@@ -85,6 +85,11 @@ pub struct RtcSettings {
     /// and port, after the UDP one: for clients whose network blocks UDP.
     /// The shard must listen on that TCP port.
     pub ice_tcp: bool,
+    /// Estimate each participant's downlink from its TWCC feedback (str0m's
+    /// send-side BWE, with probing and pacing), starting from this many
+    /// bits per second; `None`: no estimate, every slot gets the best layer
+    /// its view allows.
+    pub bwe_initial_bps: Option<u64>,
 }
 
 impl Default for RtcSettings {
@@ -94,9 +99,14 @@ impl Default for RtcSettings {
             offer: OfferLimits::default(),
             participant: ParticipantLimits::default(),
             ice_tcp: false,
+            bwe_initial_bps: Some(DEFAULT_BWE_INITIAL_BPS),
         }
     }
 }
+
+/// Where a participant's downlink estimate starts (it probes upward from
+/// there within seconds on a good link).
+pub const DEFAULT_BWE_INITIAL_BPS: u64 = 1_500_000;
 
 /// What one offer may hold. Checked before str0m parses anything, so a huge
 /// offer costs a line scan, not a parse tree.
@@ -241,33 +251,35 @@ impl std::fmt::Debug for Accepted {
 }
 
 /// Builds the `Rtc` for one participant: ICE-lite, RTP mode, Opus and only
-/// the video `codecs` given (the room's).
-pub fn build_rtc(codecs: &[VideoCodec], now: Instant) -> Rtc {
+/// the video `codecs` given (the room's), and the send-side bandwidth
+/// estimate when `bwe_initial_bps` is set.
+pub fn build_rtc(codecs: &[VideoCodec], bwe_initial_bps: Option<u64>, now: Instant) -> Rtc {
     let mut cfg = Rtc::builder()
         // Per-participant loss/jitter/RTT for /api/v1/stats, once a second.
         .set_stats_interval(Some(std::time::Duration::from_secs(1)))
         .set_ice_lite(true)
         .set_rtp_mode(true)
         .clear_codecs()
-        .enable_opus(true, false);
+        .enable_opus(true, false)
+        .enable_bwe(bwe_initial_bps.map(str0m::bwe::Bitrate::bps));
     for codec in codecs {
         cfg = match codec {
             VideoCodec::H264 => cfg.enable_h264(true),
             VideoCodec::Vp8 => cfg.enable_vp8(true),
         };
     }
-    // str0m's standard map without the RTP stream id extensions (rid,
-    // repaired rid): str0m maps a new receive stream for an unseen SSRC with
-    // a new rid before it checks the packet's SRTP tag, and every stream
-    // costs on each later packet and timer, so a flood of forged packets from
-    // a participant's address made its shard slow (found by fuzz/ datagram;
-    // fuzz/examples/rid_flood.rs). corelay does not do simulcast yet; when it
-    // does, those streams must be bounded first.
+    // str0m's standard map. The RTP stream id extensions (rid, repaired rid)
+    // name simulcast layers; str0m maps an unseen SSRC with a rid before it
+    // checks the packet's SRTP tag, so the engine bounds which such packets
+    // reach it (engine/streams.rs, fuzz/examples/rid_flood.rs) and an offer
+    // may declare at most `MAX_LAYERS` rids per m-line.
     let mut exts = ExtensionMap::empty();
     exts.set(1, Extension::AudioLevel);
     exts.set(2, Extension::AbsoluteSendTime);
     exts.set(3, Extension::TransportSequenceNumber);
     exts.set(4, Extension::RtpMid);
+    exts.set(10, Extension::RtpStreamId);
+    exts.set(11, Extension::RepairedRtpStreamId);
     exts.set(13, Extension::VideoOrientation);
     exts.set(ABS_CAPTURE_TIME_ID, Extension::AbsoluteCaptureTime);
     cfg.set_extension_map(exts).build(now)
@@ -300,7 +312,7 @@ pub fn accept_offer(
         None
     };
     let accepted = guard::isolate(|| {
-        let mut rtc = build_rtc(&codecs, now);
+        let mut rtc = build_rtc(&codecs, settings.bwe_initial_bps, now);
         // UDP first: a client pairs it when it can (lower priority for TCP,
         // RFC 6544 §4.2 and str0m's type preference, does the rest).
         rtc.add_local_candidate(udp);
@@ -344,7 +356,7 @@ pub fn check_renegotiation(
     let rehearsal = parse_offer(settings, sdp)?;
     let before = parse_offer(settings, previous)?;
     let shadow = guard::isolate(|| {
-        let mut rtc = build_rtc(codecs, now);
+        let mut rtc = build_rtc(codecs, settings.bwe_initial_bps, now);
         apply_offer(&mut rtc, before)?;
         settle(&mut rtc)?;
         apply_offer(&mut rtc, rehearsal)?;
@@ -529,6 +541,7 @@ fn validate_lines(sdp: &str, limits: &OfferLimits) -> Result<(), OfferError> {
         }
     }
     let mut mlines = 0usize;
+    let mut rids = 0usize;
     let mut bundle: HashMap<u8, (PtDef, usize)> = HashMap::new();
     let mut section: HashMap<u8, PtDef> = HashMap::new();
     for line in sdp.lines() {
@@ -541,6 +554,7 @@ fn validate_lines(sdp: &str, limits: &OfferLimits) -> Result<(), OfferError> {
                     limit: limits.max_mlines,
                 });
             }
+            rids = 0;
             let mut it = rest.split_whitespace();
             if matches!(it.next(), Some("audio" | "video")) {
                 for pt in it.skip(2) {
@@ -550,6 +564,16 @@ fn validate_lines(sdp: &str, limits: &OfferLimits) -> Result<(), OfferError> {
             continue;
         }
         if mlines == 0 {
+            continue;
+        }
+        if line.starts_with("a=rid:") {
+            rids += 1;
+            if rids > crate::engine::MAX_LAYERS {
+                return Err(OfferError::bad(format!(
+                    "m-line {mlines} declares more than {} simulcast encodings (a=rid)",
+                    crate::engine::MAX_LAYERS
+                )));
+            }
             continue;
         }
         let (is_rtpmap, value) = if let Some(v) = line.strip_prefix("a=rtpmap:") {
@@ -921,9 +945,51 @@ mod tests {
             assert!(sec.contains("a=end-of-candidates"), "{sec}");
         }
         assert!(!acc.ufrag.is_empty());
-        // No rid extensions: forged RTP with new rids made str0m map
-        // receive streams before checking SRTP (fuzz/examples/rid_flood.rs).
-        assert!(!acc.answer.contains("rtp-stream-id"), "{}", acc.answer);
+        // The rid extensions are answered (simulcast); the engine bounds
+        // the receive streams they can open (engine/streams.rs).
+        assert!(acc.answer.contains("rtp-stream-id"), "{}", acc.answer);
+    }
+
+    /// The client offer with `rids` as simulcast encodings of its first
+    /// (sendonly video) m-line.
+    pub(crate) fn simulcast_offer(rids: &[&str]) -> String {
+        let sdp = client_offer(VideoCodec::Vp8);
+        let mut lines: String = rids.iter().map(|r| format!("a=rid:{r} send\r\n")).collect();
+        lines.push_str(&format!("a=simulcast:send {}\r\n", rids.join(";")));
+        let mid = sdp.find("a=mid:").unwrap();
+        let at = mid + sdp[mid..].find("\r\n").unwrap() + 2;
+        format!("{}{lines}{}", &sdp[..at], &sdp[at..])
+    }
+
+    #[test]
+    fn answers_simulcast_and_bounds_the_encodings() {
+        let addr = "127.0.0.1:3478".parse().unwrap();
+        let acc = accept_offer(
+            &settings(),
+            Instant::now(),
+            &simulcast_offer(&["q", "h", "f"]),
+            addr,
+            None,
+        )
+        .unwrap();
+        assert!(
+            acc.answer.contains("a=simulcast:recv q;h;f"),
+            "{}",
+            acc.answer
+        );
+        assert!(acc.answer.contains("a=rid:q recv"), "{}", acc.answer);
+        assert!(acc.answer.contains("rtp-stream-id"), "{}", acc.answer);
+        let five = accept_offer(
+            &settings(),
+            Instant::now(),
+            &simulcast_offer(&["a", "b", "c", "d", "e"]),
+            addr,
+            None,
+        );
+        match five {
+            Err(OfferError::Bad(m)) => assert!(m.contains("simulcast encodings"), "{m}"),
+            other => panic!("five rids accepted: {:?}", other.map(|a| a.answer)),
+        }
     }
 
     fn without_bundle_group(sdp: &str) -> String {

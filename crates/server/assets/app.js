@@ -12,6 +12,12 @@
 (() => {
   const ABS_CAPTURE_TIME = 'http://www.webrtc.org/experiments/rtp-hdrext/abs-capture-time';
   const ICE_GATHER_TIMEOUT_MS = 5000;
+  // Simulcast encodings, lowest first (docs/api.md, "Simulcast").
+  const SIMULCAST_ENCODINGS = [
+    { rid: 'q', scaleResolutionDownBy: 4, maxBitrate: 150000 },
+    { rid: 'h', scaleResolutionDownBy: 2, maxBitrate: 500000 },
+    { rid: 'f', scaleResolutionDownBy: 1, maxBitrate: 1500000 },
+  ];
 
   const params = new URLSearchParams(location.search);
 
@@ -71,7 +77,10 @@
 
   // One session = one RTCPeerConnection + one POST + the events channel.
   class CorelaySession extends EventTarget {
-    // opts: {endpoint, name, stream, videoSlots, audioSlots, absCaptureTime, token}
+    // opts: {endpoint, name, stream, videoSlots, audioSlots, absCaptureTime, token, simulcast}
+    // simulcast: send the camera as three encodings (rids q, h, f at 1/4,
+    // 1/2 and full size); the server gives each viewer the one its
+    // downlink and tile size fit, and pauses those nobody takes.
     // token: access token for a server run with --auth-secret (default: the
     // page address's ?token=), sent as `Authorization: Bearer` on every call.
     constructor(opts) {
@@ -83,6 +92,8 @@
       this.videoSlots = opts.videoSlots ?? 3;
       this.audioSlots = opts.audioSlots ?? 3;
       this.absCaptureTime = opts.absCaptureTime ?? true;
+      this.simulcast = opts.simulcast ?? false;
+      this.views = new Map();  // slot mid -> last `view` sent ("WxH")
       this.pc = null;
       this.dc = null;
       this.location = null;
@@ -138,7 +149,9 @@
       if (this.stream) {
         // Video first: mid 0 is the camera, mid 1 the microphone.
         for (const track of [...this.stream.getVideoTracks(), ...this.stream.getAudioTracks()]) {
-          const t = pc.addTransceiver(track, { direction: 'sendonly', streams: [this.stream] });
+          const init = { direction: 'sendonly', streams: [this.stream] };
+          if (track.kind === 'video' && this.simulcast) init.sendEncodings = SIMULCAST_ENCODINGS;
+          const t = pc.addTransceiver(track, init);
           this.senders[track.kind] = t.sender;
           transceivers.push(t);
         }
@@ -210,6 +223,9 @@
         case 'speaker':
           this.speaker = ev.participant;
           break;
+        case 'layers':
+          this.applyLayers(ev.active || []);
+          break;
         default:
           break;
       }
@@ -219,6 +235,30 @@
 
     send(msg) {
       if (this.dc && this.dc.readyState === 'open') this.dc.send(JSON.stringify(msg));
+    }
+
+    // Dynacast: send only the simulcast encodings some viewer takes.
+    async applyLayers(active) {
+      const sender = this.senders.video;
+      if (!sender) return;
+      const params = sender.getParameters();
+      if (!params.encodings || params.encodings.length < 2) return;
+      let changed = false;
+      for (const e of params.encodings) {
+        const on = active.includes(e.rid);
+        if (e.active !== on) { e.active = on; changed = true; }
+      }
+      if (changed) await sender.setParameters(params).catch((err) => console.warn('corelay: layers', err));
+    }
+
+    // Tell the server how large a video slot is shown (0x0: hidden), when
+    // that changes: it picks the simulcast layer from it.
+    view(mid, width, height) {
+      const key = `${width}x${height}`;
+      if (this.views.get(mid) === key) return;
+      if (!this.dc || this.dc.readyState !== 'open') return;
+      this.views.set(mid, key);
+      this.send({ type: 'view', mid, width, height });
     }
 
     pin(mid, participant) { this.send({ type: 'pin', participant, mid }); }
@@ -309,7 +349,8 @@
       this.statsTimer = null;
       this.media = new Map();  // `${mid}/${participant}` -> what monitor() last saw
       this.canvas = null;
-      session.addEventListener('slots', () => this.renderSlots());
+      session.addEventListener('slots', () => { this.renderSlots(); this.reportViews(); });
+      session.addEventListener('dcopen', () => this.reportViews());
       session.addEventListener('roster', () => this.renderNames());
       session.addEventListener('speaker', () => this.renderSpeaker());
       session.addEventListener('mute', () => this.renderLocalMute());
@@ -336,10 +377,26 @@
       const width = el.clientWidth - parseFloat(cs.paddingLeft) - parseFloat(cs.paddingRight);
       const height = el.clientHeight - parseFloat(cs.paddingTop) - parseFloat(cs.paddingBottom);
       const { cols, width: w } = bestLayout(Math.max(1, n), width, height, parseFloat(cs.columnGap) || 0, parseFloat(cs.rowGap) || 0);
-      if (el.dataset.cols === String(cols) && el.style.getPropertyValue('--tile-w') === `${w}px`) return;
-      el.style.setProperty('--cols', String(cols));
-      el.style.setProperty('--tile-w', `${w}px`);
-      el.dataset.cols = String(cols);
+      if (el.dataset.cols !== String(cols) || el.style.getPropertyValue('--tile-w') !== `${w}px`) {
+        el.style.setProperty('--cols', String(cols));
+        el.style.setProperty('--tile-w', `${w}px`);
+        el.dataset.cols = String(cols);
+      }
+      this.reportViews();
+    }
+
+    // Each video slot's rendered size to the server (slots without a tile
+    // are hidden: 0x0).
+    reportViews() {
+      const s = this.session;
+      for (const slot of s.slots) {
+        if (slot.kind !== 'video') continue;
+        const tile = slot.participant ? this.tileFor(slot.mid) : null;
+        const v = tile ? tile.querySelector('video') : null;
+        const w = v ? Math.round(v.clientWidth) : 0;
+        const h = v ? Math.round(v.clientHeight) : 0;
+        s.view(slot.mid, w, h);
+      }
     }
 
     makeTile(kind) {
@@ -797,6 +854,7 @@
       videoSlots: intParam('slots', 3, 0, 16),
       audioSlots: intParam('audioslots', 3, 0, 16),
       absCaptureTime: boolParam('abscapture', true),
+      simulcast: boolParam('simulcast', true),
     });
     grid = new CorelayGrid(session, $('grid'), $('audio-sinks'));
     window.corelayExpose(session, grid);

@@ -91,6 +91,17 @@ pub struct Config {
     #[arg(long, env = "CORELAY_NO_ICE_TCP")]
     pub no_ice_tcp: bool,
 
+    /// Where each participant's downlink estimate starts, in kbit/s. The
+    /// estimate (send-side BWE from the client's TWCC feedback, with probing
+    /// and pacing) decides which simulcast layer each slot gets.
+    #[arg(long, env = "CORELAY_BWE_START_KBPS", default_value_t = 1500)]
+    pub bwe_start_kbps: u64,
+
+    /// No downlink estimate: every slot gets the best simulcast layer its
+    /// rendered size allows, and nothing is paced or probed.
+    #[arg(long, env = "CORELAY_NO_BWE")]
+    pub no_bwe: bool,
+
     /// Do not pin shard threads to cores.
     #[arg(long, env = "CORELAY_NO_PIN")]
     pub no_pin: bool,

@@ -50,6 +50,7 @@ pub fn run(cfg: Config) -> Result<(), Box<dyn std::error::Error>> {
             fault_injection_name: cfg.test_panic_participant.clone(),
         },
         ice_tcp: !cfg.no_ice_tcp,
+        bwe_initial_bps: (!cfg.no_bwe).then_some(cfg.bwe_start_kbps.max(50) * 1000),
     };
     let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
     let nofile = raise_nofile_limit();

@@ -1,6 +1,6 @@
 //! The data channel: room events to a participant (welcome, roster, slots,
-//! speaker; schema in docs/api.md) and its requests (pin, unpin), each
-//! within the participant's request budget.
+//! speaker, layers; schema in docs/api.md) and its requests (pin, unpin,
+//! view), each within the participant's request budget.
 //!
 //! Owns the JSON of the room protocol on the engine side. Must not: decide
 //! slot contents itself ([`super::policy`] does) or write media.
@@ -12,7 +12,7 @@ use str0m::channel::{ChannelData, ChannelId};
 use super::io::guarded;
 use super::policy::{self, Assignment};
 use super::{Engine, MAX_REQUEST_BYTES};
-use crate::events::{ClientRequest, MemberJson, RoomEvent, SlotJson, TrackJson, kind_str};
+use crate::events::{ClientRequest, MemberJson, Quality, RoomEvent, SlotJson, TrackJson, kind_str};
 use crate::ids::{ParticipantId, RoomId};
 use crate::room::RoomView;
 
@@ -74,6 +74,24 @@ impl Engine {
                 }
             }
             ClientRequest::Unpin { mid } => policy::unpin(&mut p.slots, room, id, &mid),
+            ClientRequest::View {
+                mid,
+                width,
+                height,
+                quality,
+            } => {
+                if let Some(slot) = p.slots.iter_mut().find(|s| s.mid.to_string() == mid) {
+                    slot.view.width = width;
+                    slot.view.height = height;
+                    slot.view.max_rank = match quality {
+                        Some(Quality::Low) => 0,
+                        Some(Quality::Medium) => 1,
+                        Some(Quality::High) | None => u8::MAX,
+                    };
+                    self.io.realloc.push(id);
+                }
+                return;
+            }
         };
         self.assigned(id, done);
     }
@@ -84,8 +102,9 @@ impl Engine {
         if a.changed {
             self.io.slots_dirty.push(id);
         }
-        for t in a.new_sources {
-            self.io.want_keyframe(t);
+        // New sources need a keyframe of the layer the allocation picks.
+        if a.changed || !a.new_sources.is_empty() {
+            self.io.realloc.push(id);
         }
     }
 
@@ -131,7 +150,7 @@ impl Engine {
     }
 
     /// Sends a room event on the participant's data channel, if it is open.
-    fn send_event(&mut self, now: Instant, id: ParticipantId, ev: &RoomEvent) {
+    pub(super) fn send_event(&mut self, now: Instant, id: ParticipantId, ev: &RoomEvent) {
         let Some(p) = self.participants.get_mut(&id) else {
             return;
         };

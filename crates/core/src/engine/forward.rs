@@ -1,22 +1,26 @@
-//! Forwarding: a publisher's RTP packet is classified once (track, codec,
-//! keyframe), then written into every local subscriber slot that shows its
-//! track, with the slot's own sequence numbers and timestamps, and (when it
-//! was received here) copied once to each peer shard of the room.
+//! Forwarding: a publisher's RTP packet is classified once (track, layer,
+//! codec, keyframe, VP8 descriptor), then written into every local
+//! subscriber slot that shows its track and layer, with the slot's own
+//! sequence numbers, timestamps and picture ids, and (when it was received
+//! here) copied once to each peer shard of the room.
 //!
-//! Owns the per-packet path. Must not: change slot assignments (it only
-//! asks for a keyframe when a slot waits for one), or allocate per
-//! subscriber beyond what str0m's `write_rtp` takes.
+//! Owns the per-packet path. Must not: change slot assignments or choose
+//! layers (it only asks for a keyframe when a slot waits for one, and
+//! switches a slot to its target layer on that layer's keyframe), or
+//! allocate per subscriber beyond what str0m's `write_rtp` takes.
 
 use std::time::{Duration, Instant};
 
+use str0m::format::Codec;
 use str0m::media::MediaKind;
-use str0m::rtp::{RtpPacket, RtpWrite, SeqNo};
+use str0m::rtp::{RtpPacket, RtpWrite, SeqNo, Vp8Descriptor};
 
 use super::io::{drain_rtc, guarded};
 use super::participant::Participant;
+use super::slot::Admit;
 use super::{Engine, PeerMsg};
 use crate::codec::{is_keyframe_start, map_pt};
-use crate::ids::{ParticipantId, RoomId, TrackKey};
+use crate::ids::{LayerKey, ParticipantId, RoomId, TrackKey};
 use crate::media::{E2eExt, MediaPacket};
 
 impl Engine {
@@ -31,7 +35,7 @@ impl Engine {
         let Some(p) = self.participants.get_mut(&id) else {
             return;
         };
-        let Some(idx) = p.track_index(pkt.header.ssrc) else {
+        let Some((idx, layer)) = p.track_index(pkt.header.ssrc) else {
             self.io.counters.dropped_no_codec += 1;
             return;
         };
@@ -63,6 +67,10 @@ impl Engine {
         let Some(track) = p.tracks.get(idx) else {
             return;
         };
+        let video = track.kind == MediaKind::Video;
+        let vp8 = (video && spec.codec == Codec::Vp8)
+            .then(|| Vp8Descriptor::parse(&pkt.payload).ok())
+            .flatten();
         let media = MediaPacket {
             track: TrackKey {
                 participant: id,
@@ -73,7 +81,10 @@ impl Engine {
             seq: *pkt.seq_no,
             timestamp: pkt.header.timestamp,
             marker: pkt.header.marker,
-            keyframe: track.kind == MediaKind::Video && is_keyframe_start(spec.codec, &pkt.payload),
+            keyframe: video && is_keyframe_start(spec.codec, &pkt.payload),
+            layer,
+            layers: track.rids.len().clamp(1, super::MAX_LAYERS) as u8,
+            vp8,
             ext: E2eExt::from_ext(&pkt.header.ext_vals),
             payload: pkt.payload,
             received: pkt.timestamp,
@@ -92,9 +103,22 @@ impl Engine {
         media: &MediaPacket,
         origin: bool,
     ) {
+        let layer = LayerKey {
+            track: media.track,
+            layer: media.layer,
+        };
         if media.keyframe {
             // A request waiting for the rate limit is moot.
-            self.keyframes.arrived(media.track);
+            self.keyframes.arrived(layer);
+        }
+        if media.kind == MediaKind::Video {
+            self.sources.note(
+                media.track,
+                media.layer,
+                media.layers,
+                media.payload.len(),
+                now,
+            );
         }
         let Some(room) = self.rooms.get_mut(&room_id) else {
             return;
@@ -119,7 +143,7 @@ impl Engine {
                 ));
             }
         }
-        let mut want_keyframe = false;
+        let mut want_keyframe: Option<u8> = None;
         let mut reached = false;
         for &sub in &room.local {
             if sub == media.track.participant {
@@ -132,19 +156,25 @@ impl Engine {
                 slots,
                 rtc,
                 poisoned,
+                last_video_out,
                 ..
             } = p;
             if *poisoned {
                 continue;
             }
             for slot in slots.iter_mut().filter(|s| s.source == Some(media.track)) {
-                if slot.need_keyframe {
-                    if !media.keyframe {
+                match slot.admit(media.layer, media.keyframe) {
+                    Admit::Forward { switched } => {
+                        if switched {
+                            self.io.counters.layer_switches += 1;
+                        }
+                    }
+                    Admit::Skip => continue,
+                    Admit::WaitKeyframe(l) => {
                         self.io.counters.dropped_waiting_keyframe += 1;
-                        want_keyframe = true;
+                        want_keyframe = Some(l);
                         continue;
                     }
-                    slot.need_keyframe = false;
                 }
                 let out_pt = match slot.pt_map {
                     Some((spec, pt)) if spec == media.spec => Some(pt),
@@ -166,23 +196,26 @@ impl Engine {
                     self.io.counters.dropped_stale += 1;
                     continue;
                 };
+                let patch = media.vp8.as_ref().and_then(|d| slot.pictures.patch(d));
                 let written = guarded(&mut self.io, sub, poisoned, |_| {
                     let mut api = rtc.direct_api();
                     let Some(tx) = api.stream_tx_by_mid(slot.mid, None) else {
                         return false;
                     };
-                    tx.write_rtp(
-                        RtpWrite::new(
-                            out_pt,
-                            SeqNo::from(seq),
-                            ts,
-                            media.received,
-                            media.payload.clone(),
-                        )
-                        .marker(media.marker)
-                        .ext_vals(media.ext.to_ext())
-                        .nackable(media.kind == MediaKind::Video),
-                    );
+                    let mut w = RtpWrite::new(
+                        out_pt,
+                        SeqNo::from(seq),
+                        ts,
+                        media.received,
+                        media.payload.clone(),
+                    )
+                    .marker(media.marker)
+                    .ext_vals(media.ext.to_ext())
+                    .nackable(media.kind == MediaKind::Video);
+                    if let Some(p) = patch {
+                        w = w.vp8_patch(p);
+                    }
+                    tx.write_rtp(w);
                     true
                 });
                 if written != Some(true) {
@@ -190,6 +223,9 @@ impl Engine {
                 }
                 self.io.counters.forwarded += 1;
                 reached = true;
+                if media.kind == MediaKind::Video {
+                    *last_video_out = Some(now);
+                }
                 // str0m: drain after every mutation, before the next one.
                 drain_rtc(&mut self.io, now, None, sub, rtc, poisoned);
             }
@@ -197,8 +233,14 @@ impl Engine {
         if let (true, Some(rx)) = (reached, media.kernel_rx) {
             self.io.out.forwarded.push((rx, !origin));
         }
-        if want_keyframe {
-            self.request_keyframe(now, media.track);
+        if let Some(l) = want_keyframe {
+            self.request_keyframe(
+                now,
+                LayerKey {
+                    track: media.track,
+                    layer: l,
+                },
+            );
         }
     }
 }

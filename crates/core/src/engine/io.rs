@@ -17,7 +17,7 @@ use str0m::{Event, Input, Output, RtcError};
 use super::timers::Timers;
 use super::{LeaveReason, Outputs};
 use crate::guard;
-use crate::ids::{ParticipantId, TrackKey};
+use crate::ids::{LayerKey, ParticipantId};
 use crate::metrics::Counters;
 
 /// Upper bound of outputs drained from one `Rtc` in one go (defensive).
@@ -45,13 +45,16 @@ pub(super) struct Io {
     pub(super) doomed: Vec<(ParticipantId, LeaveReason, Option<String>)>,
     /// Subscribers whose slot assignment changed and must be told.
     pub(super) slots_dirty: Vec<ParticipantId>,
-    /// Tracks whose publisher must be asked for a keyframe.
-    pub(super) keyframes_wanted: Vec<TrackKey>,
+    /// Track layers whose publisher must be asked for a keyframe.
+    pub(super) keyframes_wanted: Vec<LayerKey>,
+    /// Subscribers whose layers must be allocated again at the end of the
+    /// step (their slots or estimate changed).
+    pub(super) realloc: Vec<ParticipantId>,
 }
 
 impl Io {
     /// Asks for a keyframe once the current step settles (never inside a drain).
-    pub(super) fn want_keyframe(&mut self, track: TrackKey) {
+    pub(super) fn want_keyframe(&mut self, track: LayerKey) {
         if !self.keyframes_wanted.contains(&track) {
             self.keyframes_wanted.push(track);
         }

@@ -1,4 +1,4 @@
-//! Keyframe request policy: at most one request per track per
+//! Keyframe request policy: at most one request per track layer per
 //! [`KEYFRAME_REQUEST_INTERVAL`]; a request inside the interval is remembered
 //! and becomes due when the interval ends, unless a keyframe arrives first.
 //!
@@ -10,13 +10,13 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use crate::ids::TrackKey;
+use crate::ids::LayerKey;
 
 /// A publisher gets at most one keyframe request per track per this interval.
 pub(super) const KEYFRAME_REQUEST_INTERVAL: Duration = Duration::from_millis(300);
 
 /// A deferred request, ordered by when it becomes due (only).
-struct Due(Instant, TrackKey);
+struct Due(Instant, LayerKey);
 
 impl PartialEq for Due {
     fn eq(&self, other: &Self) -> bool {
@@ -38,16 +38,16 @@ impl Ord for Due {
 #[derive(Default)]
 pub(super) struct Keyframes {
     /// When each track was last asked (only the last interval matters).
-    last: HashMap<TrackKey, Instant>,
+    last: HashMap<LayerKey, Instant>,
     /// Requests waiting for the interval to end.
-    pending: HashSet<TrackKey>,
+    pending: HashSet<LayerKey>,
     due: BinaryHeap<Reverse<Due>>,
 }
 
 impl Keyframes {
     /// A request for `track` at `now`: true to send it now; false when it
     /// waits for the interval (it comes back from [`Keyframes::pop_due`]).
-    pub(super) fn request(&mut self, now: Instant, track: TrackKey) -> bool {
+    pub(super) fn request(&mut self, now: Instant, track: LayerKey) -> bool {
         if let Some(&last) = self.last.get(&track)
             && now.saturating_duration_since(last) < KEYFRAME_REQUEST_INTERVAL
         {
@@ -63,12 +63,12 @@ impl Keyframes {
     }
 
     /// A keyframe of `track` arrived: a waiting request is moot.
-    pub(super) fn arrived(&mut self, track: TrackKey) {
+    pub(super) fn arrived(&mut self, track: LayerKey) {
         self.pending.remove(&track);
     }
 
     /// The next waiting request whose interval ended by `now`.
-    pub(super) fn pop_due(&mut self, now: Instant) -> Option<TrackKey> {
+    pub(super) fn pop_due(&mut self, now: Instant) -> Option<LayerKey> {
         while let Some(Reverse(Due(t, track))) = self.due.peek() {
             let (t, track) = (*t, *track);
             if t > now {
@@ -97,12 +97,15 @@ impl Keyframes {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ids::ParticipantId;
+    use crate::ids::{ParticipantId, TrackKey};
 
-    fn track(n: u64) -> TrackKey {
-        TrackKey {
-            participant: ParticipantId(n),
-            mid: "0".into(),
+    fn track(n: u64) -> LayerKey {
+        LayerKey {
+            track: TrackKey {
+                participant: ParticipantId(n),
+                mid: "0".into(),
+            },
+            layer: 0,
         }
     }
 

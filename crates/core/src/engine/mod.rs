@@ -16,6 +16,10 @@
 //! - [`forward`]: the per-packet path (classify, rewrite, write, hop);
 //! - [`keyframes`]: the keyframe request rate limit (a due-set);
 //! - [`policy`]: what each slot shows (pure functions over a room view);
+//! - [`layers`]: simulcast layer rates and the allocation of a subscriber's
+//!   estimate (pure), and [`simulcast`]: the engine acting on it (targets,
+//!   BWE probing, dynacast);
+//! - [`streams`]: which unseen SSRCs may reach an `Rtc` (the rid bound);
 //! - [`channel`]: the data channel's room events and requests;
 //! - [`stats`]: transport figures;
 //! - [`io`]: what a step accumulates, the fault boundary, the drain;
@@ -40,11 +44,16 @@ mod demux;
 mod forward;
 mod io;
 mod keyframes;
+mod layers;
 mod participant;
 mod policy;
+mod simulcast;
 mod slot;
 mod stats;
+mod streams;
 mod timers;
+
+pub use streams::MAX_LAYERS;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -60,7 +69,7 @@ use self::io::{Io, MAX_DRAIN, Queued, drain_rtc, guarded};
 use self::keyframes::Keyframes;
 use self::participant::Participant;
 use crate::events::RoomEvent;
-use crate::ids::{ParticipantId, RoomId, ShardId, TrackKey};
+use crate::ids::{LayerKey, ParticipantId, RoomId, ShardId, TrackKey};
 use crate::media::{MediaCopy, MediaPacket};
 use crate::metrics::Counters;
 use crate::offer::{Accepted, MediaLine, OfferError, RtcSettings, apply_prepared};
@@ -71,11 +80,22 @@ const MAX_REQUEST_BYTES: usize = 4096;
 
 /// A message to a peer shard. A value: it owns everything it carries.
 #[derive(Debug)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "media is nearly every message; boxing it would add an allocation per hop"
+)]
 pub enum PeerMsg {
     /// A media packet of `room`, for that shard's subscribers (the one hop).
     Media { room: RoomId, packet: MediaCopy },
     /// A subscriber here needs a keyframe from a publisher there.
-    KeyframeRequest { track: TrackKey },
+    KeyframeRequest { key: LayerKey },
+    /// The layers of a track there that subscribers here take now (a bit
+    /// per layer; 0: none), for dynacast. Sent when it changes.
+    LayerDemand {
+        track: TrackKey,
+        from: ShardId,
+        mask: u32,
+    },
 }
 
 /// What a shard tells the control thread.
@@ -169,6 +189,12 @@ pub struct Engine {
     demux: Demux,
     rooms: HashMap<RoomId, RoomView>,
     keyframes: Keyframes,
+    /// Layer rates of the sources this shard forwards.
+    sources: layers::Sources,
+    /// Dynacast: what this shard last told each remote publisher's shard it
+    /// needs, and what peer shards need of the publishers here.
+    demand_sent: HashMap<TrackKey, u32>,
+    demand_remote: HashMap<(TrackKey, ShardId), u32>,
     io: Io,
 }
 
@@ -181,6 +207,9 @@ impl Engine {
             demux: Demux::default(),
             rooms: HashMap::new(),
             keyframes: Keyframes::default(),
+            sources: layers::Sources::default(),
+            demand_sent: HashMap::new(),
+            demand_remote: HashMap::new(),
             io: Io::default(),
         }
     }
@@ -239,7 +268,8 @@ impl Engine {
             slots,
             ..
         } = accepted;
-        let p = Participant::new(id, room, name, rtc, &tracks, &slots);
+        let mut p = Participant::new(id, room, name, rtc, &tracks, &slots);
+        p.negotiated(now);
         self.demux.add(id, ufrag);
         self.io
             .timers
@@ -311,6 +341,7 @@ impl Engine {
             }
         };
         let ufrag = p.rtc.direct_api().local_ice_credentials().ufrag;
+        p.negotiated(now);
         self.demux.set_ufrag(id, ufrag);
         self.drain(now, None, id);
         self.settle(now);
@@ -393,6 +424,13 @@ impl Engine {
         }
         if !known && self.demux.addr_count(id) >= self.settings.participant.max_addrs {
             self.io.counters.dropped_addr_limit += 1;
+            return;
+        }
+        if is_rtp(data)
+            && streams::rtp_ssrc(data).is_some_and(|ssrc| !p.knows_ssrc(ssrc))
+            && p.guard.refuses(data)
+        {
+            self.io.counters.dropped_unknown_stream += 1;
             return;
         }
         let input = Input::Receive(
@@ -487,11 +525,12 @@ impl Engine {
                 self.io.doomed.push((id, LeaveReason::ConnectTimeout, None));
             }
         }
-        while let Some(track) = self.keyframes.pop_due(now) {
-            self.request_keyframe(now, track);
+        while let Some(key) = self.keyframes.pop_due(now) {
+            self.request_keyframe(now, key);
         }
         if self.io.timers.room_tick_due(now) {
             self.tick_rooms(now);
+            self.tick_layers(now);
         }
         self.settle(now);
     }
@@ -504,7 +543,14 @@ impl Engine {
                 let media = MediaPacket::from(packet);
                 self.forward(now, room, &media, false);
             }
-            PeerMsg::KeyframeRequest { track } => self.request_keyframe(now, track),
+            PeerMsg::KeyframeRequest { key } => self.request_keyframe(now, key),
+            PeerMsg::LayerDemand { track, from, mask } => {
+                if mask == 0 {
+                    self.demand_remote.remove(&(track, from));
+                } else if self.participants.contains_key(&track.participant) {
+                    self.demand_remote.insert((track, from), mask);
+                }
+            }
         }
         self.settle(now);
     }
@@ -537,8 +583,14 @@ impl Engine {
                 self.evict(now, id, reason, detail);
                 continue;
             }
-            if let Some(track) = self.io.keyframes_wanted.pop() {
-                self.request_keyframe(now, track);
+            if let Some(key) = self.io.keyframes_wanted.pop() {
+                self.request_keyframe(now, key);
+                continue;
+            }
+            if let Some(id) = self.io.realloc.pop() {
+                if !self.io.realloc.contains(&id) {
+                    self.allocate(now, id);
+                }
                 continue;
             }
             if let Some(id) = self.io.slots_dirty.pop() {
@@ -565,13 +617,15 @@ impl Engine {
                     return;
                 };
                 p.stats.keyframe_requests_received += 1;
-                let source = p
-                    .slots
-                    .iter()
-                    .find(|s| s.mid == req.mid)
-                    .and_then(|s| s.source);
-                if let Some(track) = source {
-                    self.request_keyframe(now, track);
+                let source = p.slots.iter().find(|s| s.mid == req.mid).and_then(|s| {
+                    let layer = s.current.or(s.target)?;
+                    Some(LayerKey {
+                        track: s.source?,
+                        layer,
+                    })
+                });
+                if let Some(key) = source {
+                    self.request_keyframe(now, key);
                 }
             }
             Event::Connected => {
@@ -593,6 +647,12 @@ impl Engine {
                 }
             }
             Event::ChannelOpen(cid, _label) => self.on_channel_open(now, id, cid),
+            Event::EgressBitrateEstimate(str0m::bwe::BweKind::Twcc { estimate, .. }) => {
+                if let Some(p) = self.participants.get_mut(&id) {
+                    p.estimate = Some(estimate.as_u64());
+                    self.io.realloc.push(id);
+                }
+            }
             Event::ChannelData(d) => self.on_channel_data(now, id, d),
             Event::MediaAdded(m) => self.on_media_added(id, m),
             ev @ (Event::PeerStats(_)
@@ -631,27 +691,32 @@ impl Engine {
         self.assign_slots(id);
     }
 
-    /// Asks the publisher of `track` for a keyframe, within the rate limit
-    /// ([`keyframes`]): on its `Rtc` when it is local, else one message to
-    /// its shard.
-    fn request_keyframe(&mut self, now: Instant, track: TrackKey) {
+    /// Asks the publisher of a track layer for a keyframe, within the rate
+    /// limit ([`keyframes`]): on its `Rtc` when it is local, else one
+    /// message to its shard.
+    fn request_keyframe(&mut self, now: Instant, key: LayerKey) {
+        let track = key.track;
         if let Some(p) = self.participants.get_mut(&track.participant) {
-            let video = p
+            let Some(t) = p
                 .tracks
                 .iter()
-                .any(|t| t.mid == track.mid && t.kind == MediaKind::Video);
-            if !video || !self.keyframes.request(now, track) {
+                .find(|t| t.mid == track.mid && t.kind == MediaKind::Video)
+            else {
+                return;
+            };
+            let rid = t.rids.get(usize::from(key.layer)).copied();
+            if (rid.is_none() && key.layer != 0) || !self.keyframes.request(now, key) {
                 return;
             }
             let requested = guarded(&mut self.io, track.participant, &mut p.poisoned, |_| {
                 let mut api = p.rtc.direct_api();
-                api.stream_rx_by_mid(track.mid, None)
+                api.stream_rx_by_mid(track.mid, rid)
                     .map(|rx| rx.request_keyframe(KeyframeRequestKind::Pli))
                     .is_some()
             });
             if requested == Some(true) {
                 self.io.counters.keyframe_requests_sent += 1;
-                tracing::debug!(publisher = %track.participant, mid = %track.mid, "keyframe requested");
+                tracing::debug!(publisher = %track.participant, mid = %track.mid, layer = key.layer, "keyframe requested");
             }
             self.drain(now, None, track.participant);
             return;
@@ -664,11 +729,11 @@ impl Engine {
         let Some(shard) = shard else {
             return;
         };
-        if self.keyframes.request(now, track) {
+        if self.keyframes.request(now, key) {
             self.io
                 .out
                 .peers
-                .push((shard, PeerMsg::KeyframeRequest { track }));
+                .push((shard, PeerMsg::KeyframeRequest { key }));
         }
     }
 
@@ -839,6 +904,11 @@ fn leave_detail(
         LeaveReason::Removed => "removed through the API".to_string(),
         LeaveReason::Shutdown => "the server is shutting down".to_string(),
     }
+}
+
+/// An RTP packet (version 2, not RTCP by RFC 5761's payload type range).
+fn is_rtp(data: &[u8]) -> bool {
+    matches!(data, [128..=191, b, ..] if !(192..=223).contains(b))
 }
 
 /// An RTCP packet (RFC 5761 demux: version 2, packet type 192-223).

@@ -15,6 +15,7 @@ use str0m::media::{MediaKind, Mid, Pt};
 use str0m::rtp::Ssrc;
 
 use super::slot::Slot;
+use super::streams::StreamGuard;
 use crate::ids::{ParticipantId, RoomId};
 use crate::metrics::ParticipantStats;
 use crate::offer::MediaLine;
@@ -25,6 +26,14 @@ pub(super) struct PublishedTrack {
     pub(super) kind: MediaKind,
     /// Last payload type seen and its codec (publishers rarely switch).
     pub(super) codec: Option<(Pt, CodecSpec)>,
+    /// Its simulcast rids in offer order (a layer's stable id is its
+    /// position); empty without simulcast.
+    pub(super) rids: Vec<str0m::media::Rid>,
+    /// The rids the publisher was last told to send (dynacast), as a bit
+    /// per layer; all of them until the first notice.
+    pub(super) active: u32,
+    /// When some subscriber last needed each layer (dynacast's hold).
+    pub(super) last_needed: [Option<Instant>; super::streams::MAX_LAYERS],
 }
 
 /// What a participant's connection did, kept so that the report of an
@@ -48,8 +57,16 @@ pub(super) struct Participant {
     pub(super) name: String,
     pub(super) rtc: Rtc,
     pub(super) tracks: Vec<PublishedTrack>,
-    /// SSRC -> index in `tracks`, filled on first sight of each SSRC.
-    ssrcs: Vec<(Ssrc, usize)>,
+    /// SSRC -> (index in `tracks`, layer), filled on first sight of each SSRC.
+    ssrcs: Vec<(Ssrc, usize, u8)>,
+    /// Which unseen SSRCs may reach the `Rtc` ([`StreamGuard`]).
+    pub(super) guard: StreamGuard,
+    /// Its downlink estimate (str0m's BWE from its TWCC feedback), bps.
+    pub(super) estimate: Option<u64>,
+    /// The desired rate its BWE was last given (it probes toward it).
+    pub(super) bwe_desired: Option<u64>,
+    /// When video was last written to one of its slots.
+    pub(super) last_video_out: Option<Instant>,
     pub(super) slots: Vec<Slot>,
     pub(super) channel: Option<ChannelId>,
     /// A panic happened inside this participant's handling: its `Rtc` may be
@@ -85,6 +102,10 @@ impl Participant {
             rtc,
             tracks: Vec::new(),
             ssrcs: Vec::new(),
+            guard: StreamGuard::default(),
+            estimate: None,
+            bwe_desired: None,
+            last_video_out: None,
             slots: Vec::new(),
             channel: None,
             poisoned: false,
@@ -102,6 +123,27 @@ impl Participant {
         p
     }
 
+    /// Re-reads what the negotiation decided about simulcast: each track's
+    /// rids and the stream guard.
+    pub(super) fn negotiated(&mut self, now: Instant) {
+        for t in &mut self.tracks {
+            if let Some(m) = self.rtc.media(t.mid)
+                && let str0m::media::Rids::Specific(r) = m.rids_rx()
+                && t.rids.is_empty()
+            {
+                t.rids = r.iter().take(super::streams::MAX_LAYERS).copied().collect();
+                t.active = (1 << t.rids.len()) - 1;
+                t.last_needed = [Some(now); super::streams::MAX_LAYERS];
+            }
+        }
+        self.guard = StreamGuard::from_rtc(&self.rtc, self.tracks.iter().map(|t| t.mid));
+    }
+
+    /// Whether an SSRC was already seen on one of its tracks.
+    pub(super) fn knows_ssrc(&self, ssrc: u32) -> bool {
+        self.ssrcs.iter().any(|(s, ..)| **s == ssrc)
+    }
+
     /// Adds m-lines from a (re)negotiation, ignoring mids already known.
     /// Returns true if anything was new.
     pub(super) fn add_lines(&mut self, tracks: &[MediaLine], slots: &[MediaLine]) -> bool {
@@ -112,6 +154,9 @@ impl Participant {
                     mid: t.mid,
                     kind: t.kind,
                     codec: None,
+                    rids: Vec::new(),
+                    active: 1,
+                    last_needed: [None; super::streams::MAX_LAYERS],
                 });
             }
         }
@@ -143,15 +188,32 @@ impl Participant {
             .collect()
     }
 
-    /// Which published track an incoming SSRC belongs to.
-    pub(super) fn track_index(&mut self, ssrc: Ssrc) -> Option<usize> {
-        if let Some(&(_, i)) = self.ssrcs.iter().find(|(s, _)| *s == ssrc) {
-            return Some(i);
+    /// Which published track an incoming SSRC belongs to, and its layer.
+    pub(super) fn track_index(&mut self, ssrc: Ssrc) -> Option<(usize, u8)> {
+        if let Some(&(_, i, layer)) = self.ssrcs.iter().find(|(s, ..)| *s == ssrc) {
+            return Some((i, layer));
         }
-        let mid = self.rtc.direct_api().stream_rx(&ssrc).map(|s| s.mid())?;
+        let (mid, rid) = self
+            .rtc
+            .direct_api()
+            .stream_rx(&ssrc)
+            .map(|s| (s.mid(), s.rid()))?;
         let i = self.tracks.iter().position(|t| t.mid == mid)?;
-        self.ssrcs.push((ssrc, i));
-        Some(i)
+        let layer = match rid {
+            Some(rid) => self
+                .tracks
+                .get(i)?
+                .rids
+                .iter()
+                .position(|r| *r == rid)
+                .and_then(|l| u8::try_from(l).ok())?,
+            None => 0,
+        };
+        // A new SSRC of a track's layer replaces the old one (str0m does the
+        // same), so this stays bounded by tracks and layers.
+        self.ssrcs.retain(|&(_, t, l)| !(t == i && l == layer));
+        self.ssrcs.push((ssrc, i, layer));
+        Some((i, layer))
     }
 }
 

@@ -1,21 +1,60 @@
 //! A receive slot and its rewriter: one stable outgoing stream (the slot's own
-//! SSRC, chosen by str0m) whose source may change over time.
+//! SSRC, chosen by str0m) whose source may change over time, and, for a
+//! simulcast source, the layer it forwards.
 //!
-//! When the source changes, sequence numbers continue at last+1 and the RTP
-//! timestamp continues from the last one plus the wall time elapsed, so the
-//! receiver sees one continuous stream. Packets of the new source that are older
-//! than its first forwarded packet are dropped (they would go backwards).
-//! Must not: know about rooms or sockets.
+//! When the source or its layer changes, sequence numbers continue at
+//! last+1, the RTP timestamp continues from the last one plus the wall time
+//! elapsed, and a VP8 picture id continues at last+1, so the receiver sees
+//! one continuous stream. Packets of the new source that are older than its
+//! first forwarded packet are dropped (they would go backwards). A layer
+//! switch happens only on a keyframe of the target layer; until it arrives
+//! the current layer keeps flowing.
+//! Must not: know about rooms or sockets, or choose layers (the allocation
+//! sets `target`).
 
 use std::time::Instant;
 
 use str0m::format::CodecSpec;
 use str0m::media::{MediaKind, Mid, Pt};
+use str0m::rtp::{Vp8Descriptor, Vp8Patch};
 
 use crate::ids::TrackKey;
 
 /// First sequence number of a fresh slot: small, so the SRTP rollover counter starts at 0.
 const FIRST_SEQ: u64 = 1000;
+
+/// What a subscriber said about how it shows a slot (docs/api.md, `view`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct View {
+    /// Rendered size in CSS pixels; 0x0 means not shown (video paused).
+    pub(super) width: u16,
+    pub(super) height: u16,
+    /// Highest quality rank it wants (0 lowest); `u8::MAX`: no cap.
+    pub(super) max_rank: u8,
+}
+
+impl Default for View {
+    fn default() -> Self {
+        // Until told otherwise a slot is assumed to be shown large.
+        View {
+            width: 1280,
+            height: 720,
+            max_rank: u8::MAX,
+        }
+    }
+}
+
+/// What to do with one packet of the slot's source.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Admit {
+    /// Forward it; `switched` when it starts a new layer (after another one).
+    Forward { switched: bool },
+    /// Not for this slot now (another layer, or paused).
+    Skip,
+    /// A packet of the target layer that cannot start it: the slot waits for
+    /// a keyframe of that layer.
+    WaitKeyframe(u8),
+}
 
 #[derive(Debug)]
 pub(super) struct Slot {
@@ -23,11 +62,22 @@ pub(super) struct Slot {
     pub(super) kind: MediaKind,
     pub(super) source: Option<TrackKey>,
     pub(super) pinned: bool,
-    /// Video after a source change: hold packets until a keyframe starts.
-    pub(super) need_keyframe: bool,
+    /// The source layer (stable id: its rid's position in the publisher's
+    /// offer, 0 without simulcast) forwarded now; `None` until a keyframe of
+    /// `target` starts one (video).
+    pub(super) current: Option<u8>,
+    /// The layer the allocation chose; `None`: video paused.
+    pub(super) target: Option<u8>,
+    pub(super) view: View,
     /// Cached payload-type mapping: publisher codec -> this leg's pt.
     pub(super) pt_map: Option<(CodecSpec, Pt)>,
     pub(super) rewriter: Rewriter,
+    pub(super) pictures: PictureIds,
+    /// Layer switches (not counting the first layer of a source).
+    pub(super) switches: u64,
+    /// A new source since the last allocation (it needs a keyframe of
+    /// whatever layer the allocation picks).
+    pub(super) fresh: bool,
 }
 
 impl Slot {
@@ -37,23 +87,121 @@ impl Slot {
             kind,
             source: None,
             pinned: false,
-            need_keyframe: false,
+            current: None,
+            target: Some(0),
+            view: View::default(),
             pt_map: None,
             rewriter: Rewriter::default(),
+            pictures: PictureIds::default(),
+            switches: 0,
+            fresh: false,
         }
     }
 
     /// Points the slot at a new source (or none). Returns true if it changed.
+    /// A video slot then waits for a keyframe of layer 0 until the
+    /// allocation says otherwise.
     pub(super) fn set_source(&mut self, source: Option<TrackKey>) -> bool {
         if self.source == source {
             return false;
         }
         self.source = source;
         self.pt_map = None;
-        self.need_keyframe = self.kind == MediaKind::Video && source.is_some();
+        self.current = None;
+        self.target = Some(0);
+        self.fresh = source.is_some();
         self.rewriter.rebase();
+        self.pictures.rebase();
         true
     }
+
+    /// Whether a packet of the source's `layer` goes out on this slot. A
+    /// keyframe of the target layer starts it (and ends the current one).
+    pub(super) fn admit(&mut self, layer: u8, keyframe: bool) -> Admit {
+        if self.kind == MediaKind::Audio {
+            return Admit::Forward { switched: false };
+        }
+        let Some(target) = self.target else {
+            self.current = None;
+            return Admit::Skip;
+        };
+        if self.current == Some(layer) {
+            return Admit::Forward { switched: false };
+        }
+        if layer != target {
+            return Admit::Skip;
+        }
+        if !keyframe {
+            return Admit::WaitKeyframe(target);
+        }
+        let switched = self.current.is_some();
+        if switched {
+            self.switches += 1;
+            self.rewriter.rebase();
+            self.pictures.rebase();
+        }
+        self.current = Some(layer);
+        Admit::Forward { switched }
+    }
+}
+
+/// VP8 picture id and TL0PICIDX rewriting of one slot, so that they stay
+/// continuous across source and layer changes (libwebrtc treats a jump as
+/// lost frames). str0m applies the patch as it serializes the packet: no
+/// copy of the payload.
+#[derive(Debug, Default)]
+pub(super) struct PictureIds {
+    rebase_pending: bool,
+    pid_offset: u16,
+    tl0_offset: u8,
+    last_pid: Option<u16>,
+    last_tl0: Option<u8>,
+}
+
+impl PictureIds {
+    pub(super) fn rebase(&mut self) {
+        self.rebase_pending = true;
+    }
+
+    /// The patch for a packet with descriptor `d`, if anything must change.
+    pub(super) fn patch(&mut self, d: &Vp8Descriptor) -> Option<Vp8Patch> {
+        let pid = d.picture_id()?;
+        // 15-bit ids (what libwebrtc and Firefox send). A 7-bit id whose
+        // rewrite does not fit is left as it is (the patch fails to build).
+        let mask: u16 = 0x7fff;
+        if std::mem::take(&mut self.rebase_pending) {
+            if let Some(last) = self.last_pid {
+                self.pid_offset = last.wrapping_add(1).wrapping_sub(pid) & mask;
+            }
+            if let (Some(last), Some(tl0)) = (self.last_tl0, d.tl0_pic_idx()) {
+                self.tl0_offset = last.wrapping_add(1).wrapping_sub(tl0);
+            }
+        }
+        let out_pid = pid.wrapping_add(self.pid_offset) & mask;
+        let out_tl0 = d.tl0_pic_idx().map(|t| t.wrapping_add(self.tl0_offset));
+        if self.last_pid.is_none_or(|l| pid_newer(out_pid, l, mask)) {
+            self.last_pid = Some(out_pid);
+        }
+        if let Some(t) = out_tl0
+            && self.last_tl0.is_none_or(|l| t.wrapping_sub(l) < 128)
+        {
+            self.last_tl0 = Some(t);
+        }
+        if self.pid_offset == 0 && self.tl0_offset == 0 {
+            return None;
+        }
+        let mut b = d.patch().picture_id(out_pid);
+        if let Some(t) = out_tl0 {
+            b = b.tl0_pic_idx(t);
+        }
+        b.build().ok()
+    }
+}
+
+/// Whether picture id `a` comes after `b` (modulo `mask + 1`).
+fn pid_newer(a: u16, b: u16, mask: u16) -> bool {
+    let d = a.wrapping_sub(b) & mask;
+    d != 0 && d <= mask / 2
 }
 
 /// Sequence/timestamp rewriting state of one slot.
@@ -153,6 +301,92 @@ mod tests {
             r.rewrite(40_001, 3_007, 90_000, t1),
             Some((FIRST_SEQ + 5, 111_000))
         );
+    }
+
+    fn video_slot() -> Slot {
+        let mut s = Slot::new("1".into(), MediaKind::Video);
+        s.set_source(Some(TrackKey {
+            participant: crate::ids::ParticipantId(7),
+            mid: "0".into(),
+        }));
+        s
+    }
+
+    #[test]
+    fn a_layer_starts_on_its_keyframe_and_the_old_one_flows_until_then() {
+        let mut s = video_slot();
+        // Waits for a keyframe of the target (layer 0); other layers skip.
+        assert_eq!(s.admit(0, false), Admit::WaitKeyframe(0));
+        assert_eq!(s.admit(2, true), Admit::Skip);
+        assert_eq!(s.admit(0, true), Admit::Forward { switched: false });
+        assert_eq!(s.admit(0, false), Admit::Forward { switched: false });
+        // Up: layer 0 keeps flowing until layer 2 has a keyframe.
+        s.target = Some(2);
+        assert_eq!(s.admit(2, false), Admit::WaitKeyframe(2));
+        assert_eq!(s.admit(0, false), Admit::Forward { switched: false });
+        assert_eq!(s.admit(2, true), Admit::Forward { switched: true });
+        assert_eq!(s.admit(0, false), Admit::Skip);
+        assert_eq!(s.switches, 1);
+        // Paused: nothing, at once.
+        s.target = None;
+        assert_eq!(s.admit(2, true), Admit::Skip);
+        assert_eq!(s.current, None);
+    }
+
+    #[test]
+    fn sequence_and_timestamps_continue_across_a_layer_switch() {
+        let t0 = Instant::now();
+        let mut s = video_slot();
+        assert_eq!(s.admit(0, true), Admit::Forward { switched: false });
+        let (a, ta) = s.rewriter.rewrite(100, 5_000, 90_000, t0).unwrap();
+        s.target = Some(1);
+        assert_eq!(s.admit(1, true), Admit::Forward { switched: true });
+        // Layer 1 has its own numbering; the slot continues its own.
+        let t1 = t0 + Duration::from_millis(33);
+        let (b, tb) = s.rewriter.rewrite(60_000, 777_777, 90_000, t1).unwrap();
+        assert_eq!(b, a + 1);
+        assert_eq!(tb, ta + 2_970);
+    }
+
+    /// A VP8 payload: descriptor with a 15-bit picture id, TL0PICIDX, TID.
+    fn vp8(pid: u16, tl0: u8) -> Vec<u8> {
+        vec![
+            0x90,
+            0xe0,
+            0x80 | (pid >> 8) as u8,
+            pid as u8,
+            tl0,
+            0,
+            0x10,
+            1,
+            2,
+        ]
+    }
+
+    fn patched(p: &mut PictureIds, payload: &[u8]) -> (u16, u8) {
+        let d = Vp8Descriptor::parse(payload).unwrap();
+        match p.patch(&d) {
+            None => (d.picture_id().unwrap(), d.tl0_pic_idx().unwrap()),
+            Some(_) => {
+                // The patch applies what the bookkeeping says went out.
+                (p.last_pid.unwrap(), p.last_tl0.unwrap())
+            }
+        }
+    }
+
+    #[test]
+    fn vp8_picture_ids_continue_across_a_switch() {
+        let mut p = PictureIds::default();
+        assert_eq!(patched(&mut p, &vp8(500, 10)), (500, 10));
+        assert_eq!(patched(&mut p, &vp8(501, 11)), (501, 11));
+        // Another layer (or source) with its own ids: continues at +1.
+        p.rebase();
+        assert_eq!(patched(&mut p, &vp8(20_000, 200)), (502, 12));
+        assert_eq!(patched(&mut p, &vp8(20_001, 201)), (503, 13));
+        // The 15-bit id wraps.
+        p.rebase();
+        p.last_pid = Some(0x7fff);
+        assert_eq!(patched(&mut p, &vp8(9, 0)).0, 0);
     }
 
     #[test]

@@ -8,14 +8,29 @@ use str0m::media::MediaKind;
 
 use super::Engine;
 use crate::ids::ParticipantId;
-use crate::metrics::ParticipantStats;
+use crate::metrics::{ParticipantStats, SlotLayer};
 
 impl Engine {
     /// Every local participant's latest transport figures.
     pub fn participant_stats(&self) -> Vec<ParticipantStats> {
         self.participants
             .values()
-            .map(|p| p.stats.clone())
+            .map(|p| {
+                let mut st = p.stats.clone();
+                st.estimate_bps = p.estimate;
+                st.layers = p
+                    .slots
+                    .iter()
+                    .filter(|s| s.kind == MediaKind::Video && s.source.is_some())
+                    .map(|s| SlotLayer {
+                        mid: s.mid.to_string(),
+                        layer: s.current,
+                        target: s.target,
+                        switches: s.switches,
+                    })
+                    .collect();
+                st
+            })
             .collect()
     }
 

@@ -175,6 +175,7 @@ impl Collector for MetricsSnapshot {
                     ("cross_shard_queue_full", c.cross_shard_dropped),
                     ("by_stack", c.dropped_by_stack),
                     ("address_limit", c.dropped_addr_limit),
+                    ("unknown_stream", c.dropped_unknown_stream),
                 ] {
                     m.encode_family(&[("shard", shard.as_str()), ("reason", reason)])?
                         .encode_counter::<NoLabelSet, _, u64>(&v, None)?;
@@ -216,6 +217,24 @@ impl Collector for MetricsSnapshot {
             "corelay_keyframe_requests_sent",
             "Keyframe requests (PLI) sent to publishers.",
             &|r| r.counters.keyframe_requests_sent,
+        )?;
+        c(
+            &mut enc,
+            "corelay_layer_switches",
+            "Slots that moved to another simulcast layer of their source.",
+            &|r| r.counters.layer_switches,
+        )?;
+        c(
+            &mut enc,
+            "corelay_layer_pauses",
+            "Slots whose video the layer allocation paused.",
+            &|r| r.counters.layer_pauses,
+        )?;
+        c(
+            &mut enc,
+            "corelay_dynacast_notices",
+            "Notices to simulcast publishers of the layers subscribers take.",
+            &|r| r.counters.dynacast_notices,
         )?;
         c(
             &mut enc,
