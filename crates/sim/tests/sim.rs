@@ -85,17 +85,7 @@ fn connected_all(s: &Sim, cs: &[C]) -> bool {
 /// the latency the network adds.
 #[test]
 fn sim_two_party_exchange() {
-    // Without the downlink estimate: str0m's pacer would hold the first
-    // keyframe back at the starting estimate, and this test asserts that
-    // the SFU itself adds no delay.
-    let mut s = Sim::new(
-        1,
-        1,
-        RtcSettings {
-            bwe_initial_bps: None,
-            ..RtcSettings::default()
-        },
-    );
+    let mut s = sim(1, 1);
     let mut a = ParticipantConfig::new("alice");
     a.video_slots = 1;
     a.audio_slots = 1;

@@ -156,7 +156,6 @@ impl Engine {
                 slots,
                 rtc,
                 poisoned,
-                last_video_out,
                 ..
             } = p;
             if *poisoned {
@@ -223,9 +222,6 @@ impl Engine {
                 }
                 self.io.counters.forwarded += 1;
                 reached = true;
-                if media.kind == MediaKind::Video {
-                    *last_video_out = Some(now);
-                }
                 // str0m: drain after every mutation, before the next one.
                 drain_rtc(&mut self.io, now, None, sub, rtc, poisoned);
             }

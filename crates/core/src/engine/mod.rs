@@ -654,7 +654,7 @@ impl Engine {
                 }
             }
             Event::ChannelData(d) => self.on_channel_data(now, id, d),
-            Event::MediaAdded(m) => self.on_media_added(id, m),
+            Event::MediaAdded(m) => self.on_media_added(now, id, m),
             ev @ (Event::PeerStats(_)
             | Event::MediaIngressStats(_)
             | Event::MediaEgressStats(_)) => self.on_stats(id, ev),
@@ -663,7 +663,7 @@ impl Engine {
     }
 
     /// A renegotiation added m-lines: new tracks and slots.
-    fn on_media_added(&mut self, id: ParticipantId, m: MediaAdded) {
+    fn on_media_added(&mut self, now: Instant, id: ParticipantId, m: MediaAdded) {
         let Some(p) = self.participants.get_mut(&id) else {
             return;
         };
@@ -681,6 +681,8 @@ impl Engine {
         if !p.add_lines(t, s) {
             return;
         }
+        // Simulcast rids, the stream guard and unpaced slots for the new lines.
+        p.negotiated(now);
         self.io.out.control.push(ShardEvent::LinesChanged {
             id,
             tracks: p.track_lines(),

@@ -65,8 +65,6 @@ pub(super) struct Participant {
     pub(super) estimate: Option<u64>,
     /// The desired rate its BWE was last given (it probes toward it).
     pub(super) bwe_desired: Option<u64>,
-    /// When video was last written to one of its slots.
-    pub(super) last_video_out: Option<Instant>,
     pub(super) slots: Vec<Slot>,
     pub(super) channel: Option<ChannelId>,
     /// A panic happened inside this participant's handling: its `Rtc` may be
@@ -105,7 +103,6 @@ impl Participant {
             guard: StreamGuard::default(),
             estimate: None,
             bwe_desired: None,
-            last_video_out: None,
             slots: Vec::new(),
             channel: None,
             poisoned: false,
@@ -137,6 +134,20 @@ impl Participant {
             }
         }
         self.guard = StreamGuard::from_rtc(&self.rtc, self.tracks.iter().map(|t| t.mid));
+        // Forwarded media goes out as it arrives: str0m's pacer (on with the
+        // BWE) would hold each keyframe back at 1.1x the estimate, hundreds
+        // of milliseconds on a fast link whose estimate has not climbed.
+        // The estimate still comes from TWCC feedback and chooses layers,
+        // which is what keeps a slow downlink from queueing; probes and
+        // padding are still paced. str0m also caps each stream's
+        // retransmissions at 15 % of what it sends (its RTX cache default):
+        // the per-subscriber NACK budget.
+        let mut api = self.rtc.direct_api();
+        for s in &self.slots {
+            if let Some(tx) = api.stream_tx_by_mid(s.mid, None) {
+                tx.set_unpaced(true);
+            }
+        }
     }
 
     /// Whether an SSRC was already seen on one of its tracks.

@@ -23,33 +23,13 @@ use crate::ids::{LayerKey, ParticipantId, TrackKey};
 /// A layer nobody takes stays on at the publisher this long (a subscriber
 /// that moves between layers does not make it flap).
 const DYNACAST_HOLD: Duration = Duration::from_secs(2);
-/// A subscriber that got no video this long has no current estimate.
-const VIDEO_IDLE: Duration = Duration::from_secs(2);
 
 impl Engine {
     /// Chooses a layer for each of `id`'s video slots from its estimate.
-    pub(super) fn allocate(&mut self, now: Instant, id: ParticipantId) {
+    pub(super) fn allocate(&mut self, _now: Instant, id: ParticipantId) {
         let Some(p) = self.participants.get_mut(&id) else {
             return;
         };
-        // Video starting after a silence: the estimate has had nothing to
-        // measure (str0m lets it sink while idle), and str0m paces video at
-        // 1.1x it, so a stale low figure would hold the first keyframe back
-        // for most of a second. Start again from the configured estimate,
-        // as a new connection would.
-        if let Some(initial) = self.settings.bwe_initial_bps
-            && p.slots
-                .iter()
-                .any(|s| s.fresh && s.kind == MediaKind::Video)
-            && p.estimate.is_some_and(|e| e < initial)
-            && p.last_video_out
-                .is_none_or(|t| now.saturating_duration_since(t) >= VIDEO_IDLE)
-        {
-            p.estimate = Some(initial);
-            let _ = guarded(&mut self.io, id, &mut p.poisoned, |_| {
-                p.rtc.bwe().reset(Bitrate::bps(initial));
-            });
-        }
         let speaker = self.rooms.get(&p.room).and_then(|r| r.speaker);
         let estimate = match self.settings.bwe_initial_bps {
             None => u64::MAX,
@@ -117,12 +97,8 @@ impl Engine {
             return;
         }
         // Probe toward what the slots would take at the sizes they are
-        // shown, times libwebrtc's pacing factor: str0m paces video at 1.1x
-        // the estimate, so an estimate that only just fits the media would
-        // hold each keyframe back for hundreds of milliseconds. Where the
-        // link has the room, the estimate climbs past the media rate and
-        // bursts drain fast; where it does not, the link is the limit anyway.
-        let desired = a.desired.saturating_add(audio).saturating_mul(5) / 2;
+        // shown, with the headroom a move up needs.
+        let desired = a.desired.saturating_add(audio).saturating_mul(5) / 4;
         let moved = p.bwe_desired.is_none_or(|d| desired.abs_diff(d) > d / 10);
         if moved {
             p.bwe_desired = Some(desired);
