@@ -477,7 +477,55 @@ pub fn summary(o: &Outcome, config: Value, video_slots: usize) -> Value {
         "client_bound": client_bound,
         "client_delayed": contended,
         "warnings": warnings,
+        "simulcast": simulcast_summary(o),
     })
+}
+
+/// The `simulcast` object (null unless `--simulcast` or `--downlink-limit`):
+/// per received video stream over the window, limited and unlimited
+/// subscribers apart, plus the bottleneck's counters summed.
+fn simulcast_summary(o: &Outcome) -> Value {
+    if !o.layers.reported() {
+        return Value::Null;
+    }
+    let (from, to) = o.window;
+    let end_ns = o.start_ns + to * 1_000_000_000;
+    let mut streams = Vec::new();
+    let mut down = corelay_client::shaper::ShaperStats::default();
+    let mut limited_subscribers = 0u64;
+    for (j, s) in &o.joined {
+        streams.extend(crate::simulcast::windows(
+            j.limited,
+            j.window_marks.as_ref(),
+            s,
+            end_ns,
+        ));
+        if let Some(d) = s.downlink {
+            limited_subscribers += 1;
+            down.passed += d.passed;
+            down.queued += d.queued;
+            down.dropped += d.dropped;
+            down.dropped_bytes += d.dropped_bytes;
+            down.max_delay_us = down.max_delay_us.max(d.max_delay_us);
+        }
+    }
+    let mut v = crate::simulcast::summarize(&streams, (to - from) as f64);
+    v["enabled"] = json!(o.layers.simulcast);
+    v["downlink_limit_bps"] = json!(o.layers.downlink_limit_bps);
+    v["limited_share"] = json!(o.layers.limited_share);
+    v["downlink"] = if o.layers.downlink_limit_bps.is_some() {
+        json!({
+            "subscribers": limited_subscribers,
+            "passed": down.passed,
+            "queued": down.queued,
+            "dropped": down.dropped,
+            "dropped_bytes": down.dropped_bytes,
+            "max_delay_us": down.max_delay_us,
+        })
+    } else {
+        Value::Null
+    };
+    v
 }
 
 fn fmt_p(p: &Value, scale: f64, unit: &str) -> String {
@@ -624,6 +672,9 @@ pub fn table(s: &Value) -> String {
                 x["to"]
             );
         }
+    }
+    if s["simulcast"].is_object() {
+        t.push_str(&crate::simulcast::table(&s["simulcast"]));
     }
     if let Some(ws) = s["warnings"].as_array() {
         for w in ws {
