@@ -851,13 +851,13 @@ pub fn write_all(
     )?;
     // Per received stream (participant x slot).
     let mut st = String::from(
-        "participant,room,slot,kind,sources,packets,frames,keyframes,corrupt,out_of_order,seq_missing,ts_backwards,ssrcs\n",
+        "participant,room,slot,kind,sources,packets,frames,keyframes,corrupt,out_of_order,seq_missing,ts_backwards,ssrcs,limited,frames_q,frames_h,frames_f,layer_switches,freezes\n",
     );
     for (j, snap) in &o.joined {
         for (mid, sl) in &snap.slots {
             let _ = writeln!(
                 st,
-                "{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
                 j.name,
                 j.room,
                 mid,
@@ -870,7 +870,13 @@ pub fn write_all(
                 sl.out_of_order,
                 sl.seq_missing,
                 sl.ts_backwards,
-                sl.ssrcs.len()
+                sl.ssrcs.len(),
+                u8::from(j.limited),
+                sl.frames_by_layer[1],
+                sl.frames_by_layer[2],
+                sl.frames_by_layer[3],
+                sl.layer_switches,
+                sl.freezes,
             );
         }
     }

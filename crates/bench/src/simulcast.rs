@@ -188,15 +188,16 @@ pub fn table(v: &Value) -> String {
         }
         let ls = &x["layer_share"];
         let pct = |k: &str| ls[k].as_f64().unwrap_or(0.0) * 100.0;
+        let mut layers = format!("q {:.0}% h {:.0}% f {:.0}%", pct("q"), pct("h"), pct("f"));
+        if ls.get("none").is_some() {
+            let _ = write!(layers, " no simulcast {:.0}%", pct("none"));
+        }
         let _ = writeln!(
             t,
-            "  {g:9}: {} streams, {:.0} kbit/s and {:.1} fps per stream, layers q {:.0}% h {:.0}% f {:.0}%, {} switches, {} freezes (>500 ms)",
+            "  {g:9}: {} streams, {:.0} kbit/s and {:.1} fps per stream, layers {layers}, {} switches, {} freezes (>500 ms)",
             x["streams"],
             x["video_kbps"].as_f64().unwrap_or(0.0),
             x["fps"].as_f64().unwrap_or(0.0),
-            pct("q"),
-            pct("h"),
-            pct("f"),
             x["switches"],
             x["freezes"],
         );
