@@ -488,8 +488,15 @@ fn simulcast_summary(o: &Outcome) -> Value {
     if !o.layers.reported() {
         return Value::Null;
     }
+    // The span between the counters' marks: the window's start (as the
+    // runner marked it) to the final snapshots (the plan's end, which can
+    // be a fraction of a second past the window's last whole second).
     let (from, to) = o.window;
-    let end_ns = o.start_ns + to * 1_000_000_000;
+    let (start_ns, end_ns) = o.marks_span_ns.unwrap_or((
+        o.start_ns + from * 1_000_000_000,
+        o.start_ns + to * 1_000_000_000,
+    ));
+    let secs = end_ns.saturating_sub(start_ns) as f64 / 1e9;
     let mut streams = Vec::new();
     let mut down = corelay_client::shaper::ShaperStats::default();
     let mut limited_subscribers = 0u64;
@@ -509,7 +516,8 @@ fn simulcast_summary(o: &Outcome) -> Value {
             down.max_delay_us = down.max_delay_us.max(d.max_delay_us);
         }
     }
-    let mut v = crate::simulcast::summarize(&streams, (to - from) as f64);
+    let mut v = crate::simulcast::summarize(&streams, secs);
+    v["seconds"] = json!((secs * 1000.0).round() / 1000.0);
     v["enabled"] = json!(o.layers.simulcast);
     v["downlink_limit_bps"] = json!(o.layers.downlink_limit_bps);
     v["limited_share"] = json!(o.layers.limited_share);

@@ -225,6 +225,10 @@ pub struct Outcome {
     pub media_desc: String,
     /// Simulcast / downlink-limit settings of the run.
     pub layers: Layers,
+    /// CLOCK_MONOTONIC ns when the video counters were marked (window
+    /// start) and when the final snapshots were taken: the span the
+    /// `simulcast` figures cover (None if the run ended before the window).
+    pub marks_span_ns: Option<(u64, u64)>,
 }
 
 fn raise_nofile() {
@@ -283,7 +287,7 @@ pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String>
     // The measurement window (from 2 s after the last join to the end), so
     // the video counters can be marked when it begins.
     let window = window_of(&plan);
-    let mut marked = false;
+    let mut marked_ns: Option<u64> = None;
 
     let start = Instant::now();
     let start_ns = clock::mono_ns();
@@ -408,10 +412,10 @@ pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String>
                 }
             }
         }
-        if !marked && el.as_secs() >= window.0 {
+        if marked_ns.is_none() && el.as_secs() >= window.0 {
             // Window start: each subscriber's video counters (a copy at most
             // one publish interval old).
-            marked = true;
+            marked_ns = Some(clock::mono_ns());
             for j in joined.values_mut() {
                 if let Ok(s) = j.shared.lock() {
                     j.window_marks = Some(crate::simulcast::marks(&s));
@@ -476,6 +480,7 @@ pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String>
             JobResult::Left { .. } => {}
         }
     }
+    let finals_ns = clock::mono_ns();
     let mut finals = Vec::new();
     for (_, j) in joined.drain() {
         let snap = j.shared.lock().map(|s| s.clone()).unwrap_or_default();
@@ -581,6 +586,7 @@ pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String>
         client_tx_errors,
         media_desc,
         layers: common.layers.clone(),
+        marks_span_ns: marked_ns.map(|m| (m, finals_ns)),
     })
 }
 
