@@ -43,6 +43,8 @@ struct Harness {
     mid: Mid,
     channel: Option<ChannelId>,
     got: Vec<Got>,
+    /// Every verified packet with its rid, for a forwarding test to take.
+    raw: Vec<(Option<String>, str0m::rtp::RtpPacket)>,
     corrupt: usize,
 }
 
@@ -89,6 +91,7 @@ impl Harness {
                 mid,
                 channel: None,
                 got: Vec::new(),
+                raw: Vec::new(),
                 corrupt: 0,
             },
             offer,
@@ -154,7 +157,7 @@ impl Harness {
                 match payload::verify(PayloadCodec::H264, &p.payload) {
                     Ok(v) => self.got.push(Got {
                         at: self.now - self.t0,
-                        rid,
+                        rid: rid.clone(),
                         ssrc: *ssrc,
                         seq: *p.seq_no,
                         layer: v.stamp.layer,
@@ -165,6 +168,7 @@ impl Harness {
                     }),
                     Err(_) => self.corrupt += 1,
                 }
+                self.raw.push((rid, p));
             }
             _ => {}
         }
@@ -342,4 +346,253 @@ fn keyframe_request_for_one_rid_makes_a_keyframe_on_that_rid_only() {
     assert!(h.keyframes("q", before).is_empty());
     assert!(h.keyframes("f", before).is_empty());
     assert_eq!(h.publisher.snapshot().sent_keyframes_by_layer, [0, 1, 2, 1]);
+}
+
+/// A subscriber's end of a stand-in SFU: the subscriber's offer (one video
+/// slot) answered by a bare str0m that sends on that slot one stream made
+/// of the publisher's layers, switching at keyframes and rewriting SSRC,
+/// sequence numbers and timestamps as an SFU must.
+struct Forward {
+    rtc: Rtc,
+    sub: Participant,
+    slot: Mid,
+    ssrc: str0m::rtp::Ssrc,
+    pt: str0m::media::Pt,
+    /// Layer (rid index) being forwarded, and the one wanted.
+    cur: Option<usize>,
+    want: usize,
+    seq: u64,
+    /// Added to the current layer's timestamps.
+    ts_offset: u32,
+    last_ts: u32,
+    switches: u64,
+}
+
+const SUB: &str = "127.0.0.1:40001";
+const SFU_B: &str = "127.0.0.1:50001";
+
+impl Forward {
+    fn new(t0: Instant) -> Forward {
+        let mut cfg = ParticipantConfig::new("sub");
+        cfg.publish_audio = false;
+        cfg.publish_video = false;
+        cfg.video_slots = 1;
+        cfg.audio_slots = 0;
+        cfg.data_channel = false;
+        cfg.seed = 9;
+        cfg.clock = Clock::fixed(t0, 1_000_000_000);
+        let (mut sub, offer) = Participant::new(cfg, addr(SUB), t0).unwrap();
+        let mut exts = ExtensionMap::standard();
+        exts.set(9, Extension::AbsoluteCaptureTime);
+        let mut b = Rtc::builder()
+            .set_rtp_mode(true)
+            .clear_codecs()
+            .enable_h264(true);
+        *b.extension_map() = exts;
+        let mut rtc = b.build(t0);
+        rtc.add_local_candidate(Candidate::host(addr(SFU_B), "udp").unwrap());
+        let answer = rtc
+            .sdp_api()
+            .accept_offer(SdpOffer::from_sdp_string(&offer).unwrap())
+            .unwrap();
+        sub.accept_answer(&answer.to_sdp_string()).unwrap();
+        let slot: Mid = sub.snapshot().slots.keys().next().unwrap().as_str().into();
+        // H.264 packetization-mode 1, as the publisher sends.
+        let pt = {
+            let media = rtc.media(slot).unwrap();
+            let cfg = rtc.codec_config();
+            *media
+                .remote_pts()
+                .iter()
+                .find(|pt| {
+                    cfg.params().iter().any(|p| {
+                        p.pt() == **pt
+                            && p.spec().codec == str0m::format::Codec::H264
+                            && p.spec().format.packetization_mode == Some(1)
+                    })
+                })
+                .unwrap()
+        };
+        // The send stream str0m made for the slot when it answered (its
+        // SSRC is in the answer): one stable SSRC whatever layer is sent.
+        let ssrc = rtc
+            .direct_api()
+            .stream_tx_by_mid(slot, None)
+            .unwrap()
+            .ssrc();
+        Forward {
+            rtc,
+            sub,
+            slot,
+            ssrc,
+            pt,
+            cur: None,
+            want: 0,
+            seq: 1000,
+            ts_offset: 0,
+            last_ts: 0,
+            switches: 0,
+        }
+    }
+
+    /// A packet from the publisher on layer `layer`: forward it if it is on
+    /// the current layer, or switch to the wanted one at its keyframe.
+    fn on_packet(&mut self, layer: usize, p: &str0m::rtp::RtpPacket, now: Instant) {
+        if !self.rtc.is_connected() {
+            // As an SFU: nothing goes to a subscriber before its DTLS is up.
+            return;
+        }
+        let v = payload::verify(PayloadCodec::H264, &p.payload).unwrap();
+        let key_start = v.keyframe == Some(true) && v.stamp.index == 0;
+        if layer == self.want && self.cur != Some(layer) && key_start {
+            if self.cur.is_some() {
+                self.switches += 1;
+            }
+            self.cur = Some(layer);
+            // Continue the slot's timestamps one frame after the last.
+            self.ts_offset = self
+                .last_ts
+                .wrapping_add(3000)
+                .wrapping_sub(p.header.timestamp);
+        }
+        if self.cur != Some(layer) {
+            return;
+        }
+        let ts = p.header.timestamp.wrapping_add(self.ts_offset);
+        self.last_ts = ts;
+        let exts = str0m::rtp::ExtensionValues {
+            abs_capture_time: p.header.ext_vals.abs_capture_time,
+            ..Default::default()
+        };
+        let mut api = self.rtc.direct_api();
+        let tx = api.stream_tx(&self.ssrc).unwrap();
+        tx.write_rtp(
+            str0m::rtp::RtpWrite::new(self.pt, self.seq.into(), ts, now, &p.payload[..])
+                .marker(p.header.marker)
+                .ext_vals(exts),
+        );
+        self.seq += 1;
+    }
+
+    fn run_step(&mut self, now: Instant) {
+        let mut obs = NoObserver;
+        self.sub.handle_timeout(now, &mut obs);
+        self.rtc.handle_input(Input::Timeout(now)).unwrap();
+        let mut to_sfu = Vec::new();
+        self.sub
+            .poll_output(now, &mut obs, &mut |_, d| to_sfu.push(d.to_vec()));
+        let mut to_sub = Vec::new();
+        self.drain(&mut to_sub);
+        for _ in 0..1000 {
+            if to_sfu.is_empty() && to_sub.is_empty() {
+                break;
+            }
+            for d in std::mem::take(&mut to_sfu) {
+                let r = Receive::new(Protocol::Udp, addr(SUB), addr(SFU_B), &d).unwrap();
+                self.rtc.handle_input(Input::Receive(now, r)).unwrap();
+                self.drain(&mut to_sub);
+            }
+            for d in std::mem::take(&mut to_sub) {
+                self.sub.handle_datagram(now, addr(SFU_B), &d, &mut obs);
+                self.sub
+                    .poll_output(now, &mut obs, &mut |_, d| to_sfu.push(d.to_vec()));
+            }
+        }
+    }
+
+    fn drain(&mut self, to_sub: &mut Vec<Vec<u8>>) {
+        loop {
+            match self.rtc.poll_output().unwrap() {
+                Output::Timeout(_) => break,
+                Output::Transmit(t) => to_sub.push(t.contents.to_vec()),
+                Output::Event(_) => {}
+            }
+        }
+    }
+}
+
+#[test]
+fn a_subscriber_slot_switching_layers_counts_switches_not_loss() {
+    let (mut h, _) = Harness::new(vec![synthetic(150), synthetic(400), synthetic(1500)]);
+    let mut fw = Forward::new(h.t0);
+    // h, f, q, h: the stand-in SFU asks the publisher for a keyframe on the
+    // wanted rid and switches there.
+    let plan = [(0u64, 1usize), (1500, 2), (3000, 0), (4500, 1)];
+    let mut forwarded = 0;
+    let mut step = 0u64;
+    let end = Duration::from_millis(6000);
+    let mut asked_first = false;
+    while h.now - h.t0 < end {
+        let at_ms = (h.now - h.t0).as_millis() as u64;
+        let first = !asked_first && fw.rtc.is_connected() && fw.sub.snapshot().connected;
+        if first {
+            // The subscriber is up: a keyframe on the first layer to start.
+            asked_first = true;
+            let mid = h.mid;
+            if let Some(rx) = h
+                .sfu
+                .direct_api()
+                .stream_rx_by_mid(mid, Some(Rid::from(RIDS[plan[0].1])))
+            {
+                rx.request_keyframe(KeyframeRequestKind::Pli);
+            }
+        }
+        for &(ms, layer) in &plan {
+            if ms == at_ms && step > 0 {
+                fw.want = layer;
+                let mid = h.mid;
+                if let Some(rx) = h
+                    .sfu
+                    .direct_api()
+                    .stream_rx_by_mid(mid, Some(Rid::from(RIDS[layer])))
+                {
+                    rx.request_keyframe(KeyframeRequestKind::Pli);
+                }
+            }
+        }
+        if step == 0 {
+            fw.want = plan[0].1;
+        }
+        step += 1;
+        h.run(Duration::from_millis(1));
+        let now = h.now;
+        // Forward what the publisher sent in this step (packets keep the
+        // publisher's RtpPacket; re-verify to find their layer).
+        for p in std::mem::take(&mut h.raw) {
+            let layer = RIDS
+                .iter()
+                .position(|r| Some(*r) == p.0.as_deref())
+                .unwrap();
+            fw.on_packet(layer, &p.1, now);
+            forwarded += 1;
+        }
+        fw.run_step(now);
+    }
+    assert!(forwarded > 500);
+    assert_eq!(fw.switches, 3);
+    let s = fw.sub.snapshot();
+    let st = &s.slots[&fw.slot.to_string()];
+    eprintln!(
+        "DBG frames {} by layer {:?} switches {} keyframes {} seq_missing {} frames_missing {}",
+        st.frames,
+        st.frames_by_layer,
+        st.layer_switches,
+        st.keyframes,
+        st.seq_missing,
+        st.frames_missing
+    );
+    assert_eq!(st.corrupt, 0);
+    assert_eq!(st.sources, vec!["pub".to_string()]);
+    // Every layer was seen, the switches are counted as such...
+    assert!(st.frames_by_layer[1] > 0 && st.frames_by_layer[2] > 0 && st.frames_by_layer[3] > 0);
+    assert_eq!(st.frames_by_layer[0], 0);
+    assert_eq!(st.layer_switches, 3);
+    // ...and none of them is loss, reordering or a freeze.
+    assert_eq!(st.seq_missing, 0);
+    assert_eq!(st.out_of_order, 0);
+    assert_eq!(st.ts_backwards, 0);
+    assert_eq!(st.frames_missing, 0);
+    assert_eq!(st.freezes, 0);
+    assert_eq!(st.ssrcs.len(), 1);
+    assert_eq!(st.last_layer, Some(2));
 }
