@@ -254,7 +254,9 @@ fn simulcast_rooms_with_limited_subscribers() {
     assert_eq!(lim["streams"], 1, "{sc}");
     assert_eq!(unlim["streams"], 1, "{sc}");
     assert!(lim["layer_share"].get("none").is_none(), "{sc}");
-    assert_eq!(lim["layer_share"]["f"], 0.0, "{sc}");
+    // f (1.5 Mbit/s) cannot fit through 300 kbit/s: at most a moment of it
+    // while the estimate settles.
+    assert!(lim["layer_share"]["f"].as_f64().unwrap() < 0.05, "{sc}");
     assert!(unlim["layer_share"]["f"].as_f64().unwrap() > 0.5, "{sc}");
     assert!(lim["video_kbps"].as_f64().unwrap() < 300.0, "{sc}");
     let _ = std::fs::remove_dir_all(&dir);
