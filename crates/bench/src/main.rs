@@ -10,6 +10,7 @@ mod packetize;
 mod report;
 mod run;
 mod scenario;
+mod simulcast;
 mod svg;
 mod util;
 
@@ -21,7 +22,7 @@ use clap::{Args, Parser, Subcommand};
 use corelay_client::VideoCodec;
 use serde_json::json;
 
-use crate::util::parse_duration;
+use crate::util::{parse_duration, parse_rate};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -91,6 +92,22 @@ struct CommonArgs {
         hide_env_values = true
     )]
     auth_secret: Option<String>,
+    /// Publish video as three simulcast layers, rids q, h, f (a=simulcast:send
+    /// q;h;f), from --layer-media (default assets/media/video-{180,360,720}p30.frames;
+    /// synthetic 150/400/1500 kbps with --synthetic).
+    #[arg(long, global = true)]
+    simulcast: bool,
+    /// Frame files of the simulcast layers, low to high (comma-separated, three).
+    #[arg(long, global = true, value_delimiter = ',')]
+    layer_media: Vec<PathBuf>,
+    /// Emulated downlink bottleneck for a share of the subscribers (e.g.
+    /// 300kbit, 2mbit): a token bucket at this rate with a 50 ms queue inside
+    /// the client, before str0m.
+    #[arg(long, global = true, value_parser = parse_rate)]
+    downlink_limit: Option<u64>,
+    /// Share of subscribers behind --downlink-limit (0..1; every k-th by join order).
+    #[arg(long, global = true, default_value_t = 0.5)]
+    limited_share: f64,
 }
 
 #[derive(Subcommand, Debug)]
@@ -201,16 +218,61 @@ struct PacketizeArgs {
 }
 
 fn default_media() -> Option<PathBuf> {
+    asset("video-360p30.frames")
+}
+
+fn asset(name: &str) -> Option<PathBuf> {
     let candidates = [
-        PathBuf::from("assets/media/video-360p30.frames"),
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../assets/media/video-360p30.frames"),
+        PathBuf::from("assets/media").join(name),
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../assets/media")
+            .join(name),
     ];
     candidates.into_iter().find(|p| p.is_file())
+}
+
+/// The simulcast layers' frame files: as given, else the assets (empty if
+/// they are missing: synthetic layers).
+fn layer_media(given: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
+    if !given.is_empty() {
+        if given.len() != 3 {
+            return Err(format!(
+                "--layer-media takes three frame files (q, h, f), not {}",
+                given.len()
+            ));
+        }
+        return Ok(given.to_vec());
+    }
+    let found: Vec<PathBuf> = [
+        "video-180p30.frames",
+        "video-360p30.frames",
+        "video-720p30.frames",
+    ]
+    .iter()
+    .filter_map(|n| asset(n))
+    .collect();
+    Ok(if found.len() == 3 { found } else { Vec::new() })
 }
 
 fn main() {
     let cli = Cli::parse();
     let c = &cli.common;
+    if !(0.0..=1.0).contains(&c.limited_share) {
+        eprintln!("corelay-bench: --limited-share must be in 0..1");
+        std::process::exit(2);
+    }
+    let layers = run::Layers {
+        simulcast: c.simulcast,
+        media: match layer_media(&c.layer_media) {
+            Ok(m) => m,
+            Err(e) => {
+                eprintln!("corelay-bench: {e}");
+                std::process::exit(2);
+            }
+        },
+        downlink_limit_bps: c.downlink_limit,
+        limited_share: c.limited_share,
+    };
     let common = run::Common {
         url: c.url.trim_end_matches('/').to_string(),
         out: c.out.clone(),
@@ -233,6 +295,7 @@ fn main() {
             .as_ref()
             .filter(|s| !s.is_empty())
             .map(|s| s.as_bytes().to_vec()),
+        layers,
     };
     let code = match cli.cmd {
         Cmd::Packetize(a) => packetize(&a),
@@ -332,6 +395,14 @@ fn execute(
         o.insert("codec".into(), json!(format!("{:?}", common.codec)));
         o.insert("seed".into(), json!(common.seed));
         o.insert("auth".into(), json!(common.auth_secret.is_some()));
+        if common.layers.reported() {
+            o.insert("simulcast".into(), json!(common.layers.simulcast));
+            o.insert(
+                "downlink_limit_bps".into(),
+                json!(common.layers.downlink_limit_bps),
+            );
+            o.insert("limited_share".into(), json!(common.layers.limited_share));
+        }
     }
     eprintln!(
         "corelay-bench {}: {} participants in {} rooms, last join at {:.1}s, leaving at {:.1}s; media: {}",

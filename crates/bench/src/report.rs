@@ -477,7 +477,63 @@ pub fn summary(o: &Outcome, config: Value, video_slots: usize) -> Value {
         "client_bound": client_bound,
         "client_delayed": contended,
         "warnings": warnings,
+        "simulcast": simulcast_summary(o),
     })
+}
+
+/// The `simulcast` object (null unless `--simulcast` or `--downlink-limit`):
+/// per received video stream over the window, limited and unlimited
+/// subscribers apart, plus the bottleneck's counters summed.
+fn simulcast_summary(o: &Outcome) -> Value {
+    if !o.layers.reported() {
+        return Value::Null;
+    }
+    // The span between the counters' marks: the window's start (as the
+    // runner marked it) to the final snapshots (the plan's end, which can
+    // be a fraction of a second past the window's last whole second).
+    let (from, to) = o.window;
+    let (start_ns, end_ns) = o.marks_span_ns.unwrap_or((
+        o.start_ns + from * 1_000_000_000,
+        o.start_ns + to * 1_000_000_000,
+    ));
+    let secs = end_ns.saturating_sub(start_ns) as f64 / 1e9;
+    let mut streams = Vec::new();
+    let mut down = corelay_client::shaper::ShaperStats::default();
+    let mut limited_subscribers = 0u64;
+    for (j, s) in &o.joined {
+        streams.extend(crate::simulcast::windows(
+            j.limited,
+            j.window_marks.as_ref(),
+            s,
+            end_ns,
+        ));
+        if let Some(d) = s.downlink {
+            limited_subscribers += 1;
+            down.passed += d.passed;
+            down.queued += d.queued;
+            down.dropped += d.dropped;
+            down.dropped_bytes += d.dropped_bytes;
+            down.max_delay_us = down.max_delay_us.max(d.max_delay_us);
+        }
+    }
+    let mut v = crate::simulcast::summarize(&streams, secs);
+    v["seconds"] = json!((secs * 1000.0).round() / 1000.0);
+    v["enabled"] = json!(o.layers.simulcast);
+    v["downlink_limit_bps"] = json!(o.layers.downlink_limit_bps);
+    v["limited_share"] = json!(o.layers.limited_share);
+    v["downlink"] = if o.layers.downlink_limit_bps.is_some() {
+        json!({
+            "subscribers": limited_subscribers,
+            "passed": down.passed,
+            "queued": down.queued,
+            "dropped": down.dropped,
+            "dropped_bytes": down.dropped_bytes,
+            "max_delay_us": down.max_delay_us,
+        })
+    } else {
+        Value::Null
+    };
+    v
 }
 
 fn fmt_p(p: &Value, scale: f64, unit: &str) -> String {
@@ -624,6 +680,9 @@ pub fn table(s: &Value) -> String {
                 x["to"]
             );
         }
+    }
+    if s["simulcast"].is_object() {
+        t.push_str(&crate::simulcast::table(&s["simulcast"]));
     }
     if let Some(ws) = s["warnings"].as_array() {
         for w in ws {
@@ -800,13 +859,13 @@ pub fn write_all(
     )?;
     // Per received stream (participant x slot).
     let mut st = String::from(
-        "participant,room,slot,kind,sources,packets,frames,keyframes,corrupt,out_of_order,seq_missing,ts_backwards,ssrcs\n",
+        "participant,room,slot,kind,sources,packets,frames,keyframes,corrupt,out_of_order,seq_missing,ts_backwards,ssrcs,limited,frames_q,frames_h,frames_f,layer_switches,freezes\n",
     );
     for (j, snap) in &o.joined {
         for (mid, sl) in &snap.slots {
             let _ = writeln!(
                 st,
-                "{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
                 j.name,
                 j.room,
                 mid,
@@ -819,7 +878,13 @@ pub fn write_all(
                 sl.out_of_order,
                 sl.seq_missing,
                 sl.ts_backwards,
-                sl.ssrcs.len()
+                sl.ssrcs.len(),
+                u8::from(j.limited),
+                sl.frames_by_layer[1],
+                sl.frames_by_layer[2],
+                sl.frames_by_layer[3],
+                sl.layer_switches,
+                sl.freezes,
             );
         }
     }

@@ -49,6 +49,29 @@ pub struct Common {
     pub progress: bool,
     /// The server's `--auth-secret`: joins, leaves and stats polls carry tokens.
     pub auth_secret: Option<Vec<u8>>,
+    /// Simulcast and downlink-limit settings.
+    pub layers: Layers,
+}
+
+/// `--simulcast`, `--downlink-limit`, `--limited-share`.
+#[derive(Debug, Clone, Default)]
+pub struct Layers {
+    /// Publish three simulcast layers: these frame files for q, h, f (empty
+    /// with `simulcast`: synthetic 150/400/1500 kbps).
+    pub simulcast: bool,
+    /// Frame files of the layers, low to high.
+    pub media: Vec<PathBuf>,
+    /// The bottleneck's rate, bits per second.
+    pub downlink_limit_bps: Option<u64>,
+    /// Share of subscribers behind it.
+    pub limited_share: f64,
+}
+
+impl Layers {
+    /// Whether summary.json gets a `simulcast` object.
+    pub fn reported(&self) -> bool {
+        self.simulcast || self.downlink_limit_bps.is_some()
+    }
 }
 
 impl Common {
@@ -118,6 +141,11 @@ pub struct Joined {
     pub answered_ns: u64,
     /// Current speaking state.
     pub speaking: bool,
+    /// Receives through the emulated downlink bottleneck.
+    pub limited: bool,
+    /// Its video slots' counters when the measurement window began (None:
+    /// it joined later).
+    pub window_marks: Option<BTreeMap<String, crate::simulcast::VideoMark>>,
 }
 
 enum JobResult {
@@ -195,6 +223,12 @@ pub struct Outcome {
     pub client_tx_errors: u64,
     /// Frame file used.
     pub media_desc: String,
+    /// Simulcast / downlink-limit settings of the run.
+    pub layers: Layers,
+    /// CLOCK_MONOTONIC ns when the video counters were marked (window
+    /// start) and when the final snapshots were taken: the span the
+    /// `simulcast` figures cover (None if the run ended before the window).
+    pub marks_span_ns: Option<(u64, u64)>,
 }
 
 fn raise_nofile() {
@@ -249,6 +283,11 @@ pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String>
         VideoSource::Recorded(r) => r.frames.len() as u64,
         VideoSource::Synthetic { .. } => 90,
     };
+    let (layer_sources, media_desc) = simulcast_sources(common, media_desc)?;
+    // The measurement window (from 2 s after the last join to the end), so
+    // the video counters can be marked when it begins.
+    let window = window_of(&plan);
+    let mut marked_ns: Option<u64> = None;
 
     let start = Instant::now();
     let start_ns = clock::mono_ns();
@@ -329,6 +368,12 @@ pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String>
             cfg.audio_slots = shape.audio_slots;
             cfg.data_channel = true;
             cfg.video = video.clone();
+            cfg.simulcast = layer_sources.clone();
+            let limited = common.layers.downlink_limit_bps.is_some()
+                && crate::simulcast::is_limited(jp.tag, common.layers.limited_share);
+            if limited {
+                cfg.downlink_limit_bps = common.layers.downlink_limit_bps;
+            }
             cfg.video_offset = rng.u64(0..frames_in_source.max(1));
             cfg.dtx = shape.dtx;
             cfg.speaking = match plan.speakers {
@@ -364,6 +409,16 @@ pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String>
                 if want != j.speaking {
                     j.speaking = want;
                     drivers[j.driver].send(Command::Speaking(j.tag, want));
+                }
+            }
+        }
+        if marked_ns.is_none() && el.as_secs() >= window.0 {
+            // Window start: each subscriber's video counters (a copy at most
+            // one publish interval old).
+            marked_ns = Some(clock::mono_ns());
+            for j in joined.values_mut() {
+                if let Ok(s) = j.shared.lock() {
+                    j.window_marks = Some(crate::simulcast::marks(&s));
                 }
             }
         }
@@ -425,6 +480,7 @@ pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String>
             JobResult::Left { .. } => {}
         }
     }
+    let finals_ns = clock::mono_ns();
     let mut finals = Vec::new();
     for (_, j) in joined.drain() {
         let snap = j.shared.lock().map(|s| s.clone()).unwrap_or_default();
@@ -513,14 +569,6 @@ pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String>
         let from = other.map_or(j.post_ns, |o| o.max(j.post_ns));
         join_times_us.push(got.saturating_sub(from) / 1000);
     }
-    // Measurement window: from 2 s after the last join to the end.
-    let from = (plan.last_join.as_secs_f64().ceil() as u64) + 2;
-    let to = plan.end.as_secs();
-    let window = if to > from + 1 {
-        (from, to)
-    } else {
-        (0, to.max(1))
-    };
     Ok(Outcome {
         plan,
         series,
@@ -537,7 +585,62 @@ pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String>
         late_joins,
         client_tx_errors,
         media_desc,
+        layers: common.layers.clone(),
+        marks_span_ns: marked_ns.map(|m| (m, finals_ns)),
     })
+}
+
+/// Measurement window in seconds since start: from 2 s after the last join
+/// to the end (the whole run when that leaves less than 2 s).
+fn window_of(plan: &Plan) -> (u64, u64) {
+    let from = (plan.last_join.as_secs_f64().ceil() as u64) + 2;
+    let to = plan.end.as_secs();
+    if to > from + 1 {
+        (from, to)
+    } else {
+        (0, to.max(1))
+    }
+}
+
+/// The simulcast layers' sources (empty without `--simulcast`) and the
+/// media description with them added.
+fn simulcast_sources(common: &Common, desc: String) -> Result<(Vec<VideoSource>, String), String> {
+    if !common.layers.simulcast {
+        return Ok((Vec::new(), desc));
+    }
+    if common.layers.media.is_empty() || common.media.is_none() {
+        let kbps = [150u32, 400, 1500];
+        let v = kbps
+            .iter()
+            .map(|&k| VideoSource::Synthetic {
+                bitrate_bps: k * 1000,
+                fps: 30,
+                keyframe_interval: 90,
+            })
+            .collect();
+        return Ok((
+            v,
+            "simulcast q/h/f: synthetic 150/400/1500 kbps 30 fps, keyframe every 3 s".into(),
+        ));
+    }
+    let mut v = Vec::new();
+    let mut parts = Vec::new();
+    for (p, rid) in common
+        .layers
+        .media
+        .iter()
+        .zip(corelay_client::simulcast::RIDS)
+    {
+        let r = Recording::load(p)?;
+        parts.push(format!(
+            "{rid}: {} ({} frames, {:.0} kbps)",
+            p.display(),
+            r.frames.len(),
+            r.bitrate_bps() / 1000.0
+        ));
+        v.push(VideoSource::Recorded(Arc::new(r)));
+    }
+    Ok((v, format!("simulcast {}", parts.join("; "))))
 }
 
 fn joiner(
@@ -569,6 +672,7 @@ fn joiner(
                     continue;
                 }
                 let speaking = cfg.speaking;
+                let limited = cfg.downlink_limit_bps.is_some();
                 let post_ns = clock::mono_ns();
                 match corelay_client::connect_auth(&url, &room_name, bind, *cfg, token.as_deref()) {
                     Ok(c) => {
@@ -592,6 +696,8 @@ fn joiner(
                             post_ns,
                             answered_ns,
                             speaking,
+                            limited,
+                            window_marks: None,
                         })));
                     }
                     Err(err) => {

@@ -25,6 +25,31 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(secs))
 }
 
+/// A bit rate: `300kbit`, `2mbit`, `1.5mbps`, `800k`, `2M`, or plain bits
+/// per second.
+pub fn parse_rate(s: &str) -> Result<u64, String> {
+    let t = s.trim().to_ascii_lowercase();
+    let (num, unit) = match t.find(|c: char| !(c.is_ascii_digit() || c == '.')) {
+        Some(i) => (&t[..i], t[i..].trim()),
+        None => (t.as_str(), ""),
+    };
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("bad rate {s:?} (use e.g. 300kbit, 2mbit)"))?;
+    let mul = match unit {
+        "" | "bit" | "bps" | "b" => 1.0,
+        "k" | "kbit" | "kbps" | "kb" => 1e3,
+        "m" | "mbit" | "mbps" | "mb" => 1e6,
+        "g" | "gbit" | "gbps" | "gb" => 1e9,
+        _ => return Err(format!("bad rate unit in {s:?} (kbit, mbit)")),
+    };
+    let bps = v * mul;
+    if !bps.is_finite() || !(1000.0..=1e11).contains(&bps) {
+        return Err(format!("rate out of range: {s:?} (at least 1kbit)"));
+    }
+    Ok(bps.round() as u64)
+}
+
 /// The machine's 1-minute load average.
 pub fn loadavg1() -> Option<f64> {
     std::fs::read_to_string("/proc/loadavg")
@@ -125,6 +150,18 @@ pub fn cpu_delta(a: &ProcCpu, b: &ProcCpu, secs: f64) -> (f64, f64, f64, f64, St
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rates() {
+        assert_eq!(parse_rate("300kbit").unwrap(), 300_000);
+        assert_eq!(parse_rate("2mbit").unwrap(), 2_000_000);
+        assert_eq!(parse_rate("1.5Mbps").unwrap(), 1_500_000);
+        assert_eq!(parse_rate("800k").unwrap(), 800_000);
+        assert_eq!(parse_rate("64000").unwrap(), 64_000);
+        assert!(parse_rate("3 parsecs").is_err());
+        assert!(parse_rate("10bit").is_err());
+        assert!(parse_rate("").is_err());
+    }
 
     #[test]
     fn durations() {

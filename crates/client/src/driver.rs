@@ -4,6 +4,13 @@
 //! the load generator starts one driver per core; `join()` starts one for a
 //! single participant.
 //!
+//! A participant whose config has a `downlink_limit_bps` receives through
+//! an emulated bottleneck ([`crate::shaper`]): datagrams read from its
+//! socket wait in the shaper's queue (or are dropped when it is full) and
+//! are handed to str0m at their release time, on the participant's timer,
+//! with that time as their receive time, so str0m's TWCC feedback tells
+//! the server's bandwidth estimator the delay and loss it caused.
+//!
 //! Participants own their snapshots (no lock per packet); the driver copies
 //! each one into its shared handle every [`PUBLISH_INTERVAL`], on
 //! [`Command::Publish`], and when it stops driving the participant.
@@ -19,6 +26,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::participant::Participant;
+use crate::shaper::{Shaper, Verdict};
 use crate::stats::Observer;
 
 /// A command to a driver thread.
@@ -244,6 +252,39 @@ struct Entry {
     sock: UdpSocket,
     /// Earliest wake-up we have a heap entry for.
     scheduled: Option<Instant>,
+    /// The emulated downlink bottleneck, if the participant has one.
+    shaper: Option<Shaper>,
+    /// Latest time handed to the participant (receive times never go back).
+    fed: Option<Instant>,
+}
+
+impl Entry {
+    fn fed(&mut self, at: Instant) -> Instant {
+        let t = self.fed.map_or(at, |f| f.max(at));
+        self.fed = Some(t);
+        t
+    }
+
+    /// Hand every shaped datagram due by `now` to the participant, each
+    /// at its release time.
+    fn release_due(
+        &mut self,
+        now: Instant,
+        obs: &mut dyn Observer,
+        heap: &mut BinaryHeap<Reverse<(Instant, usize)>>,
+        idx: usize,
+        stats: &DriverStats,
+    ) {
+        // Bounded by the queue length (nothing is queued meanwhile).
+        while let Some(r) = self.shaper.as_mut().and_then(|s| s.pop_due(now)) {
+            let at = self.fed(r.at);
+            self.p.handle_datagram(at, r.source, &r.data, obs);
+            if let Some(s) = &mut self.shaper {
+                s.recycle(r.data);
+            }
+            flush(self, at, obs, heap, idx, stats);
+        }
+    }
 }
 
 struct Loop {
@@ -269,6 +310,9 @@ fn flush(
     idx: usize,
     stats: &DriverStats,
 ) {
+    if let Some(s) = &e.shaper {
+        e.p.set_downlink_stats(s.stats());
+    }
     let sock = &e.sock;
     let mut sent = 0u64;
     let mut errors = 0u64;
@@ -283,9 +327,22 @@ fn flush(
     if errors > 0 {
         stats.tx_errors.fetch_add(errors, Relaxed);
     }
-    if e.scheduled.is_none_or(|s| next < s) {
-        e.scheduled = Some(next);
-        heap.push(Reverse((next, idx)));
+    let next = match e.shaper.as_ref().and_then(Shaper::next_release) {
+        Some(r) => next.min(r),
+        None => next,
+    };
+    schedule(e, next, heap, idx);
+}
+
+fn schedule(
+    e: &mut Entry,
+    at: Instant,
+    heap: &mut BinaryHeap<Reverse<(Instant, usize)>>,
+    idx: usize,
+) {
+    if e.scheduled.is_none_or(|s| at < s) {
+        e.scheduled = Some(at);
+        heap.push(Reverse((at, idx)));
     }
 }
 
@@ -362,6 +419,8 @@ impl Loop {
                 continue; // stale
             }
             e.scheduled = None;
+            e.release_due(now, &mut *self.obs, &mut self.heap, idx, &self.stats);
+            let now = e.fed(now);
             e.p.handle_timeout(now, &mut *self.obs);
             flush(e, now, &mut *self.obs, &mut self.heap, idx, &self.stats);
         }
@@ -380,6 +439,25 @@ impl Loop {
                     // mapped by the participant's clock (CLOCK_MONOTONIC).
                     now = Instant::now();
                     got += 1;
+                    if e.shaper.is_some() {
+                        // Through the bottleneck: what is due goes first.
+                        e.release_due(now, &mut *self.obs, &mut self.heap, idx, &self.stats);
+                        let verdict = match &mut e.shaper {
+                            Some(s) => s.offer(now, src, &self.buf[..n]),
+                            None => Verdict::Pass,
+                        };
+                        match verdict {
+                            Verdict::Pass => {}
+                            Verdict::Queued => {
+                                if let Some(t) = e.shaper.as_ref().and_then(Shaper::next_release) {
+                                    schedule(e, t, &mut self.heap, idx);
+                                }
+                                continue;
+                            }
+                            Verdict::Dropped => continue,
+                        }
+                    }
+                    let now = e.fed(now);
                     e.p.handle_datagram(now, src, &self.buf[..n], &mut *self.obs);
                     // Drain after every datagram so events carry this datagram's receive time.
                     flush(e, now, &mut *self.obs, &mut self.heap, idx, &self.stats);
@@ -447,7 +525,7 @@ impl Loop {
         let Some(Some(e)) = self.entries.get_mut(idx) else {
             return;
         };
-        let now = Instant::now();
+        let now = e.fed(Instant::now());
         f(e, now);
         // Run it now so the effect is immediate.
         e.p.handle_timeout(now, &mut *self.obs);
@@ -470,16 +548,20 @@ impl Loop {
             return;
         }
         self.by_id.insert(id, idx);
+        let shaper = p.config().downlink_limit_bps.map(Shaper::new);
         self.entries[idx] = Some(Entry {
             id,
             p,
             sock,
             scheduled: None,
+            shaper,
+            fed: None,
         });
         self.stats.participants.fetch_add(1, Relaxed);
         let now = Instant::now();
         if let Some(Some(e)) = self.entries.get_mut(idx) {
             let _ = e.id;
+            let now = e.fed(now);
             e.p.handle_timeout(now, &mut *self.obs);
             flush(e, now, &mut *self.obs, &mut self.heap, idx, &self.stats);
         }

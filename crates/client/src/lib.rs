@@ -15,7 +15,9 @@
 //! # Ok::<(), corelay_client::JoinError>(())
 //! ```
 //!
-//! Layers: [`payload`] (stamps), [`media`] (schedules), [`participant`]
+//! Layers: [`payload`] (stamps), [`media`] (schedules), [`simulcast`]
+//! (rids and the SFU's layer messages), [`shaper`] (an emulated downlink
+//! bottleneck), [`participant`]
 //! (sans-I/O str0m wrapper: time only from its caller, through a
 //! [`clock::Clock`] mapping), [`driver`] (epoll thread driving many
 //! participants, publishing their snapshots), [`signal`] (the HTTP dialect).
@@ -28,7 +30,9 @@ pub mod driver;
 pub mod media;
 pub mod participant;
 pub mod payload;
+pub mod shaper;
 pub mod signal;
+pub mod simulcast;
 pub mod stats;
 pub mod stun;
 
@@ -43,7 +47,8 @@ pub use media::{Recording, VideoSource};
 pub use participant::{Participant, ParticipantConfig, VideoCodec};
 pub use signal::{JoinError, mint_token};
 pub use stats::{
-    Kind, NoObserver, Observer, RECEPTION_GAP_NS, Received, Reception, SlotStats, Snapshot,
+    FREEZE_NS, Kind, NoObserver, Observer, RECEPTION_GAP_NS, Received, Reception, SlotStats,
+    Snapshot,
 };
 
 /// What to join and how to behave: where (server, room, local address,

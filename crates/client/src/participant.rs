@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use str0m::change::{SdpAnswer, SdpPendingOffer};
 use str0m::channel::ChannelId;
 use str0m::format::Codec;
-use str0m::media::{Direction, MediaKind, Mid, Pt};
+use str0m::media::{Direction, MediaKind, Mid, Pt, Rid, Simulcast, SimulcastLayer};
 use str0m::net::{Protocol, Receive};
 use str0m::rtp::{
     AbsCaptureTime, Extension, ExtensionMap, ExtensionValues, RtpPacket, RtpWrite, Ssrc,
@@ -24,7 +24,8 @@ use str0m::{Candidate, Event, IceConnectionState, Input, Output, Rtc};
 
 use crate::clock::{Clock, mono_to_system, system_to_mono};
 use crate::media::{AUDIO_CLOCK, AudioSchedule, VIDEO_CLOCK, VideoSchedule, VideoSource};
-use crate::payload::{self, PayloadCodec, Stamp};
+use crate::payload::{self, LAYER_NONE, PayloadCodec, Stamp};
+use crate::simulcast::{self, RIDS};
 use crate::stats::{Kind, Observer, Received, SlotStats, Snapshot};
 use crate::stun::StunRtt;
 
@@ -66,6 +67,16 @@ pub struct ParticipantConfig {
     pub data_channel: bool,
     /// Video frames.
     pub video: VideoSource,
+    /// Simulcast: the sources of the layers, low to high (at most three,
+    /// rids `q`, `h`, `f`; see [`crate::simulcast`]). Empty: one encoding,
+    /// `video`. All layers start at `video_offset` and advance one frame
+    /// per frame interval of the first, so recordings with the same frame
+    /// count and keyframe interval keep their keyframes aligned.
+    pub simulcast: Vec<VideoSource>,
+    /// Emulate a downlink bottleneck of this many bits per second in front
+    /// of the participant (applied by the [`crate::driver`]; see
+    /// [`crate::shaper`]). None: no limit.
+    pub downlink_limit_bps: Option<u64>,
     /// Where in the video source to start (frames).
     pub video_offset: u64,
     /// Audio is speech (level around -30 dBov) rather than silence.
@@ -97,6 +108,8 @@ impl ParticipantConfig {
             audio_slots: 3,
             data_channel: true,
             video: VideoSource::default(),
+            simulcast: Vec::new(),
+            downlink_limit_bps: None,
             video_offset: 0,
             speaking: true,
             dtx: false,
@@ -112,13 +125,26 @@ impl ParticipantConfig {
 struct VideoTx {
     mid: Mid,
     pt: Option<Pt>,
-    seq: u64,
-    ts_base: u32,
+    /// Frame number of the next capture instant (shared by the layers).
     frame_no: u32,
-    sched: VideoSchedule,
-    force_key: bool,
+    /// One encoding without simulcast; else one per rid, low to high.
+    layers: Vec<LayerTx>,
     start: Option<Instant>,
     next_at: Option<Instant>,
+}
+
+/// One encoding of the video track: its own RTP stream (SSRC, sequence
+/// numbers, timestamps) and frame schedule.
+struct LayerTx {
+    rid: Option<Rid>,
+    /// Stamped into payloads ([`LAYER_NONE`] without simulcast).
+    layer: u8,
+    seq: u64,
+    ts_base: u32,
+    sched: VideoSchedule,
+    force_key: bool,
+    /// Sent (the SFU's `layers` message can pause it).
+    active: bool,
 }
 
 struct AudioTx {
@@ -202,13 +228,27 @@ impl Participant {
         let mut api = rtc.sdp_api();
         let name = payload::clamp_name(&cfg.name).to_string();
         let stream_id = format!("{name}-stream");
+        if cfg.simulcast.len() > RIDS.len() {
+            return Err(format!(
+                "at most {} simulcast layers, not {}",
+                RIDS.len(),
+                cfg.simulcast.len()
+            ));
+        }
+        let sim = (!cfg.simulcast.is_empty()).then(|| {
+            let mut sim = Simulcast::new();
+            for rid in &RIDS[..cfg.simulcast.len()] {
+                sim.add_send_layer(SimulcastLayer::new(rid));
+            }
+            sim
+        });
         let vmid = cfg.publish_video.then(|| {
             api.add_media(
                 MediaKind::Video,
                 Direction::SendOnly,
                 Some(stream_id.clone()),
                 None,
-                None,
+                sim,
             )
         });
         let amid = cfg.publish_audio.then(|| {
@@ -246,16 +286,38 @@ impl Participant {
         let offer_sdp = offer.to_sdp_string();
 
         let mut rng = fastrand::Rng::with_seed(cfg.seed);
-        let video = vmid.map(|mid| VideoTx {
-            mid,
-            pt: None,
-            seq: u64::from(rng.u16(1..30_000)),
-            ts_base: rng.u32(..),
-            frame_no: 0,
-            sched: VideoSchedule::new(cfg.video.clone(), cfg.video_offset, rng.u64(..)),
-            force_key: true,
-            start: None,
-            next_at: None,
+        let video = vmid.map(|mid| {
+            let sources: Vec<(Option<Rid>, u8, &VideoSource)> = if cfg.simulcast.is_empty() {
+                vec![(None, LAYER_NONE, &cfg.video)]
+            } else {
+                cfg.simulcast
+                    .iter()
+                    .enumerate()
+                    .map(|(i, src)| (Some(Rid::from(RIDS[i])), simulcast::layer_of(i), src))
+                    .collect()
+            };
+            // Each layer is its own RTP stream: own sequence numbers and
+            // timestamp base (an SFU must rewrite both when it switches).
+            let layers = sources
+                .into_iter()
+                .map(|(rid, layer, src)| LayerTx {
+                    rid,
+                    layer,
+                    seq: u64::from(rng.u16(1..30_000)),
+                    ts_base: rng.u32(..),
+                    sched: VideoSchedule::new(src.clone(), cfg.video_offset, rng.u64(..)),
+                    force_key: true,
+                    active: true,
+                })
+                .collect();
+            VideoTx {
+                mid,
+                pt: None,
+                frame_no: 0,
+                layers,
+                start: None,
+                next_at: None,
+            }
         });
         let audio = amid.map(|mid| AudioTx {
             mid,
@@ -269,6 +331,10 @@ impl Participant {
         });
 
         let mut snap = Snapshot {
+            layers_active: match cfg.simulcast.len() {
+                0 => 0,
+                n => (1u8 << n) - 1,
+            },
             video_mids: vmid.iter().map(|m| m.to_string()).collect(),
             audio_mids: amid.iter().map(|m| m.to_string()).collect(),
             ..Default::default()
@@ -400,11 +466,46 @@ impl Participant {
         self.cfg.dtx = dtx;
     }
 
-    /// Request a keyframe on the next video frame.
+    /// Request a keyframe on the next video frame (every layer).
     pub fn force_keyframe(&mut self) {
         if let Some(v) = &mut self.video {
-            v.force_key = true;
+            for l in &mut v.layers {
+                l.force_key = true;
+            }
         }
+    }
+
+    /// Which simulcast layers to send, a bit mask over
+    /// [`simulcast::RIDS`] (what the SFU's `layers` message says). A layer
+    /// that resumes starts with a keyframe. No effect without simulcast.
+    pub fn set_active_layers(&mut self, mask: u8) {
+        let Some(v) = &mut self.video else { return };
+        let mut now_active = 0u8;
+        for (i, l) in v.layers.iter_mut().enumerate() {
+            if l.rid.is_none() {
+                return;
+            }
+            let on = mask & (1 << i) != 0;
+            if on && !l.active {
+                l.force_key = true;
+            }
+            l.active = on;
+            if on {
+                now_active |= 1 << i;
+            }
+        }
+        self.snap.layers_active = now_active;
+    }
+
+    /// Record the downlink bottleneck's counters in the snapshot (the
+    /// driver that applies it calls this).
+    pub fn set_downlink_stats(&mut self, st: crate::shaper::ShaperStats) {
+        self.snap.downlink = Some(st);
+    }
+
+    /// The config it was built with.
+    pub fn config(&self) -> &ParticipantConfig {
+        &self.cfg
     }
 
     /// Ask the server for a keyframe on receive slot `slot_mid` (a PLI, as a
@@ -649,6 +750,12 @@ impl Participant {
                         }
                     }
                 };
+                if let Some(mid) = self.video.as_ref().map(|v| v.mid) {
+                    if let Some(mask) = simulcast::active_mask(&v, &mid) {
+                        self.snap.layer_messages += 1;
+                        self.set_active_layers(mask);
+                    }
+                }
                 let s = &mut self.snap;
                 if s.events.len() < MAX_EVENTS {
                     s.events.push(v);
@@ -658,7 +765,13 @@ impl Participant {
                 self.snap.keyframe_requests += 1;
                 if let Some(v) = &mut self.video {
                     if v.mid == req.mid {
-                        v.force_key = true;
+                        // A request for one rid makes a keyframe on that
+                        // encoding only; one without a rid, on all.
+                        for l in &mut v.layers {
+                            if req.rid.is_none() || l.rid == req.rid {
+                                l.force_key = true;
+                            }
+                        }
                     }
                 }
             }
@@ -755,6 +868,7 @@ impl Participant {
                 .is_ok_and(|v| v.keyframe == Some(true) && v.stamp.index == 0),
             frame: verified.as_ref().map_or(0, |v| v.stamp.frame),
             index: verified.as_ref().map_or(0, |v| v.stamp.index),
+            layer: verified.as_ref().map_or(0, |v| v.stamp.layer),
         });
         let v = match verified {
             Ok(v) => v,
@@ -798,6 +912,9 @@ impl Participant {
             } else {
                 st.frames_by_source.insert(stamp.name.to_string(), 1);
             }
+            if kind == Kind::Video {
+                st.video_frame(stamp.name, stamp.layer, rx_ns);
+            }
             st.frame_complete(stamp.name, stamp.frame, rx_ns);
             let lat_us = rx_ns.saturating_sub(capture) / 1000;
             st.latency_count += 1;
@@ -824,7 +941,7 @@ impl Participant {
             if late > MAX_CATCH_UP {
                 // Resynchronise instead of bursting a backlog.
                 if let Some(v) = &mut self.video {
-                    let ticks = v.sched.next_ticks();
+                    let ticks = v.layers[0].sched.next_ticks();
                     v.start = Some(now - ticks_to_dur(ticks, VIDEO_CLOCK));
                 }
             }
@@ -849,67 +966,76 @@ impl Participant {
 
     fn send_video_frame(&mut self, now: Instant, obs: &mut dyn Observer) {
         let codec = PayloadCodec::from(self.cfg.codec);
-        let Some(v) = &mut self.video else { return };
-        let force = std::mem::take(&mut v.force_key);
-        let f = v.sched.next_frame(force, &mut self.sizes);
-        let start = v.start.unwrap_or(now);
-        v.next_at = Some(start + ticks_to_dur(v.sched.next_ticks(), VIDEO_CLOCK));
+        let capture = self.cfg.clock.ns(now);
+        // Disjoint borrows: the layers, str0m and the scratch buffers.
+        let Participant {
+            rtc,
+            video,
+            sizes,
+            buf,
+            name,
+            name_hash,
+            snap,
+            ..
+        } = self;
+        let Some(v) = video else { return };
         let frame_no = v.frame_no;
         v.frame_no = v.frame_no.wrapping_add(1);
-        let Some(pt) = v.pt else { return };
-        let mid = v.mid;
-        let ts = v.ts_base.wrapping_add(f.ticks as u32);
-        let capture = self.cfg.clock.ns(now);
-        let count = self.sizes.len().min(u16::MAX as usize) as u16;
-        let mut seq = v.seq;
+        let start = v.start.unwrap_or(now);
         let mut sent = 0u64;
-        let mut api = self.rtc.direct_api();
-        let Some(tx) = api.stream_tx_by_mid(mid, None) else {
-            return;
-        };
-        for (i, &size) in self.sizes.iter().enumerate().take(count as usize) {
-            self.buf.clear();
-            let stamp = Stamp {
-                name: &self.name,
-                frame: frame_no,
-                index: i as u16,
-                count,
-                capture_ns: capture,
+        // Every layer advances one frame per capture instant, sent or not,
+        // so their schedules (and keyframes) stay aligned.
+        for l in &mut v.layers {
+            let force = l.active && std::mem::take(&mut l.force_key);
+            let f = l.sched.next_frame(force, sizes);
+            if !l.active {
+                continue;
+            }
+            let Some(pt) = v.pt else { continue };
+            let ts = l.ts_base.wrapping_add(f.ticks as u32);
+            let count = sizes.len().min(u16::MAX as usize) as u16;
+            let mut api = rtc.direct_api();
+            let Some(tx) = api.stream_tx_by_mid(v.mid, l.rid) else {
+                continue;
             };
-            payload::write_payload(
-                &mut self.buf,
-                codec,
-                f.keyframe,
-                &stamp,
-                self.name_hash,
-                size,
-            );
-            let exts = ExtensionValues {
-                abs_capture_time: Some(AbsCaptureTime {
-                    capture_time: mono_to_system(capture),
-                    clock_offset: None,
-                }),
-                ..Default::default()
-            };
-            tx.write_rtp(
-                RtpWrite::new(pt, seq.into(), ts, now, &self.buf[..])
-                    .marker(i + 1 == count as usize)
-                    .ext_vals(exts)
-                    .nackable(true),
-            );
-            seq += 1;
-            sent += 1;
+            for (i, &size) in sizes.iter().enumerate().take(count as usize) {
+                buf.clear();
+                let stamp = Stamp {
+                    name: name.as_str(),
+                    layer: l.layer,
+                    frame: frame_no,
+                    index: i as u16,
+                    count,
+                    capture_ns: capture,
+                };
+                payload::write_payload(buf, codec, f.keyframe, &stamp, *name_hash, size);
+                let exts = ExtensionValues {
+                    abs_capture_time: Some(AbsCaptureTime {
+                        capture_time: mono_to_system(capture),
+                        clock_offset: None,
+                    }),
+                    ..Default::default()
+                };
+                tx.write_rtp(
+                    RtpWrite::new(pt, l.seq.into(), ts, now, &buf[..])
+                        .marker(i + 1 == count as usize)
+                        .ext_vals(exts)
+                        .nackable(true),
+                );
+                l.seq += 1;
+                sent += 1;
+            }
+            snap.sent_video_frames += 1;
+            let li = usize::from(l.layer).min(snap.sent_frames_by_layer.len() - 1);
+            snap.sent_frames_by_layer[li] += 1;
+            if f.keyframe {
+                snap.sent_keyframes += 1;
+                snap.sent_keyframes_by_layer[li] += 1;
+            }
         }
-        if let Some(v) = &mut self.video {
-            v.seq = seq;
-        }
+        v.next_at = Some(start + ticks_to_dur(v.layers[0].sched.next_ticks(), VIDEO_CLOCK));
         obs.sent(Kind::Video, sent);
-        let s = &mut self.snap;
-        s.sent_packets += sent;
-        s.sent_video_frames += 1;
-        if f.keyframe {
-            s.sent_keyframes += 1;
-        }
+        snap.sent_packets += sent;
     }
 
     fn send_audio_frame(&mut self, now: Instant, obs: &mut dyn Observer) {
@@ -929,6 +1055,7 @@ impl Participant {
         self.buf.clear();
         let stamp = Stamp {
             name: &self.name,
+            layer: LAYER_NONE,
             frame: frame_no,
             index: 0,
             count: 1,

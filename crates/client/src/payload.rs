@@ -3,10 +3,15 @@
 //! Every RTP payload a virtual participant sends is
 //!
 //! ```text
-//! codec header | "CRLY" | name_len u8 | name | frame u32 | index u16 | count u16 | capture_ns u64 | filler
+//! codec header | "CRLY" | layer u8 | name_len u8 | name | frame u32 | index u16 | count u16 | capture_ns u64 | filler
 //! ```
 //!
-//! (integers big endian). The codec header is what an SFU's keyframe
+//! (integers big endian). `layer` is the simulcast layer the packet was sent
+//! on ([`LAYER_NONE`] without simulcast, else 1 + the rid's position, low
+//! to high: see [`crate::simulcast`]), so a receiver knows which encoding
+//! an SFU forwarded. The frame number counts capture instants of the
+//! publisher's track, shared by its layers: a subscriber moved from one
+//! layer to another sees the numbering continue. The codec header is what an SFU's keyframe
 //! detection looks at (H.264 FU-A / single NAL unit, VP8 payload descriptor +
 //! payload header, Opus TOC). The filler is a deterministic function of
 //! (publisher name, frame, packet index), so a receiver can check every byte
@@ -20,8 +25,12 @@
 pub const MAGIC: [u8; 4] = *b"CRLY";
 /// Longest publisher name carried in a payload (longer names are truncated).
 pub const MAX_NAME: usize = 32;
-/// Fixed part of the stamp: magic, name length, frame, index, count, capture.
-const STAMP_FIXED: usize = 4 + 1 + 4 + 2 + 2 + 8;
+/// Fixed part of the stamp: magic, layer, name length, frame, index, count, capture.
+const STAMP_FIXED: usize = 4 + 1 + 1 + 4 + 2 + 2 + 8;
+/// The `layer` of a track sent without simulcast.
+pub const LAYER_NONE: u8 = 0;
+/// Largest `layer` value (three simulcast layers).
+pub const MAX_LAYER: u8 = 3;
 
 /// Which payload format a packet uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,7 +57,9 @@ impl From<corelay_core::VideoCodec> for PayloadCodec {
 pub struct Stamp<'a> {
     /// Publisher name (at most [`MAX_NAME`] bytes).
     pub name: &'a str,
-    /// Frame number (per publisher track).
+    /// Simulcast layer ([`LAYER_NONE`], or 1..=[`MAX_LAYER`]).
+    pub layer: u8,
+    /// Frame number (per publisher track, shared by its simulcast layers).
     pub frame: u32,
     /// Packet index within the frame.
     pub index: u16,
@@ -79,6 +90,8 @@ pub enum VerifyError {
     Magic,
     /// The name is not UTF-8 or too long.
     Name,
+    /// The layer is above [`MAX_LAYER`].
+    Layer,
     /// index >= count, or count == 0.
     Index,
     /// A filler byte differs.
@@ -92,6 +105,7 @@ impl std::fmt::Display for VerifyError {
             VerifyError::CodecHeader => "unexpected codec header",
             VerifyError::Magic => "missing CRLY magic",
             VerifyError::Name => "bad publisher name",
+            VerifyError::Layer => "bad simulcast layer",
             VerifyError::Index => "bad packet index/count",
             VerifyError::Filler => "filler mismatch",
         };
@@ -222,11 +236,18 @@ fn splitmix(state: &mut u64) -> u64 {
 }
 
 #[inline]
-fn filler_seed(name_hash: u64, frame: u32, index: u16, count: u16, capture_ns: u64) -> u64 {
+fn filler_seed(stamp: &Stamp<'_>, name_hash: u64) -> u64 {
     // Everything in the stamp feeds the seed, so a flipped stamp bit shows
-    // up as a filler mismatch.
-    let mut st = name_hash ^ (u64::from(frame) << 32) ^ (u64::from(index) << 16) ^ u64::from(count);
-    splitmix(&mut st) ^ capture_ns
+    // up as a filler mismatch (the layer through an odd multiplier: each of
+    // its values moves the seed far from the others'; the same frame on two
+    // layers has unrelated filler).
+    let mut st = name_hash
+        ^ (u64::from(stamp.frame) << 32)
+        ^ (u64::from(stamp.index) << 16)
+        ^ u64::from(stamp.count);
+    splitmix(&mut st)
+        ^ stamp.capture_ns
+        ^ u64::from(stamp.layer).wrapping_mul(0xd6e8_feb8_6659_fd93)
 }
 
 fn write_filler(out: &mut Vec<u8>, seed: u64, len: usize) {
@@ -275,6 +296,7 @@ pub fn write_payload(
     let name = clamp_name(stamp.name);
     write_codec_header(out, codec, keyframe, stamp.index, stamp.count);
     out.extend_from_slice(&MAGIC);
+    out.push(stamp.layer);
     out.push(name.len() as u8);
     out.extend_from_slice(name.as_bytes());
     out.extend_from_slice(&stamp.frame.to_be_bytes());
@@ -283,17 +305,7 @@ pub fn write_payload(
     out.extend_from_slice(&stamp.capture_ns.to_be_bytes());
     let used = out.len() - start;
     let fill = total_len.saturating_sub(used);
-    write_filler(
-        out,
-        filler_seed(
-            name_hash_value,
-            stamp.frame,
-            stamp.index,
-            stamp.count,
-            stamp.capture_ns,
-        ),
-        fill,
-    );
+    write_filler(out, filler_seed(stamp, name_hash_value), fill);
 }
 
 /// Parse the codec header: returns (header length, keyframe if known).
@@ -349,7 +361,11 @@ pub fn verify(codec: PayloadCodec, p: &[u8]) -> Result<Verified<'_>, VerifyError
     if rest[..4] != MAGIC {
         return Err(VerifyError::Magic);
     }
-    let nl = rest[4] as usize;
+    let layer = rest[4];
+    if layer > MAX_LAYER {
+        return Err(VerifyError::Layer);
+    }
+    let nl = rest[5] as usize;
     if nl > MAX_NAME {
         return Err(VerifyError::Name);
     }
@@ -357,8 +373,8 @@ pub fn verify(codec: PayloadCodec, p: &[u8]) -> Result<Verified<'_>, VerifyError
     if rest.len() < need {
         return Err(VerifyError::Short);
     }
-    let name = std::str::from_utf8(&rest[5..5 + nl]).map_err(|_| VerifyError::Name)?;
-    let mut o = 5 + nl;
+    let name = std::str::from_utf8(&rest[6..6 + nl]).map_err(|_| VerifyError::Name)?;
+    let mut o = 6 + nl;
     let rd4 = |o: usize| [rest[o], rest[o + 1], rest[o + 2], rest[o + 3]];
     let frame = u32::from_be_bytes(rd4(o));
     o += 4;
@@ -386,22 +402,18 @@ pub fn verify(codec: PayloadCodec, p: &[u8]) -> Result<Verified<'_>, VerifyError
     if codec == PayloadCodec::Vp8 && (p[0] == 0x10) != (index == 0) {
         return Err(VerifyError::CodecHeader);
     }
-    if !check_filler(
-        &rest[o..],
-        filler_seed(name_hash(name), frame, index, count, capture_ns),
-    ) {
+    let stamp = Stamp {
+        name,
+        layer,
+        frame,
+        index,
+        count,
+        capture_ns,
+    };
+    if !check_filler(&rest[o..], filler_seed(&stamp, name_hash(name))) {
         return Err(VerifyError::Filler);
     }
-    Ok(Verified {
-        stamp: Stamp {
-            name,
-            frame,
-            index,
-            count,
-            capture_ns,
-        },
-        keyframe,
-    })
+    Ok(Verified { stamp, keyframe })
 }
 
 /// Split a frame of `frame_bytes` into packets of at most `max_payload`
@@ -422,6 +434,7 @@ mod tests {
     fn mk(codec: PayloadCodec, key: bool, index: u16, count: u16, len: usize) -> Vec<u8> {
         let st = Stamp {
             name: "alice",
+            layer: LAYER_NONE,
             frame: 77,
             index,
             count,
@@ -517,8 +530,9 @@ mod tests {
         for _ in 0..20_000 {
             let len = rng.usize(0..64);
             let mut v: Vec<u8> = (0..len).map(|_| rng.u8(..)).collect();
-            if len > 6 && rng.bool() {
+            if len > 7 && rng.bool() {
                 v[2..6].copy_from_slice(&MAGIC);
+                v[6] = rng.u8(0..=4);
             }
             for c in [PayloadCodec::H264, PayloadCodec::Vp8, PayloadCodec::Opus] {
                 let _ = verify(c, &v);
@@ -531,6 +545,7 @@ mod tests {
         let long = "x".repeat(50);
         let st = Stamp {
             name: &long,
+            layer: 2,
             frame: 1,
             index: 0,
             count: 1,
@@ -547,7 +562,49 @@ mod tests {
         );
         let got = verify(PayloadCodec::Opus, &v).unwrap();
         assert_eq!(got.stamp.name.len(), MAX_NAME);
+        assert_eq!(got.stamp.layer, 2);
         assert_eq!(clamp_name("é".repeat(20).as_str()).len(), 32);
+    }
+
+    #[test]
+    fn layer_is_carried_and_checked() {
+        let at = |layer: u8| {
+            let st = Stamp {
+                name: "alice",
+                layer,
+                frame: 9,
+                index: 1,
+                count: 3,
+                capture_ns: 42,
+            };
+            let mut v = Vec::new();
+            write_payload(
+                &mut v,
+                PayloadCodec::H264,
+                true,
+                &st,
+                name_hash("alice"),
+                900,
+            );
+            v
+        };
+        for layer in 0..=MAX_LAYER {
+            let p = at(layer);
+            assert_eq!(p[6], layer); // FU-A (2) + magic (4)
+            let v = verify(PayloadCodec::H264, &p).unwrap();
+            assert_eq!((v.stamp.layer, v.stamp.frame, v.stamp.index), (layer, 9, 1));
+        }
+        // The same frame on another layer has other filler: a packet whose
+        // layer byte was rewritten does not verify.
+        for (a, b) in [(1u8, 2u8), (2, 3), (0, 1), (3, 1)] {
+            let mut p = at(a);
+            p[6] = b;
+            assert_eq!(verify(PayloadCodec::H264, &p), Err(VerifyError::Filler));
+        }
+        let mut p = at(1);
+        p[6] = MAX_LAYER + 1;
+        assert_eq!(verify(PayloadCodec::H264, &p), Err(VerifyError::Layer));
+        assert_ne!(at(1)[30..], at(2)[30..]);
     }
 
     #[test]

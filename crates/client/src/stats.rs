@@ -61,7 +61,25 @@ pub struct SlotStats {
     pub keyframes: u64,
     /// CLOCK_MONOTONIC ns of the first packet on this slot.
     pub first_packet_ns: Option<u64>,
+    /// Video: complete frames per simulcast layer of the payload stamp
+    /// (index 0: sent without simulcast; 1, 2, 3: rids q, h, f).
+    pub frames_by_layer: [u64; 4],
+    /// Video: consecutive complete frames of one publisher on different
+    /// layers (the SFU moved this slot to another encoding).
+    pub layer_switches: u64,
+    /// Video: layer of the last complete frame.
+    pub last_layer: Option<u8>,
+    /// Video: gaps longer than [`FREEZE_NS`] between consecutive complete
+    /// frames on this slot (any publisher).
+    pub freezes: u64,
+    /// Video: total length of those gaps, ns.
+    pub frozen_ns: u64,
+    /// Video: CLOCK_MONOTONIC ns of the last complete frame.
+    pub last_frame_ns: Option<u64>,
 }
+
+/// A video slot that shows no new frame for longer than this is frozen.
+pub const FREEZE_NS: u64 = 500_000_000;
 
 /// Gaps between complete frames from one publisher longer than this are
 /// recorded in [`Reception::gaps`].
@@ -146,6 +164,36 @@ impl SlotStats {
         }
     }
 
+    /// A complete video frame from `source` on simulcast `layer` arrived at
+    /// `rx_ns`: layer counts, switches and freezes. Call before
+    /// [`frame_complete`](Self::frame_complete) (it compares with the
+    /// previous frame's source). A layer switch is not a loss: the frame
+    /// numbers, sequence numbers and timestamps of a slot run on across it.
+    pub fn video_frame(&mut self, source: &str, layer: u8, rx_ns: u64) {
+        if let Some(n) = self.frames_by_layer.get_mut(usize::from(layer)) {
+            *n += 1;
+        }
+        let same_source = self
+            .last_frame
+            .as_ref()
+            .is_some_and(|(s, _)| s.as_str() == source);
+        if same_source && self.last_layer.is_some_and(|l| l != layer) {
+            self.layer_switches += 1;
+        }
+        self.last_layer = Some(layer);
+        match self.last_frame_ns {
+            Some(last) if rx_ns > last => {
+                if rx_ns - last > FREEZE_NS {
+                    self.freezes += 1;
+                    self.frozen_ns += rx_ns - last;
+                }
+                self.last_frame_ns = Some(rx_ns);
+            }
+            Some(_) => {}
+            None => self.last_frame_ns = Some(rx_ns),
+        }
+    }
+
     /// Largest latency sample, if any.
     pub fn max_latency_us(&self) -> Option<u64> {
         self.latency_us.iter().copied().max()
@@ -190,6 +238,18 @@ pub struct Snapshot {
     pub bad_datagrams: u64,
     /// Set when the str0m instance died; the reason.
     pub failed: Option<String>,
+    /// Video frames sent per layer stamp value (0: no simulcast; 1, 2, 3:
+    /// rids q, h, f).
+    pub sent_frames_by_layer: [u64; 4],
+    /// Video keyframes sent per layer stamp value.
+    pub sent_keyframes_by_layer: [u64; 4],
+    /// Simulcast layers being sent now, a bit mask over
+    /// [`crate::simulcast::RIDS`] (0 without simulcast).
+    pub layers_active: u8,
+    /// `layers` messages for our video track received.
+    pub layer_messages: u64,
+    /// The emulated downlink bottleneck's counters (None: not limited).
+    pub downlink: Option<crate::shaper::ShaperStats>,
 }
 
 /// Makes `dst` equal to `src` where `src` only ever appended to what `dst`
@@ -250,6 +310,11 @@ impl Snapshot {
             unknown_packets,
             bad_datagrams,
             failed,
+            sent_frames_by_layer,
+            sent_keyframes_by_layer,
+            layers_active,
+            layer_messages,
+            downlink,
         } = src;
         extend_from(&mut self.events, events);
         extend_from(&mut self.ice_rtt_us, ice_rtt_us);
@@ -276,6 +341,11 @@ impl Snapshot {
         self.unknown_packets = *unknown_packets;
         self.bad_datagrams = *bad_datagrams;
         self.failed.clone_from(failed);
+        self.sent_frames_by_layer = *sent_frames_by_layer;
+        self.sent_keyframes_by_layer = *sent_keyframes_by_layer;
+        self.layers_active = *layers_active;
+        self.layer_messages = *layer_messages;
+        self.downlink = *downlink;
     }
 
     /// The spans of time in which frames from publisher `name` arrived, over
@@ -363,6 +433,8 @@ pub struct Received<'a> {
     pub frame: u32,
     /// Packet index within its frame.
     pub index: u16,
+    /// Simulcast layer from the stamp (0: none or unverified).
+    pub layer: u8,
 }
 
 /// Hooks for aggregating measurements across many participants on one
@@ -430,6 +502,34 @@ mod tests {
 #[cfg(test)]
 mod reception_tests {
     use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    #[test]
+    fn layer_switches_are_counted_not_lost() {
+        let mut st = SlotStats::default();
+        // 30 fps from "a": 10 frames on h, 10 on f (switch at a keyframe,
+        // numbering runs on), 10 on q.
+        for f in 0..30u32 {
+            let layer = [2, 3, 1][f as usize / 10];
+            let at = u64::from(f) * 33 * MS;
+            st.video_frame("a", layer, at);
+            st.frame_complete("a", f, at);
+        }
+        assert_eq!(st.frames_by_layer, [0, 10, 10, 10]);
+        assert_eq!(st.layer_switches, 2);
+        assert_eq!(st.frames_missing, 0);
+        assert_eq!((st.freezes, st.frozen_ns), (0, 0));
+        // Another publisher takes the slot on another layer: not a switch.
+        st.video_frame("b", 3, 30 * 33 * MS);
+        st.frame_complete("b", 7, 30 * 33 * MS);
+        assert_eq!(st.layer_switches, 2);
+        // 600 ms without a frame: one freeze; 500 ms exactly: none.
+        st.video_frame("b", 3, 30 * 33 * MS + 600 * MS);
+        st.video_frame("b", 3, 30 * 33 * MS + 1100 * MS);
+        assert_eq!((st.freezes, st.frozen_ns), (1, 600 * MS));
+        assert_eq!(st.last_frame_ns, Some(30 * 33 * MS + 1100 * MS));
+    }
 
     #[test]
     fn frames_a_publisher_sent_that_never_came_are_missing() {

@@ -329,3 +329,49 @@ fn http_errors_carry_status_and_body() {
     assert_eq!(e.retry_after, Some(2));
     assert_eq!(e.code().as_deref(), Some("no_capacity"));
 }
+
+#[test]
+fn a_limited_downlink_queues_and_drops_but_never_exceeds_its_rate() {
+    // Bob receives alice's ~400 kbit/s video and audio through a 250 kbit/s
+    // bottleneck in his driver: the queue fills, some datagrams wait, some
+    // are dropped, what gets through verifies, and no more than the rate
+    // (plus the bucket's burst) reaches his str0m.
+    const RATE: u64 = 250_000;
+    let server = start_server();
+    let url = format!("http://{}", server.http);
+    let mut a = JoinSpec::new(&url, "lim", "alice");
+    a.participant.video_slots = 1;
+    a.participant.audio_slots = 1;
+    let mut b = JoinSpec::new(&url, "lim", "bob");
+    b.participant.video_slots = 1;
+    b.participant.audio_slots = 1;
+    b.participant.downlink_limit_bps = Some(RATE);
+    let alice = join(a).expect("join alice");
+    let bob = join(b).expect("join bob");
+    let (ok, s) = bob.wait_until(Duration::from_secs(15), |s| {
+        s.connected
+            && s.frames_of_kind("video") >= 20
+            && s.downlink.is_some_and(|d| d.dropped > 0 && d.queued > 0)
+    });
+    assert!(ok, "bob: {s:#?}");
+    let now_ns = corelay_client::clock::mono_ns();
+    let d = s.downlink.unwrap();
+    assert!(d.max_delay_us > 0 && d.dropped_bytes > 0, "{d:?}");
+    // Alice is not limited.
+    assert!(alice.snapshot().downlink.is_none());
+    let mut bytes = 0u64;
+    let mut first = u64::MAX;
+    for st in s.slots.values() {
+        assert_eq!(st.corrupt, 0, "{st:?}");
+        bytes += st.bytes;
+        first = first.min(st.first_packet_ns.unwrap_or(u64::MAX));
+    }
+    let secs = now_ns.saturating_sub(first) as f64 / 1e9;
+    let bound = RATE as f64 / 8.0 * secs + corelay_client::shaper::BURST_BYTES as f64;
+    assert!(
+        (bytes as f64) <= bound,
+        "{bytes} payload bytes in {secs:.2} s through {RATE} bit/s (bound {bound:.0})"
+    );
+    bob.leave().expect("leave");
+    alice.leave().expect("leave");
+}
