@@ -175,9 +175,10 @@ export function tail(file, n = 60) {
 }
 
 // `executablePath`: another way to start Chromium (e.g. a wrapper script that
-// runs it in another network namespace; Playwright talks to it over pipes).
-export async function launchBrowser({ executablePath = process.env.CHROMIUM || '/usr/lib/chromium/chromium' } = {}) {
-  const args = [...CHROMIUM_ARGS];
+// runs it in another network namespace; Playwright talks to it over pipes);
+// `extraArgs`: more command-line switches.
+export async function launchBrowser({ executablePath = process.env.CHROMIUM || '/usr/lib/chromium/chromium', extraArgs = [] } = {}) {
+  const args = [...CHROMIUM_ARGS, ...extraArgs];
   if (process.env.CORELAY_HEADFUL === '1') args.splice(args.indexOf('--headless'), 1);
   return chromium.launch({ executablePath, args, headless: process.env.CORELAY_HEADFUL !== '1' });
 }
