@@ -96,14 +96,19 @@ export function uniqueRoom(prefix) {
 
 // Start the server; resolves once /healthz answers 200. `defaults: true`
 // runs it with the default codec list whatever CORELAY_VIDEO_CODEC(S) say.
-// `publicIp`: the address in its ICE candidates (default 127.0.0.1).
-export async function startServer({ name = 'server', extraArgs = [], defaults = false, publicIp = '127.0.0.1' } = {}) {
+// `publicIp`: the address in its ICE candidates (default 127.0.0.1);
+// `httpHost`: the address its HTTP listener binds and `base` uses (default
+// 127.0.0.1; e.g. a veth address that a browser in another network
+// namespace can reach).
+export async function startServer({
+  name = 'server', extraArgs = [], defaults = false, publicIp = '127.0.0.1', httpHost = '127.0.0.1',
+} = {}) {
   const bin = path.resolve(ROOT, process.env.CORELAY_BIN || 'target/debug/corelay');
   if (!fs.existsSync(bin)) throw new Error(`server binary ${bin} not found (set CORELAY_BIN or build with cargo build -p corelay)`);
   const httpPort = await freeTcpPort();
   const udpPort = await freeMediaPort(httpPort);
   const args = [
-    '--http', `127.0.0.1:${httpPort}`,
+    '--http', `${httpHost}:${httpPort}`,
     '--udp-port', String(udpPort),
     '--public-ip', publicIp,
     '--shards', '1',
@@ -122,7 +127,7 @@ export async function startServer({ name = 'server', extraArgs = [], defaults = 
   });
   let exited = null;
   child.on('exit', (code, signal) => { exited = { code, signal }; });
-  const base = `http://127.0.0.1:${httpPort}`;
+  const base = `http://${httpHost}:${httpPort}`;
   const deadline = Date.now() + 20000;
   for (;;) {
     if (exited) throw new Error(`server exited early (${JSON.stringify(exited)}); log:\n${tail(logPath)}`);
@@ -169,9 +174,11 @@ export function tail(file, n = 60) {
   }
 }
 
-export async function launchBrowser() {
-  const executablePath = process.env.CHROMIUM || '/usr/lib/chromium/chromium';
-  const args = [...CHROMIUM_ARGS];
+// `executablePath`: another way to start Chromium (e.g. a wrapper script that
+// runs it in another network namespace; Playwright talks to it over pipes);
+// `extraArgs`: more command-line switches.
+export async function launchBrowser({ executablePath = process.env.CHROMIUM || '/usr/lib/chromium/chromium', extraArgs = [] } = {}) {
+  const args = [...CHROMIUM_ARGS, ...extraArgs];
   if (process.env.CORELAY_HEADFUL === '1') args.splice(args.indexOf('--headless'), 1);
   return chromium.launch({ executablePath, args, headless: process.env.CORELAY_HEADFUL !== '1' });
 }
@@ -258,7 +265,7 @@ export async function newPage(browser, label) {
 async function routeLiveAssets(context) {
   const dir = path.join(ROOT, 'crates/server/assets');
   const types = { '.js': 'text/javascript; charset=utf-8', '.css': 'text/css; charset=utf-8', '.html': 'text/html; charset=utf-8' };
-  await context.route(/^http:\/\/127\.0\.0\.1:\d+\/(assets\/[^?]+|watch\/[^?/]+|\?.*|)$/, (route) => {
+  await context.route(/^http:\/\/[^/]+:\d+\/(assets\/[^?]+|watch\/[^?/]+|\?.*|)$/, (route) => {
     const u = new URL(route.request().url());
     let file;
     if (u.pathname.startsWith('/assets/')) file = u.pathname.slice('/assets/'.length);
