@@ -3,14 +3,23 @@
 //! quality order, and the allocation of a subscriber's downlink estimate to
 //! its slots.
 //!
+//! Layers rank in the order the publisher's offer lists its rids, lowest
+//! first (what Chromium's and Firefox's `sendEncodings`, the demo page and
+//! mediasoup's convention give). Measured rates do not reorder them: a
+//! browser's low layer can briefly send more than its middle one, and a
+//! layer that just resumed measures low.
+//!
 //! The allocation is a pure function ([`allocate`]): slots in priority order
 //! (pinned, then the active speaker, then the larger rendered size) first
 //! each get their source's lowest layer while the estimate lasts (the rest
-//! pause), then climb a layer at a time while it still lasts, never above
-//! what the slot's rendered size needs. Going above the layer a slot shows
-//! now needs 15 % headroom, so a slot does not flap at the edge.
-//! Sources without simulcast are never paused (there is nothing lower to
-//! give), but their bitrate counts against the estimate.
+//! pause; a slot already showing video keeps its lowest layer until the
+//! estimate falls below half of it, since a frozen tile is worse than a
+//! congested one), then climb while it still lasts, never above what the
+//! slot's rendered size needs nor above the cap the engine sets (one layer
+//! over the current one, and none for a while after a move down). Going
+//! above the layer a slot shows now needs 15 % headroom, so a slot does not
+//! flap at the edge. Sources without simulcast are never paused (there is
+//! nothing lower to give), but their bitrate counts against the estimate.
 //!
 //! Must not: touch an `Rtc`, send anything or request keyframes (the engine
 //! acts on the targets).
@@ -25,6 +34,9 @@ use crate::ids::TrackKey;
 const RATE_WINDOW: Duration = Duration::from_millis(1000);
 /// A source not heard from for this long is forgotten.
 const SOURCE_EXPIRY: Duration = Duration::from_secs(10);
+/// A layer whose first packet of a window came this late into it was
+/// paused for part of it: the window does not measure its rate.
+const PARTIAL_WINDOW: Duration = Duration::from_millis(200);
 /// Weight of the newest window in a layer's smoothed rate.
 const RATE_ALPHA: f64 = 0.5;
 /// Assumed rates (bps) of the top layer and each one below it (by factor
@@ -43,6 +55,8 @@ pub(super) struct SourceLayers {
     /// How many layers the publisher declared (1 without simulcast).
     pub(super) count: u8,
     bytes: [u64; MAX_LAYERS],
+    /// When each layer's first packet of the current window came.
+    first: [Option<Instant>; MAX_LAYERS],
     /// Smoothed rate per layer (stable id), bps; 0 until measured.
     bps: [u64; MAX_LAYERS],
     window_start: Instant,
@@ -54,45 +68,32 @@ impl SourceLayers {
         SourceLayers {
             count: count.clamp(1, MAX_LAYERS as u8),
             bytes: [0; MAX_LAYERS],
+            first: [None; MAX_LAYERS],
             bps: [0; MAX_LAYERS],
             window_start: now,
             last_packet: now,
         }
     }
 
-    /// Stable layer ids from the lowest quality to the highest: by measured
-    /// rate once every layer has one (publishers list rids in either
-    /// order), else in offer order (Chromium's and the usual web apps'
-    /// low-to-high).
-    pub(super) fn order(&self) -> ([u8; MAX_LAYERS], usize) {
+    /// Rates by quality rank (lowest first; the rank is the stable id),
+    /// measured or assumed, and never lower than the rank below.
+    pub(super) fn rates(&self) -> ([u64; MAX_LAYERS], usize) {
         let n = usize::from(self.count);
-        let mut ids = [0u8; MAX_LAYERS];
-        for (i, id) in ids.iter_mut().enumerate() {
-            *id = i as u8;
-        }
-        let measured = self.bps.iter().take(n).all(|&b| b > 0);
-        if measured && let Some(head) = ids.get_mut(..n) {
-            head.sort_by_key(|&id| self.bps.get(usize::from(id)).copied().unwrap_or(0));
-        }
-        (ids, n)
-    }
-
-    /// Rates by quality rank (lowest first), measured or assumed.
-    pub(super) fn rates(&self) -> ([u64; MAX_LAYERS], [u8; MAX_LAYERS], usize) {
-        let (ids, n) = self.order();
         let mut rates = [0u64; MAX_LAYERS];
+        let mut floor = 0u64;
         for (rank, rate) in rates.iter_mut().enumerate().take(n) {
-            let id = ids.get(rank).copied().unwrap_or(0);
-            let measured = self.bps.get(usize::from(id)).copied().unwrap_or(0);
-            *rate = if measured > 0 {
+            let measured = self.bps.get(rank).copied().unwrap_or(0);
+            let r = if measured > 0 {
                 measured
             } else if n == 1 {
                 ASSUMED_SINGLE_BPS
             } else {
                 ASSUMED_TOP_BPS / 3u64.pow((n - 1 - rank) as u32)
             };
+            *rate = r.max(floor);
+            floor = *rate;
         }
-        (rates, ids, n)
+        (rates, n)
     }
 }
 
@@ -117,8 +118,12 @@ impl Sources {
             .entry(track)
             .or_insert_with(|| SourceLayers::new(count, now));
         s.count = s.count.max(count.min(MAX_LAYERS as u8));
-        if let Some(b) = s.bytes.get_mut(usize::from(layer)) {
+        let l = usize::from(layer);
+        if let Some(b) = s.bytes.get_mut(l) {
             *b += bytes as u64;
+        }
+        if let Some(f) = s.first.get_mut(l) {
+            f.get_or_insert(now);
         }
         s.last_packet = now;
     }
@@ -128,7 +133,8 @@ impl Sources {
     }
 
     /// Rolls finished rate windows and forgets silent sources. A layer that
-    /// sent nothing in a window (paused by dynacast) keeps its last rate.
+    /// did not send through the whole window (paused by dynacast, or just
+    /// resumed) keeps its last rate.
     pub(super) fn roll(&mut self, now: Instant) {
         self.map
             .retain(|_, s| now.saturating_duration_since(s.last_packet) < SOURCE_EXPIRY);
@@ -137,8 +143,12 @@ impl Sources {
             if elapsed < RATE_WINDOW {
                 continue;
             }
-            for (bytes, bps) in s.bytes.iter_mut().zip(s.bps.iter_mut()) {
-                if *bytes > 0 {
+            let start = s.window_start;
+            for ((bytes, bps), first) in s.bytes.iter_mut().zip(s.bps.iter_mut()).zip(s.first.iter_mut()) {
+                let whole = first
+                    .take()
+                    .is_some_and(|f| f.saturating_duration_since(start) < PARTIAL_WINDOW);
+                if *bytes > 0 && (whole || *bps == 0) {
                     let rate = *bytes as f64 * 8.0 / elapsed.as_secs_f64();
                     *bps = if *bps == 0 {
                         rate as u64
@@ -161,9 +171,11 @@ pub(super) struct SlotWant {
     /// The source's layer rates by quality rank, lowest first; `n` of them.
     pub(super) rates: [u64; MAX_LAYERS],
     pub(super) n: usize,
-    /// Highest rank the slot's rendered size (and its cap) asks for;
-    /// `None`: not shown.
+    /// Highest rank the slot's rendered size (and its quality cap) asks
+    /// for; `None`: not shown.
     pub(super) max_rank: Option<usize>,
+    /// Highest rank it may take in this round (the engine's climb pacing).
+    pub(super) cap: usize,
     /// Rank it shows now, if any.
     pub(super) current: Option<usize>,
 }
@@ -199,7 +211,8 @@ pub(super) fn allocate(budget: u64, wants: &[SlotWant]) -> Allocation {
             desired += rate(w, 0);
         }
     }
-    // Everyone shown gets the lowest layer, best first, while it lasts.
+    // Everyone shown gets the lowest layer, best first, while it lasts (a
+    // slot showing video keeps it down to half its rate).
     for &i in &order {
         let Some(w) = wants.get(i) else { continue };
         let Some(max) = w.max_rank else { continue };
@@ -207,8 +220,13 @@ pub(super) fn allocate(budget: u64, wants: &[SlotWant]) -> Allocation {
             continue;
         }
         desired += rate(w, max.min(w.n - 1));
-        if rate(w, 0) <= left {
-            left -= rate(w, 0);
+        let room = if w.current.is_some() {
+            left.saturating_mul(2)
+        } else {
+            left
+        };
+        if rate(w, 0) <= room {
+            left = left.saturating_sub(rate(w, 0));
             if let Some(r) = ranks.get_mut(i) {
                 *r = Some(0);
             }
@@ -220,7 +238,7 @@ pub(super) fn allocate(budget: u64, wants: &[SlotWant]) -> Allocation {
         let (Some(max), Some(Some(mut at))) = (w.max_rank, ranks.get(i).copied()) else {
             continue;
         };
-        let top = max.min(w.n.saturating_sub(1));
+        let top = max.min(w.cap).min(w.n.saturating_sub(1));
         while at < top {
             let next = at + 1;
             let step = rate(w, next).saturating_sub(rate(w, at));
@@ -272,6 +290,7 @@ mod tests {
             rates: r,
             n: rates.len(),
             max_rank: max,
+            cap: MAX_LAYERS,
             current: None,
         }
     }
@@ -348,32 +367,55 @@ mod tests {
     }
 
     #[test]
-    fn rates_are_measured_and_order_follows_them() {
+    fn a_slot_showing_video_keeps_its_lowest_layer_down_to_half_its_rate() {
+        let mut w = want((false, false, 0), &LADDER, Some(2));
+        assert_eq!(allocate(100_000, &[w]).ranks, vec![None]);
+        w.current = Some(0);
+        assert_eq!(allocate(100_000, &[w]).ranks, vec![Some(0)]);
+        assert_eq!(allocate(70_000, &[w]).ranks, vec![None]);
+    }
+
+    #[test]
+    fn the_cap_paces_the_climb() {
+        let mut w = want((false, false, 0), &LADDER, Some(2));
+        w.cap = 0;
+        assert_eq!(allocate(10_000_000, &[w]).ranks, vec![Some(0)]);
+        w.cap = 1;
+        assert_eq!(allocate(10_000_000, &[w]).ranks, vec![Some(1)]);
+    }
+
+    #[test]
+    fn rates_are_measured_monotonic_and_a_partial_window_does_not_count() {
         let t0 = Instant::now();
         let key = TrackKey {
             participant: crate::ids::ParticipantId(1),
             mid: "0".into(),
         };
         let mut s = Sources::default();
-        // A publisher that lists its rids high to low.
+        // Before anything is measured: the assumed ladder.
+        s.note(key, 0, 3, 0, t0);
+        assert_eq!(s.get(&key).unwrap().rates(), ([166_666, 500_000, 1_500_000, 0], 3));
+        // q briefly sends more than h: h is taken to need at least q's rate.
         for _ in 0..10 {
-            s.note(key, 0, 3, 15_000, t0);
-            s.note(key, 1, 3, 5_000, t0);
-            s.note(key, 2, 3, 1_500, t0);
+            s.note(key, 0, 3, 5_000, t0);
+            s.note(key, 1, 3, 3_000, t0);
+            s.note(key, 2, 3, 15_000, t0);
         }
-        let (_, ids, n) = s.get(&key).unwrap().rates();
-        assert_eq!((ids[..n].to_vec(), n), (vec![0, 1, 2], 3));
         s.roll(t0 + Duration::from_secs(1));
-        let (rates, ids, n) = s.get(&key).unwrap().rates();
-        assert_eq!(ids[..n], [2, 1, 0]);
-        assert_eq!(rates[..n], [120_000, 400_000, 1_200_000]);
+        let (rates, n) = s.get(&key).unwrap().rates();
+        assert_eq!(rates[..n], [400_000, 400_000, 1_200_000]);
+        // f resumes 600 ms into a window: that window does not measure it.
+        let t1 = t0 + Duration::from_secs(1);
+        s.note(key, 0, 3, 5_000, t1);
+        s.note(key, 1, 3, 3_000, t1);
+        s.note(key, 2, 3, 1_000, t1 + Duration::from_millis(600));
+        s.roll(t1 + Duration::from_secs(1));
+        let (rates, _) = s.get(&key).unwrap().rates();
+        assert_eq!(rates[2], 1_200_000);
         // Silent for a window: the rates stay (a paused layer keeps its figure).
-        s.note(key, 0, 3, 0, t0 + Duration::from_secs(2));
-        s.roll(t0 + Duration::from_secs(2));
-        assert_eq!(
-            s.get(&key).unwrap().rates().0[..n],
-            [120_000, 400_000, 1_200_000]
-        );
+        s.note(key, 0, 3, 0, t0 + Duration::from_secs(3));
+        s.roll(t0 + Duration::from_secs(3));
+        assert_eq!(s.get(&key).unwrap().rates().0[2], 1_200_000);
         // Forgotten after the expiry.
         s.roll(t0 + Duration::from_secs(30));
         assert!(s.get(&key).is_none());

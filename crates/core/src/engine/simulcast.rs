@@ -4,8 +4,11 @@
 //! told which of its layers some subscriber (on any shard) takes, so the
 //! others pause at the source.
 //!
-//! Runs when a subscriber's estimate, slots or views change, and on the
-//! room tick. Must not: forward media (the slot switches on a keyframe in
+//! A slot starts on its source's lowest layer and climbs one layer a second
+//! while the estimate allows (the new layer's keyframe is requested at
+//! once; the current one flows until it comes); it moves down at once when
+//! the estimate falls, and then does not climb for 4 s. Runs when a
+//! subscriber's estimate, slots or views change, and on the room tick. Must not: forward media (the slot switches on a keyframe in
 //! [`super::forward`]) or decide what a slot shows ([`super::policy`]).
 
 use std::collections::HashMap;
@@ -21,12 +24,17 @@ use crate::events::RoomEvent;
 use crate::ids::{LayerKey, ParticipantId, TrackKey};
 
 /// A layer nobody takes stays on at the publisher this long (a subscriber
-/// that moves between layers does not make it flap).
-const DYNACAST_HOLD: Duration = Duration::from_secs(2);
+/// that moves between layers does not make it flap; Chromium takes one to
+/// four seconds to resume an encoding).
+const DYNACAST_HOLD: Duration = Duration::from_secs(5);
+/// A slot moves up at most one layer this often...
+const CLIMB_INTERVAL: Duration = Duration::from_secs(1);
+/// ...and not for this long after a move down.
+const DOWN_HOLD: Duration = Duration::from_secs(4);
 
 impl Engine {
     /// Chooses a layer for each of `id`'s video slots from its estimate.
-    pub(super) fn allocate(&mut self, _now: Instant, id: ParticipantId) {
+    pub(super) fn allocate(&mut self, now: Instant, id: ParticipantId) {
         let Some(p) = self.participants.get_mut(&id) else {
             return;
         };
@@ -47,15 +55,25 @@ impl Engine {
             let Some(src) = slot.source.filter(|_| slot.kind == MediaKind::Video) else {
                 continue;
             };
-            let (rates, ids, n) = match self.sources.get(&src) {
+            let (rates, n) = match self.sources.get(&src) {
                 Some(s) => s.rates(),
-                None => {
-                    let mut ids = [0u8; MAX_LAYERS];
-                    ids.iter_mut().enumerate().for_each(|(i, id)| *id = i as u8);
-                    ([0; MAX_LAYERS], ids, 1)
-                }
+                None => ([0; MAX_LAYERS], 1),
             };
-            let rank_of = |layer: u8| ids.iter().take(n).position(|&l| l == layer);
+            let current = slot.current.map(usize::from);
+            // Climb one layer at a time, a second apart, and not for a
+            // while after a move down (the estimate overshoots after one).
+            let settled = slot
+                .last_move
+                .is_none_or(|t| now.saturating_duration_since(t) >= CLIMB_INTERVAL)
+                && slot
+                    .last_down
+                    .is_none_or(|t| now.saturating_duration_since(t) >= DOWN_HOLD);
+            let cap = match (current, slot.target.map(usize::from)) {
+                (None, _) => 0,
+                (Some(c), Some(t)) if t > c => t,
+                (Some(c), _) if settled => c + 1,
+                (Some(c), _) => c,
+            };
             let v = slot.view;
             let max_rank = (v.width > 0 && v.height > 0)
                 .then(|| layers::rank_for_width(v.width, n).min(usize::from(v.max_rank)));
@@ -68,19 +86,24 @@ impl Engine {
                 rates,
                 n,
                 max_rank,
-                current: slot.current.and_then(rank_of),
+                cap,
+                current,
             });
-            at.push((i, ids));
+            at.push(i);
         }
         let a = layers::allocate(estimate.saturating_sub(audio), &wants);
-        for ((i, ids), rank) in at.into_iter().zip(a.ranks) {
+        for (i, rank) in at.into_iter().zip(a.ranks) {
             let Some(slot) = p.slots.get_mut(i) else {
                 continue;
             };
-            let target = rank.and_then(|r| ids.get(r).copied());
+            let target = rank.and_then(|r| u8::try_from(r).ok());
             let fresh = std::mem::take(&mut slot.fresh);
             if slot.target != target {
                 slot.target = target;
+                slot.last_move = Some(now);
+                if target < slot.current {
+                    slot.last_down = Some(now);
+                }
                 if target.is_none() && slot.current.take().is_some() {
                     self.io.counters.layer_pauses += 1;
                 }
@@ -201,7 +224,9 @@ impl Engine {
                         needed |= mask;
                     }
                 }
-                let mut active = 0u32;
+                // The lowest layer always flows: a new subscriber starts at
+                // once, and a browser takes seconds to resume a layer.
+                let mut active = 1u32;
                 for (l, last) in t.last_needed.iter_mut().enumerate().take(t.rids.len()) {
                     if needed & (1 << l) != 0 {
                         *last = Some(now);

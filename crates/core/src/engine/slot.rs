@@ -78,6 +78,9 @@ pub(super) struct Slot {
     /// A new source since the last allocation (it needs a keyframe of
     /// whatever layer the allocation picks).
     pub(super) fresh: bool,
+    /// When the allocation last changed the target, and last moved it down.
+    pub(super) last_move: Option<Instant>,
+    pub(super) last_down: Option<Instant>,
 }
 
 impl Slot {
@@ -95,6 +98,8 @@ impl Slot {
             pictures: PictureIds::default(),
             switches: 0,
             fresh: false,
+            last_move: None,
+            last_down: None,
         }
     }
 
@@ -110,6 +115,8 @@ impl Slot {
         self.current = None;
         self.target = Some(0);
         self.fresh = source.is_some();
+        self.last_move = None;
+        self.last_down = None;
         self.rewriter.rebase();
         self.pictures.rebase();
         true
