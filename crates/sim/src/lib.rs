@@ -73,6 +73,8 @@ pub struct RxPacket {
     pub frame: u32,
     /// Index within the frame.
     pub index: u16,
+    /// Simulcast layer from the payload stamp (0: none).
+    pub layer: u8,
 }
 
 /// Records every packet a client receives (its [`Observer`]).
@@ -97,6 +99,7 @@ impl Observer for Recorder {
             keyframe: r.keyframe,
             frame: r.frame,
             index: r.index,
+            layer: r.layer,
         });
     }
 }

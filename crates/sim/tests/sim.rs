@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use corelay_sim::corelay_client::{Kind, ParticipantConfig};
+use corelay_sim::corelay_client::{Kind, ParticipantConfig, VideoSource};
 use corelay_sim::corelay_core::{LeaveReason, RtcSettings};
 use corelay_sim::{C, LinkParams, RxPacket, Sim};
 
@@ -852,4 +852,176 @@ fn sim_dtls_failure_on_the_client_is_reported() {
             && detail.contains("fatal alert: description=42"),
         "{detail}"
     );
+}
+
+// ------------------------------------------------------------- simulcast
+
+/// A publisher with three synthetic simulcast layers (q 150, h 400, f 1 500
+/// kbit/s; the stamps say 1, 2, 3), silent audio, no slots.
+fn simulcast_publisher(name: &str) -> ParticipantConfig {
+    let mut c = publisher(name);
+    c.simulcast = [150_000, 400_000, 1_500_000]
+        .into_iter()
+        .map(|bitrate_bps| VideoSource::Synthetic {
+            bitrate_bps,
+            fps: 30,
+            keyframe_interval: 90,
+        })
+        .collect();
+    c
+}
+
+/// The layer (stamp: 1 q, 2 h, 3 f) of each video frame the client
+/// received after `since`, in order.
+fn layers_since(s: &Sim, c: C, since: Duration) -> Vec<u8> {
+    let t = s.start + since;
+    video_packets(s, c)
+        .into_iter()
+        .filter(|p| p.at >= t && p.index == 0)
+        .map(|p| p.layer)
+        .collect()
+}
+
+/// Every change of layer in the slot's numbering starts with a keyframe of
+/// the new layer (in sequence order: retransmissions arrive late; where
+/// the link lost the packet before a change, nothing can be said).
+fn assert_switches_on_keyframes(pkts: &[&RxPacket]) {
+    let mut v: Vec<&RxPacket> = pkts.to_vec();
+    v.sort_by_key(|p| p.seq);
+    v.dedup_by_key(|p| p.seq);
+    for w in v.windows(2) {
+        if w[0].layer != w[1].layer && w[1].seq == w[0].seq + 1 {
+            assert!(
+                w[1].keyframe,
+                "layer {} -> {} at seq {} without a keyframe",
+                w[0].layer, w[1].layer, w[1].seq
+            );
+        }
+    }
+}
+
+/// (20) Issue 11: one three-layer publisher, a subscriber with an open
+/// link and one behind 450 kbit/s. Each subscriber's estimate (TWCC, in
+/// virtual time) chooses its layer: the open one climbs to f, the capped one
+/// settles below it; both keep receiving, their slots' numbering is
+/// continuous across every switch, and every switch starts on a keyframe.
+#[test]
+fn sim_simulcast_layers_follow_each_downlink() {
+    let mut s = sim(20, 1);
+    let _p = s.join("r", simulcast_publisher("p"), 0);
+    let fast = s.join("r", viewer("fast", 1), 0);
+    let slow = s.join("r", viewer("slow", 1), 0);
+    {
+        let l = s.link(slow);
+        l.down.params.rate_bps = Some(450_000);
+        l.down.params.queue_bytes = 30_000;
+    }
+    s.run_for(Duration::from_secs(20));
+    let f = layers_since(&s, fast, Duration::from_secs(15));
+    let w = layers_since(&s, slow, Duration::from_secs(15));
+    eprintln!("fast {f:?}\nslow {w:?}");
+    assert!(f.len() > 100 && f.iter().all(|&l| l == 3), "fast: {f:?}");
+    assert!(w.len() > 50 && w.iter().all(|&l| l < 3), "slow: {w:?}");
+    assert_continuous(&video_packets(&s, fast));
+    // The capped link drops packets (its queue overflows until the estimate
+    // comes down): no big jumps in the slot's numbering, though.
+    let mut seqs: Vec<u64> = video_packets(&s, slow).iter().map(|p| p.seq).collect();
+    seqs.sort_unstable();
+    assert!(seqs.windows(2).all(|w| w[1] - w[0] < 100), "{seqs:?}");
+    for c in [fast, slow] {
+        let v = video_packets(&s, c);
+        assert_switches_on_keyframes(&v);
+        assert_eq!(s.snapshot(c).corrupt(), 0);
+        // It started on the lowest layer.
+        assert_eq!(v.first().map(|p| p.layer), Some(1));
+    }
+}
+
+/// (21) Issue 11: the rendered size caps the layer, and dynacast pauses
+/// what nobody takes. A subscriber that shows the slot at 320x180 gets q
+/// and the publisher is told to send only q; when it grows to 1280x720 the
+/// slot climbs to f (h and f are resumed first); hidden (0x0), its video
+/// stops while audio goes on.
+#[test]
+fn sim_simulcast_view_size_and_dynacast() {
+    let mut s = sim(21, 1);
+    let p = s.join("r", simulcast_publisher("p"), 0);
+    let v = s.join("r", viewer("v", 1), 0);
+    s.run_for(Duration::from_secs(1));
+    let slot = video_slots(&s, v).remove(0);
+    let view = |s: &mut Sim, w: u32, h: u32| {
+        let msg = format!(r#"{{"type":"view","mid":"{slot}","width":{w},"height":{h}}}"#);
+        s.participant(v).send_event(&msg);
+    };
+    view(&mut s, 320, 180);
+    s.run_for(Duration::from_secs(8));
+    let small = layers_since(&s, v, Duration::from_secs(4));
+    assert!(
+        !small.is_empty() && small.iter().all(|&l| l == 1),
+        "{small:?}"
+    );
+    let layers = s.events(p, "layers");
+    assert_eq!(
+        layers.last().map(|e| e["active"].clone()),
+        Some(serde_json::json!(["q"])),
+        "{layers:?}"
+    );
+    view(&mut s, 1280, 720);
+    s.run_for(Duration::from_secs(6));
+    let big = layers_since(&s, v, Duration::from_secs(13));
+    assert!(big.len() > 20 && big.iter().all(|&l| l == 3), "{big:?}");
+    assert_eq!(
+        s.events(p, "layers").last().map(|e| e["active"].clone()),
+        Some(serde_json::json!(["q", "h", "f"]))
+    );
+    let before = video_packets(&s, v).len();
+    view(&mut s, 0, 0);
+    s.run_for(Duration::from_secs(2));
+    let hidden_at = s.now;
+    s.run_for(Duration::from_secs(2));
+    assert!(
+        video_packets(&s, v).iter().all(|p| p.at < hidden_at),
+        "video flows to a hidden slot"
+    );
+    assert!(video_packets(&s, v).len() > before);
+    let audio_after = s
+        .packets(v)
+        .iter()
+        .filter(|p| p.kind == Kind::Audio && p.at >= hidden_at)
+        .count();
+    assert!(audio_after > 20, "{audio_after} audio packets after hiding");
+    let all = video_packets(&s, v);
+    assert_continuous(&all);
+    assert_switches_on_keyframes(&all);
+}
+
+/// (22) Dynacast across shards: the subscriber's shard tells the
+/// publisher's shard what it takes, and the publisher hears the union.
+#[test]
+fn sim_simulcast_dynacast_across_shards() {
+    let mut s = sim(22, 2);
+    let p = s.join("r", simulcast_publisher("p"), 0);
+    let small = s.join("r", viewer("small", 1), 1);
+    s.run_for(Duration::from_secs(1));
+    let slot = video_slots(&s, small).remove(0);
+    let msg = format!(r#"{{"type":"view","mid":"{slot}","width":320,"height":180}}"#);
+    s.participant(small).send_event(&msg);
+    s.run_for(Duration::from_secs(8));
+    let active = |s: &Sim| s.events(p, "layers").last().map(|e| e["active"].clone());
+    assert_eq!(active(&s), Some(serde_json::json!(["q"])));
+    assert!(
+        layers_since(&s, small, Duration::from_secs(5))
+            .iter()
+            .all(|&l| l == 1)
+    );
+    // A big viewer joins on the publisher's own shard: h and f come back.
+    let big = s.join("r", viewer("big", 1), 0);
+    s.run_for(Duration::from_secs(6));
+    assert_eq!(active(&s), Some(serde_json::json!(["q", "h", "f"])));
+    let b = layers_since(&s, big, Duration::from_secs(13));
+    assert!(b.len() > 20 && b.iter().all(|&l| l == 3), "{b:?}");
+    // It leaves: after the hold, h and f pause again.
+    s.leave(big);
+    s.run_for(Duration::from_secs(7));
+    assert_eq!(active(&s), Some(serde_json::json!(["q"])));
 }

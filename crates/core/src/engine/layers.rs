@@ -144,7 +144,12 @@ impl Sources {
                 continue;
             }
             let start = s.window_start;
-            for ((bytes, bps), first) in s.bytes.iter_mut().zip(s.bps.iter_mut()).zip(s.first.iter_mut()) {
+            for ((bytes, bps), first) in s
+                .bytes
+                .iter_mut()
+                .zip(s.bps.iter_mut())
+                .zip(s.first.iter_mut())
+            {
                 let whole = first
                     .take()
                     .is_some_and(|f| f.saturating_duration_since(start) < PARTIAL_WINDOW);
@@ -394,7 +399,10 @@ mod tests {
         let mut s = Sources::default();
         // Before anything is measured: the assumed ladder.
         s.note(key, 0, 3, 0, t0);
-        assert_eq!(s.get(&key).unwrap().rates(), ([166_666, 500_000, 1_500_000, 0], 3));
+        assert_eq!(
+            s.get(&key).unwrap().rates(),
+            ([166_666, 500_000, 1_500_000, 0], 3)
+        );
         // q briefly sends more than h: h is taken to need at least q's rate.
         for _ in 0..10 {
             s.note(key, 0, 3, 5_000, t0);
