@@ -58,6 +58,9 @@ pub fn settings() -> RtcSettings {
 pub fn live_settings() -> RtcSettings {
     let mut s = settings();
     s.participant.requests_per_second = 1_000_000;
+    if std::env::var_os("CORELAY_FUZZ_NO_BWE").is_some() {
+        s.bwe_initial_bps = None;
+    }
     s
 }
 

@@ -24,6 +24,9 @@ use crate::metrics::Counters;
 pub(super) const MAX_DRAIN: usize = 100_000;
 /// How many already-due timeouts one drain feeds back to str0m.
 const MAX_REFEEDS: usize = 8;
+/// When str0m still asks for `now` after the refeeds, it is asked again
+/// this much later.
+const STILL_DUE_RETRY: Duration = Duration::from_millis(1);
 
 /// A str0m event waiting to be handled, with what it needs to know of the
 /// input that caused it.
@@ -126,7 +129,12 @@ fn drain_unguarded(
                     }
                     continue;
                 }
-                io.timers.set_rtc(id, t);
+                // Still due after the refeeds: some of str0m's timers (its
+                // pacer's gate) only move on when the clock does, and feeding
+                // the same instant again would spin the shard. Come back a
+                // moment later.
+                io.timers
+                    .set_rtc(id, if t <= now { now + STILL_DUE_RETRY } else { t });
                 break;
             }
             Ok(Output::Transmit(t)) => {
