@@ -186,12 +186,16 @@ pub(super) struct SlotWant {
 }
 
 /// The result: a rank per slot (`None`: paused), the rate the chosen
-/// layers need, and what the slots would take at the ranks they ask for.
+/// layers need, and what the simulcast slots would take at the ranks they
+/// ask for (what is worth probing for: video without simulcast has no
+/// other layer to move to).
 #[derive(Debug, PartialEq, Eq)]
 pub(super) struct Allocation {
     pub(super) ranks: Vec<Option<usize>>,
     pub(super) used: u64,
     pub(super) desired: u64,
+    /// What the video without simulcast takes.
+    pub(super) fixed: u64,
 }
 
 /// Shares `budget` (bps, after audio) across `wants` (see the module doc).
@@ -205,6 +209,7 @@ pub(super) fn allocate(budget: u64, wants: &[SlotWant]) -> Allocation {
     let mut ranks: Vec<Option<usize>> = vec![None; wants.len()];
     let mut left = budget;
     let mut desired = 0u64;
+    let mut fixed = 0u64;
     let rate = |w: &SlotWant, r: usize| w.rates.get(r).copied().unwrap_or(u64::MAX);
     // Without simulcast: always on, and it costs what it costs.
     for (i, w) in wants.iter().enumerate() {
@@ -213,7 +218,7 @@ pub(super) fn allocate(budget: u64, wants: &[SlotWant]) -> Allocation {
                 *r = Some(0);
             }
             left = left.saturating_sub(rate(w, 0));
-            desired += rate(w, 0);
+            fixed += rate(w, 0);
         }
     }
     // Everyone shown gets the lowest layer, best first, while it lasts (a
@@ -266,6 +271,7 @@ pub(super) fn allocate(budget: u64, wants: &[SlotWant]) -> Allocation {
         ranks,
         used: budget.saturating_sub(left),
         desired,
+        fixed,
     }
 }
 
@@ -314,7 +320,7 @@ mod tests {
         );
         assert_eq!(a.ranks, vec![Some(2), Some(0), None]);
         assert_eq!(a.used, 1_650_000);
-        assert_eq!(a.desired, 1_650_000);
+        assert_eq!((a.desired, a.fixed), (1_650_000, 0));
     }
 
     #[test]

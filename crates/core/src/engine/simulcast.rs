@@ -119,9 +119,17 @@ impl Engine {
         if self.settings.bwe_initial_bps.is_none() {
             return;
         }
-        // Probe toward what the slots would take at the sizes they are
-        // shown, with the headroom a move up needs.
-        let desired = a.desired.saturating_add(audio).saturating_mul(5) / 4;
+        // Probe toward what the simulcast slots would take at the sizes they
+        // are shown, with the headroom a move up needs, on top of what is
+        // used. Without simulcast there is nothing to probe for (probes and
+        // padding cost every subscriber's link and the shard's CPU).
+        let desired = if a.desired == 0 {
+            0
+        } else {
+            a.fixed
+                .saturating_add(audio)
+                .saturating_add(a.desired.saturating_mul(5) / 4)
+        };
         let moved = p.bwe_desired.is_none_or(|d| desired.abs_diff(d) > d / 10);
         if moved {
             p.bwe_desired = Some(desired);
