@@ -211,13 +211,16 @@ pub fn outages_in(spans: &[(u64, u64)], from: u64, to: u64) -> Vec<(u64, u64)> {
 /// from every other joined member (when it has enough video slots), and
 /// throughout the measurement window: a pair silent for more than
 /// [`OUTAGE`] inside it is an outage, listed with its times (seconds since
-/// start), and does not count as ok.
+/// start), and does not count as ok. Silences of a subscriber behind
+/// `--downlink-limit` are counted in `limited_silences` instead (the
+/// server pauses what its downlink cannot carry).
 pub fn pairs(o: &Outcome, video_slots: usize) -> Value {
     let mut expected = 0u64;
     let mut ok = 0u64;
     let mut missing = Vec::new();
     let mut outages = Vec::new();
     let mut outage_count = 0u64;
+    let mut paused = 0u64;
     let mut by_room: std::collections::BTreeMap<usize, Vec<usize>> = Default::default();
     for (k, (j, _)) in o.joined.iter().enumerate() {
         by_room.entry(j.room).or_default().push(k);
@@ -249,6 +252,13 @@ pub fn pairs(o: &Outcome, video_slots: usize) -> Value {
                 if silences.is_empty() {
                     ok += 1;
                 }
+                if ja.limited {
+                    // Behind --downlink-limit the server may pause a slot
+                    // whose lowest layer does not fit: expected, counted
+                    // apart, and not an outage of the server.
+                    paused += silences.len() as u64;
+                    continue;
+                }
                 for (x, y) in silences {
                     outage_count += 1;
                     if outages.len() < MAX_OUTAGES_LISTED {
@@ -265,6 +275,7 @@ pub fn pairs(o: &Outcome, video_slots: usize) -> Value {
         "missing": missing,
         "outage_count": outage_count,
         "outages": outages,
+        "limited_silences": paused,
     })
 }
 
