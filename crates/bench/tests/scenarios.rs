@@ -220,10 +220,8 @@ fn a_downlink_limit_reports_limited_and_unlimited_subscribers_apart() {
 /// the subscribers sit behind 300 kbit/s. The server must forward one layer
 /// per slot, chosen from each subscriber's TWCC estimate: the limited ones
 /// get the low layer (f, 1.5 Mbit/s, cannot fit), the others the high one,
-/// and a layer switch is never loss or corruption. Needs a server that
-/// answers simulcast offers (rid extensions, `a=simulcast:recv q;h;f`).
+/// and a layer switch is never loss or corruption.
 #[test]
-#[ignore = "needs the server's simulcast support (issue 11)"]
 fn simulcast_rooms_with_limited_subscribers() {
     let server = Server::start(corelay_bin(), 1, &[]);
     let dir = out_dir("simulcast");

@@ -83,6 +83,31 @@ fn vp8_keyframe_start(payload: &[u8]) -> bool {
     payload.get(off).is_some_and(|h| h & 0x01 == 0)
 }
 
+/// The VP8 temporal layer of a packet (its payload descriptor's TID), and
+/// whether the packet starts a frame: `None` when the descriptor has no
+/// TID (one temporal layer).
+pub fn vp8_temporal(payload: &[u8]) -> Option<(u8, bool)> {
+    let b0 = *payload.first()?;
+    if b0 & 0x80 == 0 {
+        return None;
+    }
+    let x = *payload.get(1)?;
+    if x & 0x20 == 0 {
+        return None; // no T: no TID
+    }
+    let mut off = 2;
+    if x & 0x80 != 0 {
+        let pic = *payload.get(off)?;
+        off += if pic & 0x80 != 0 { 2 } else { 1 };
+    }
+    if x & 0x40 != 0 {
+        off += 1;
+    }
+    let tk = *payload.get(off)?;
+    let start = b0 & 0x10 != 0 && b0 & 0x07 == 0;
+    Some((tk >> 6, start))
+}
+
 /// Whether a subscriber's payload format `cand` can carry what a publisher sends
 /// as `src`: same codec and clock; for H.264 also the same packetization mode
 /// and profile (constrained baseline and baseline count as one).
@@ -145,6 +170,24 @@ mod tests {
         ));
         assert!(!is_keyframe_start(Codec::Vp8, &[0x90, 0x80, 0x81]));
         assert!(!is_keyframe_start(Codec::Vp8, &[]));
+    }
+
+    #[test]
+    fn vp8_temporal_layer_ids() {
+        // X, I (15-bit), L, T: TID 2, frame start.
+        assert_eq!(
+            vp8_temporal(&[0x90, 0xe0, 0x81, 0x02, 7, 0x80, 0]),
+            Some((2, true))
+        );
+        // Not a frame start (S clear).
+        assert_eq!(
+            vp8_temporal(&[0x80, 0xe0, 0x81, 0x02, 7, 0x40, 0]),
+            Some((1, false))
+        );
+        // No T: one temporal layer.
+        assert_eq!(vp8_temporal(&[0x90, 0xc0, 0x81, 0x02, 7, 0]), None);
+        assert_eq!(vp8_temporal(&[0x10, 0]), None);
+        assert_eq!(vp8_temporal(&[0x90, 0xe0, 0x81]), None);
     }
 
     #[test]

@@ -65,6 +65,9 @@ pub struct Media<P> {
     pub layer: u8,
     /// How many layers its track has (1 without simulcast).
     pub layers: u8,
+    /// The VP8 temporal layer (TID) and whether the packet starts a frame;
+    /// `None` without temporal layers.
+    pub temporal: Option<(u8, bool)>,
     /// The VP8 payload descriptor, parsed once on the publisher's shard (a
     /// slot patches picture ids from it without copying the payload).
     pub vp8: Option<Vp8Descriptor>,
@@ -96,6 +99,7 @@ impl<P> Media<P> {
             keyframe: self.keyframe,
             layer: self.layer,
             layers: self.layers,
+            temporal: self.temporal,
             vp8: self.vp8,
             ext: self.ext,
             payload: f(self.payload),

@@ -61,6 +61,8 @@ pub struct Counters {
     pub layer_pauses: u64,
     /// Dynacast notices to publishers (layers paused or resumed).
     pub dynacast_notices: u64,
+    /// VP8 packets of temporal layers a slot left out (its down-switch).
+    pub temporal_skipped: u64,
 }
 
 impl Counters {
@@ -99,7 +101,8 @@ impl Counters {
             dropped_unknown_stream,
             layer_switches,
             layer_pauses,
-            dynacast_notices
+            dynacast_notices,
+            temporal_skipped
         );
     }
 }

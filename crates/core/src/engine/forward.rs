@@ -19,7 +19,7 @@ use super::io::{drain_rtc, guarded};
 use super::participant::Participant;
 use super::slot::Admit;
 use super::{Engine, PeerMsg};
-use crate::codec::{is_keyframe_start, map_pt};
+use crate::codec::{is_keyframe_start, map_pt, vp8_temporal};
 use crate::ids::{LayerKey, ParticipantId, RoomId, TrackKey};
 use crate::media::{E2eExt, MediaPacket};
 
@@ -84,6 +84,7 @@ impl Engine {
             keyframe: video && is_keyframe_start(spec.codec, &pkt.payload),
             layer,
             layers: track.rids.len().clamp(1, super::MAX_LAYERS) as u8,
+            temporal: vp8.and_then(|_| vp8_temporal(&pkt.payload)),
             vp8,
             ext: E2eExt::from_ext(&pkt.header.ext_vals),
             payload: pkt.payload,
@@ -174,6 +175,18 @@ impl Engine {
                         want_keyframe = Some(l);
                         continue;
                     }
+                }
+                // A VP8 temporal down-switch: frames above the slot's layer
+                // are left out of its numbering (no holes, no NACKs).
+                if let Some((tid, start)) = media.temporal
+                    && !slot.temporal.admit(tid, start)
+                {
+                    slot.rewriter.skip(media.seq);
+                    if let Some(d) = &media.vp8 {
+                        slot.pictures.skip(d);
+                    }
+                    self.io.counters.temporal_skipped += 1;
+                    continue;
                 }
                 let out_pt = match slot.pt_map {
                     Some((spec, pt)) if spec == media.spec => Some(pt),

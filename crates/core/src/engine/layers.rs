@@ -192,6 +192,9 @@ pub(super) struct SlotWant {
 #[derive(Debug, PartialEq, Eq)]
 pub(super) struct Allocation {
     pub(super) ranks: Vec<Option<usize>>,
+    /// Slots kept on their lowest layer beyond the estimate: they should
+    /// shed frame rate (VP8 temporal layers) while they can.
+    pub(super) reduced: Vec<bool>,
     pub(super) used: u64,
     pub(super) desired: u64,
     /// What the video without simulcast takes.
@@ -207,6 +210,7 @@ pub(super) fn allocate(budget: u64, wants: &[SlotWant]) -> Allocation {
         pb.cmp(&pa).then(a.cmp(&b))
     });
     let mut ranks: Vec<Option<usize>> = vec![None; wants.len()];
+    let mut reduced = vec![false; wants.len()];
     let mut left = budget;
     let mut desired = 0u64;
     let mut fixed = 0u64;
@@ -236,6 +240,11 @@ pub(super) fn allocate(budget: u64, wants: &[SlotWant]) -> Allocation {
             left
         };
         if rate(w, 0) <= room {
+            if rate(w, 0) > left
+                && let Some(r) = reduced.get_mut(i)
+            {
+                *r = true;
+            }
             left = left.saturating_sub(rate(w, 0));
             if let Some(r) = ranks.get_mut(i) {
                 *r = Some(0);
@@ -269,6 +278,7 @@ pub(super) fn allocate(budget: u64, wants: &[SlotWant]) -> Allocation {
     }
     Allocation {
         ranks,
+        reduced,
         used: budget.saturating_sub(left),
         desired,
         fixed,
@@ -382,7 +392,10 @@ mod tests {
         let mut w = want((false, false, 0), &LADDER, Some(2));
         assert_eq!(allocate(100_000, &[w]).ranks, vec![None]);
         w.current = Some(0);
-        assert_eq!(allocate(100_000, &[w]).ranks, vec![Some(0)]);
+        let a = allocate(100_000, &[w]);
+        // Kept, but it should shed frame rate while it can.
+        assert_eq!((a.ranks, a.reduced), (vec![Some(0)], vec![true]));
+        assert_eq!(allocate(200_000, &[w]).reduced, vec![false]);
         assert_eq!(allocate(70_000, &[w]).ranks, vec![None]);
     }
 

@@ -92,11 +92,19 @@ impl Engine {
             at.push(i);
         }
         let a = layers::allocate(estimate.saturating_sub(audio), &wants);
-        for (i, rank) in at.into_iter().zip(a.ranks) {
+        for ((i, rank), reduced) in at.into_iter().zip(a.ranks).zip(a.reduced) {
             let Some(slot) = p.slots.get_mut(i) else {
                 continue;
             };
             let target = rank.and_then(|r| u8::try_from(r).ok());
+            // Shed frame rate at once (VP8 temporal layers, from the next
+            // base-layer frame) while a move down waits for the lower
+            // layer's keyframe, or while the lowest layer does not fit.
+            slot.temporal.want = if reduced || target < slot.current {
+                0
+            } else {
+                u8::MAX
+            };
             let fresh = std::mem::take(&mut slot.fresh);
             if slot.target != target {
                 slot.target = target;

@@ -73,6 +73,7 @@ pub(super) struct Slot {
     pub(super) pt_map: Option<(CodecSpec, Pt)>,
     pub(super) rewriter: Rewriter,
     pub(super) pictures: PictureIds,
+    pub(super) temporal: Temporal,
     /// Layer switches (not counting the first layer of a source).
     pub(super) switches: u64,
     /// A new source since the last allocation (it needs a keyframe of
@@ -96,6 +97,7 @@ impl Slot {
             pt_map: None,
             rewriter: Rewriter::default(),
             pictures: PictureIds::default(),
+            temporal: Temporal::default(),
             switches: 0,
             fresh: false,
             last_move: None,
@@ -142,6 +144,9 @@ impl Slot {
             return Admit::WaitKeyframe(target);
         }
         let switched = self.current.is_some();
+        // A new layer starts whole (its keyframe is a base-layer frame);
+        // the allocation reduces it again if it must.
+        self.temporal = Temporal::default();
         if switched {
             self.switches += 1;
             self.rewriter.rebase();
@@ -153,51 +158,91 @@ impl Slot {
 }
 
 /// VP8 picture id and TL0PICIDX rewriting of one slot, so that they stay
-/// continuous across source and layer changes (libwebrtc treats a jump as
-/// lost frames). str0m applies the patch as it serializes the packet: no
-/// copy of the payload.
+/// continuous across source and layer changes and across the frames a
+/// temporal down-switch leaves out (libwebrtc treats a jump as lost
+/// frames). str0m applies the patch as it serializes the packet: no copy
+/// of the payload.
 #[derive(Debug, Default)]
 pub(super) struct PictureIds {
     rebase_pending: bool,
-    pid_offset: u16,
+    /// Unwrapped (extended) picture ids: out = src + offset - skipped before.
+    offset: u64,
     tl0_offset: u8,
-    last_pid: Option<u16>,
+    last_src: Option<u64>,
+    /// Newest source picture forwarded.
+    last_fwd: Option<u64>,
+    last_out: Option<u64>,
     last_tl0: Option<u8>,
+    skips: Skips,
 }
+
+/// 15-bit picture ids (what libwebrtc and Firefox send). A 7-bit id whose
+/// rewrite does not fit is left as it is (the patch fails to build).
+const PID_MASK: u64 = 0x7fff;
 
 impl PictureIds {
     pub(super) fn rebase(&mut self) {
         self.rebase_pending = true;
     }
 
+    /// The extended form of a 15-bit picture id, near the last one seen.
+    fn unwrap(&mut self, pid: u16) -> u64 {
+        let pid = u64::from(pid) & PID_MASK;
+        let ext = match self.last_src {
+            None => (1 << 20) + pid,
+            Some(last) => {
+                let diff = pid.wrapping_sub(last & PID_MASK) & PID_MASK;
+                if diff <= PID_MASK / 2 {
+                    last + diff
+                } else {
+                    last.saturating_sub(PID_MASK + 1 - diff)
+                }
+            }
+        };
+        self.last_src = Some(self.last_src.map_or(ext, |l| l.max(ext)));
+        ext
+    }
+
+    /// A frame left out (temporal down-switch): later ids close the gap.
+    pub(super) fn skip(&mut self, d: &Vp8Descriptor) {
+        if let Some(pid) = d.picture_id() {
+            let ext = self.unwrap(pid);
+            if !self.rebase_pending && self.last_fwd.is_some_and(|f| ext > f) {
+                self.skips.add(ext);
+            }
+        }
+    }
+
     /// The patch for a packet with descriptor `d`, if anything must change.
     pub(super) fn patch(&mut self, d: &Vp8Descriptor) -> Option<Vp8Patch> {
         let pid = d.picture_id()?;
-        // 15-bit ids (what libwebrtc and Firefox send). A 7-bit id whose
-        // rewrite does not fit is left as it is (the patch fails to build).
-        let mask: u16 = 0x7fff;
+        let ext = self.unwrap(pid);
         if std::mem::take(&mut self.rebase_pending) {
-            if let Some(last) = self.last_pid {
-                self.pid_offset = last.wrapping_add(1).wrapping_sub(pid) & mask;
+            self.skips = Skips::default();
+            self.last_fwd = None;
+            if let Some(last) = self.last_out {
+                self.offset = (last + 1).wrapping_sub(ext);
             }
             if let (Some(last), Some(tl0)) = (self.last_tl0, d.tl0_pic_idx()) {
                 self.tl0_offset = last.wrapping_add(1).wrapping_sub(tl0);
             }
         }
-        let out_pid = pid.wrapping_add(self.pid_offset) & mask;
+        let out = ext
+            .wrapping_add(self.offset)
+            .wrapping_sub(self.skips.before(ext));
+        self.last_fwd = Some(self.last_fwd.map_or(ext, |l| l.max(ext)));
+        self.last_out = Some(self.last_out.map_or(out, |l| l.max(out)));
         let out_tl0 = d.tl0_pic_idx().map(|t| t.wrapping_add(self.tl0_offset));
-        if self.last_pid.is_none_or(|l| pid_newer(out_pid, l, mask)) {
-            self.last_pid = Some(out_pid);
-        }
         if let Some(t) = out_tl0
             && self.last_tl0.is_none_or(|l| t.wrapping_sub(l) < 128)
         {
             self.last_tl0 = Some(t);
         }
-        if self.pid_offset == 0 && self.tl0_offset == 0 {
+        let out16 = (out & PID_MASK) as u16;
+        if out16 == pid && self.tl0_offset == 0 {
             return None;
         }
-        let mut b = d.patch().picture_id(out_pid);
+        let mut b = d.patch().picture_id(out16);
         if let Some(t) = out_tl0 {
             b = b.tl0_pic_idx(t);
         }
@@ -205,10 +250,72 @@ impl PictureIds {
     }
 }
 
-/// Whether picture id `a` comes after `b` (modulo `mask + 1`).
-fn pid_newer(a: u16, b: u16, mask: u16) -> bool {
-    let d = a.wrapping_sub(b) & mask;
-    d != 0 && d <= mask / 2
+/// What a temporal down-switch left out of a source's numbering (sequence
+/// numbers or picture ids, extended, in increasing order), so that the
+/// slot's own numbering has no holes: a number after `n` of them moves
+/// down by `n`. Bounded: the oldest are folded into a count.
+#[derive(Debug, Default)]
+struct Skips {
+    list: std::collections::VecDeque<u64>,
+    /// Skips forgotten from the front of `list` (all older than it).
+    folded: u64,
+}
+
+/// Skips remembered one by one (about 30 s of left-out frames at 60 fps).
+const MAX_SKIPS: usize = 2048;
+
+impl Skips {
+    /// Records `n` as left out. Only a number past every one recorded is
+    /// taken (one that arrives late would leave a hole either way).
+    fn add(&mut self, n: u64) {
+        if self.list.back().is_some_and(|&b| n <= b) {
+            return;
+        }
+        if self.list.len() >= MAX_SKIPS {
+            self.list.pop_front();
+            self.folded += 1;
+        }
+        self.list.push_back(n);
+    }
+
+    /// How many left-out numbers come before `n`.
+    fn before(&self, n: u64) -> u64 {
+        if self.list.is_empty() && self.folded == 0 {
+            return 0;
+        }
+        self.folded + self.list.partition_point(|&s| s < n) as u64
+    }
+}
+
+/// Which VP8 temporal layers a slot forwards. A change takes effect at the
+/// start of the next base-layer (TID 0) frame, which references nothing
+/// the slot left out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Temporal {
+    /// Highest TID forwarded now.
+    pub(super) max: u8,
+    /// Highest TID wanted.
+    pub(super) want: u8,
+}
+
+impl Default for Temporal {
+    fn default() -> Self {
+        Temporal {
+            max: u8::MAX,
+            want: u8::MAX,
+        }
+    }
+}
+
+impl Temporal {
+    /// Whether a packet of temporal layer `tid` (starting a frame or not)
+    /// goes out.
+    pub(super) fn admit(&mut self, tid: u8, frame_start: bool) -> bool {
+        if tid == 0 && frame_start {
+            self.max = self.want;
+        }
+        tid <= self.max
+    }
 }
 
 /// Sequence/timestamp rewriting state of one slot.
@@ -222,12 +329,26 @@ pub(super) struct Rewriter {
     last_seq: Option<u64>,
     last_ts: u32,
     last_at: Option<Instant>,
+    /// Source packets a temporal down-switch left out since the rebase,
+    /// and the newest source packet forwarded.
+    skips: Skips,
+    max_src: Option<u64>,
 }
 
 impl Rewriter {
     /// The next packet starts a new source.
     pub(super) fn rebase(&mut self) {
         self.rebase_pending = true;
+    }
+
+    /// A source packet (extended seq) left out by a temporal down-switch:
+    /// the packets after it close the gap.
+    pub(super) fn skip(&mut self, seq: u64) {
+        // One older than a packet already forwarded cannot be taken out of
+        // the numbering any more: it stays a hole.
+        if !self.rebase_pending && self.max_src.is_some_and(|m| seq > m) {
+            self.skips.add(seq);
+        }
     }
 
     /// Rewrites (extended seq, timestamp) of a source packet to the slot's
@@ -255,12 +376,17 @@ impl Rewriter {
             self.seq_offset = out_seq.wrapping_sub(seq);
             self.ts_offset = out_ts.wrapping_sub(ts);
             self.floor = out_seq;
+            self.skips = Skips::default();
+            self.max_src = None;
         }
-        let out_seq = seq.wrapping_add(self.seq_offset);
+        let out_seq = seq
+            .wrapping_add(self.seq_offset)
+            .wrapping_sub(self.skips.before(seq));
         if out_seq < self.floor || out_seq > self.floor + (1 << 40) {
             return None;
         }
         let out_ts = ts.wrapping_add(self.ts_offset);
+        self.max_src = Some(self.max_src.map_or(seq, |m| m.max(seq)));
         if self.last_seq.is_none_or(|l| out_seq > l) {
             self.last_seq = Some(out_seq);
             self.last_ts = out_ts;
@@ -376,7 +502,7 @@ mod tests {
             None => (d.picture_id().unwrap(), d.tl0_pic_idx().unwrap()),
             Some(_) => {
                 // The patch applies what the bookkeeping says went out.
-                (p.last_pid.unwrap(), p.last_tl0.unwrap())
+                ((p.last_out.unwrap() & PID_MASK) as u16, p.last_tl0.unwrap())
             }
         }
     }
@@ -392,8 +518,60 @@ mod tests {
         assert_eq!(patched(&mut p, &vp8(20_001, 201)), (503, 13));
         // The 15-bit id wraps.
         p.rebase();
-        p.last_pid = Some(0x7fff);
+        p.last_out = Some((1 << 20) + 0x7fff);
         assert_eq!(patched(&mut p, &vp8(9, 0)).0, 0);
+    }
+
+    /// Frames of the L1T3 pattern (TID 0 2 1 2 0 2 1 2 ...), two packets
+    /// each: a temporal down-switch to TID 0 leaves frames out of the
+    /// slot's sequence numbers and picture ids without holes, from the next
+    /// base-layer frame on, and back up the same way.
+    #[test]
+    fn a_temporal_down_switch_leaves_no_holes() {
+        let t0 = Instant::now();
+        let mut s = video_slot();
+        assert_eq!(s.admit(0, true), Admit::Forward { switched: false });
+        let tids = [0u8, 2, 1, 2, 0, 2, 1, 2, 0, 2, 1, 2];
+        let mut out = Vec::new();
+        let mut seq = 500u64;
+        for (f, &tid) in tids.iter().enumerate() {
+            if f == 1 {
+                s.temporal.want = 0; // from the next TID 0 frame (f = 4)
+            }
+            if f == 9 {
+                s.temporal.want = u8::MAX; // from f = 12 (none here)
+            }
+            let pid = 1000 + f as u16;
+            for k in 0..2u8 {
+                let payload = vp8(pid, 7);
+                let d = Vp8Descriptor::parse(&payload).unwrap();
+                if !s.temporal.admit(tid, k == 0) {
+                    s.rewriter.skip(seq);
+                    s.pictures.skip(&d);
+                } else {
+                    let (o, _) = s.rewriter.rewrite(seq, 0, 90_000, t0).unwrap();
+                    let (p, _) = patched(&mut s.pictures, &payload);
+                    out.push((f, o, p));
+                }
+                seq += 1;
+            }
+        }
+        let frames: Vec<usize> = out.iter().map(|x| x.0).step_by(2).collect();
+        assert_eq!(frames, [0, 1, 2, 3, 4, 8]);
+        let seqs: Vec<u64> = out.iter().map(|x| x.1).collect();
+        assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "{seqs:?}");
+        let pids: Vec<u16> = out.iter().map(|x| x.2).step_by(2).collect();
+        assert_eq!(pids, [1000, 1001, 1002, 1003, 1004, 1005]);
+    }
+
+    #[test]
+    fn a_late_left_out_packet_stays_a_hole() {
+        let t0 = Instant::now();
+        let mut r = Rewriter::default();
+        r.rewrite(10, 0, 90_000, t0).unwrap();
+        r.rewrite(12, 0, 90_000, t0).unwrap();
+        r.skip(11); // already numbered past it
+        assert_eq!(r.rewrite(13, 0, 90_000, t0).unwrap().0, FIRST_SEQ + 3);
     }
 
     #[test]

@@ -232,6 +232,12 @@ impl Collector for MetricsSnapshot {
         )?;
         c(
             &mut enc,
+            "corelay_temporal_skipped",
+            "VP8 packets of temporal layers a slot left out (a frame-rate down-switch).",
+            &|r| r.counters.temporal_skipped,
+        )?;
+        c(
+            &mut enc,
             "corelay_dynacast_notices",
             "Notices to simulcast publishers of the layers subscribers take.",
             &|r| r.counters.dynacast_notices,
