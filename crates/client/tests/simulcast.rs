@@ -103,42 +103,15 @@ impl Harness {
         let end = self.now + d;
         while self.now < end {
             self.now += Duration::from_millis(1);
-            let now = self.now;
-            let mut obs = NoObserver;
-            self.publisher.handle_timeout(now, &mut obs);
-            self.sfu.handle_input(Input::Timeout(now)).unwrap();
-            // Ping-pong until both are quiet (bounded). Each end's output is
-            // drained after every datagram (str0m's RTP mode holds one
-            // received packet at a time).
-            let mut to_sfu = Vec::new();
-            self.publisher
-                .poll_output(now, &mut obs, &mut |_, d| to_sfu.push(d.to_vec()));
-            let mut to_pub = Vec::new();
-            self.drain_sfu(&mut to_pub);
-            for _ in 0..1000 {
-                if to_sfu.is_empty() && to_pub.is_empty() {
-                    break;
-                }
-                for d in std::mem::take(&mut to_sfu) {
-                    let r = Receive::new(Protocol::Udp, addr(PUB), addr(SFU), &d).unwrap();
-                    self.sfu.handle_input(Input::Receive(now, r)).unwrap();
-                    self.drain_sfu(&mut to_pub);
-                }
-                for d in std::mem::take(&mut to_pub) {
-                    self.publisher.handle_datagram(now, addr(SFU), &d, &mut obs);
-                    self.publisher
-                        .poll_output(now, &mut obs, &mut |_, d| to_sfu.push(d.to_vec()));
-                }
-            }
-        }
-    }
-
-    fn drain_sfu(&mut self, to_pub: &mut Vec<Vec<u8>>) {
-        loop {
-            match self.sfu.poll_output().unwrap() {
-                Output::Timeout(_) => break,
-                Output::Transmit(t) => to_pub.push(t.contents.to_vec()),
-                Output::Event(e) => self.on_event(e),
+            let mut events = Vec::new();
+            exchange(
+                self.now,
+                (&mut self.publisher, addr(PUB)),
+                (&mut self.sfu, addr(SFU)),
+                &mut events,
+            );
+            for e in events {
+                self.on_event(e);
             }
         }
     }
@@ -475,38 +448,55 @@ impl Forward {
     }
 
     fn run_step(&mut self, now: Instant) {
-        let mut obs = NoObserver;
-        self.sub.handle_timeout(now, &mut obs);
-        self.rtc.handle_input(Input::Timeout(now)).unwrap();
-        let mut to_sfu = Vec::new();
-        self.sub
-            .poll_output(now, &mut obs, &mut |_, d| to_sfu.push(d.to_vec()));
-        let mut to_sub = Vec::new();
-        self.drain(&mut to_sub);
-        for _ in 0..1000 {
-            if to_sfu.is_empty() && to_sub.is_empty() {
-                break;
-            }
-            for d in std::mem::take(&mut to_sfu) {
-                let r = Receive::new(Protocol::Udp, addr(SUB), addr(SFU_B), &d).unwrap();
-                self.rtc.handle_input(Input::Receive(now, r)).unwrap();
-                self.drain(&mut to_sub);
-            }
-            for d in std::mem::take(&mut to_sub) {
-                self.sub.handle_datagram(now, addr(SFU_B), &d, &mut obs);
-                self.sub
-                    .poll_output(now, &mut obs, &mut |_, d| to_sfu.push(d.to_vec()));
+        let mut events = Vec::new();
+        exchange(
+            now,
+            (&mut self.sub, addr(SUB)),
+            (&mut self.rtc, addr(SFU_B)),
+            &mut events,
+        );
+    }
+}
+
+/// One virtual instant between a client and a bare str0m `Rtc` standing in
+/// for the SFU: both handle their timers, then datagrams go both ways until
+/// both are quiet (bounded). Each end is drained after every datagram
+/// (str0m's RTP mode holds one received packet at a time); the `Rtc`'s
+/// events are kept in `events`.
+fn exchange(
+    now: Instant,
+    (client, client_addr): (&mut Participant, SocketAddr),
+    (rtc, rtc_addr): (&mut Rtc, SocketAddr),
+    events: &mut Vec<Event>,
+) {
+    fn drain(rtc: &mut Rtc, out: &mut Vec<Vec<u8>>, events: &mut Vec<Event>) {
+        loop {
+            match rtc.poll_output().unwrap() {
+                Output::Timeout(_) => break,
+                Output::Transmit(t) => out.push(t.contents.to_vec()),
+                Output::Event(e) => events.push(e),
             }
         }
     }
-
-    fn drain(&mut self, to_sub: &mut Vec<Vec<u8>>) {
-        loop {
-            match self.rtc.poll_output().unwrap() {
-                Output::Timeout(_) => break,
-                Output::Transmit(t) => to_sub.push(t.contents.to_vec()),
-                Output::Event(_) => {}
-            }
+    let mut obs = NoObserver;
+    client.handle_timeout(now, &mut obs);
+    rtc.handle_input(Input::Timeout(now)).unwrap();
+    let mut to_rtc = Vec::new();
+    client.poll_output(now, &mut obs, &mut |_, d| to_rtc.push(d.to_vec()));
+    let mut to_client = Vec::new();
+    drain(rtc, &mut to_client, events);
+    for _ in 0..1000 {
+        if to_rtc.is_empty() && to_client.is_empty() {
+            break;
+        }
+        for d in std::mem::take(&mut to_rtc) {
+            let r = Receive::new(Protocol::Udp, client_addr, rtc_addr, &d).unwrap();
+            rtc.handle_input(Input::Receive(now, r)).unwrap();
+            drain(rtc, &mut to_client, events);
+        }
+        for d in std::mem::take(&mut to_client) {
+            client.handle_datagram(now, rtc_addr, &d, &mut obs);
+            client.poll_output(now, &mut obs, &mut |_, d| to_rtc.push(d.to_vec()));
         }
     }
 }
