@@ -83,6 +83,36 @@ fn vp8_keyframe_start(payload: &[u8]) -> bool {
     payload.get(off).is_some_and(|h| h & 0x01 == 0)
 }
 
+/// The frame width of a VP8 keyframe's first packet (RFC 6386 9.1: after
+/// the payload descriptor, the 3-byte frame tag, the start code 9d 01 2a,
+/// then 14 bits of width).
+pub fn vp8_keyframe_width(payload: &[u8]) -> Option<u16> {
+    if !vp8_keyframe_start(payload) {
+        return None;
+    }
+    let b0 = *payload.first()?;
+    let mut off = 1;
+    if b0 & 0x80 != 0 {
+        let x = *payload.get(1)?;
+        off = 2;
+        if x & 0x80 != 0 {
+            off += if *payload.get(off)? & 0x80 != 0 { 2 } else { 1 };
+        }
+        if x & 0x40 != 0 {
+            off += 1;
+        }
+        if x & 0x30 != 0 {
+            off += 1;
+        }
+    }
+    let h = payload.get(off..off + 10)?;
+    if h.get(3..6)? != [0x9d, 0x01, 0x2a] {
+        return None;
+    }
+    let w = u16::from_le_bytes([*h.get(6)?, *h.get(7)?]) & 0x3fff;
+    (w > 0).then_some(w)
+}
+
 /// The VP8 temporal layer of a packet (its payload descriptor's TID), and
 /// whether the packet starts a frame: `None` when the descriptor has no
 /// TID (one temporal layer).
@@ -170,6 +200,22 @@ mod tests {
         ));
         assert!(!is_keyframe_start(Codec::Vp8, &[0x90, 0x80, 0x81]));
         assert!(!is_keyframe_start(Codec::Vp8, &[]));
+    }
+
+    #[test]
+    fn vp8_keyframe_widths() {
+        // Descriptor (S, no X), frame tag (keyframe), start code, 640x360.
+        let key = [
+            0x10, 0x50, 0x2b, 0x01, 0x9d, 0x01, 0x2a, 0x80, 0x02, 0x68, 0x01,
+        ];
+        assert_eq!(vp8_keyframe_width(&key), Some(640));
+        let mut delta = key;
+        delta[1] |= 0x01; // inter frame
+        assert_eq!(vp8_keyframe_width(&delta), None);
+        assert_eq!(vp8_keyframe_width(&key[..8]), None);
+        let mut bad = key;
+        bad[5] = 0;
+        assert_eq!(vp8_keyframe_width(&bad), None);
     }
 
     #[test]

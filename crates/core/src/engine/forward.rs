@@ -19,7 +19,7 @@ use super::io::{drain_rtc, guarded};
 use super::participant::Participant;
 use super::slot::Admit;
 use super::{Engine, PeerMsg};
-use crate::codec::{is_keyframe_start, map_pt, vp8_temporal};
+use crate::codec::{is_keyframe_start, map_pt, vp8_keyframe_width, vp8_temporal};
 use crate::ids::{LayerKey, ParticipantId, RoomId, TrackKey};
 use crate::media::{E2eExt, MediaPacket};
 
@@ -120,6 +120,12 @@ impl Engine {
                 media.payload.len(),
                 now,
             );
+            if media.keyframe
+                && media.vp8.is_some()
+                && let Some(w) = vp8_keyframe_width(&media.payload)
+            {
+                self.sources.note_width(media.track, media.layer, w);
+            }
         }
         let Some(room) = self.rooms.get_mut(&room_id) else {
             return;

@@ -59,6 +59,8 @@ pub(super) struct SourceLayers {
     first: [Option<Instant>; MAX_LAYERS],
     /// Smoothed rate per layer (stable id), bps; 0 until measured.
     bps: [u64; MAX_LAYERS],
+    /// Frame width per layer, from its last VP8 keyframe; 0 unknown.
+    width: [u16; MAX_LAYERS],
     window_start: Instant,
     last_packet: Instant,
 }
@@ -70,9 +72,26 @@ impl SourceLayers {
             bytes: [0; MAX_LAYERS],
             first: [None; MAX_LAYERS],
             bps: [0; MAX_LAYERS],
+            width: [0; MAX_LAYERS],
             window_start: now,
             last_packet: now,
         }
+    }
+
+    /// The highest rank a slot rendered `width` pixels wide needs: the
+    /// lowest layer at least about that wide when every layer's width is
+    /// known (VP8 keyframes), else [`rank_for_width`]'s assumption.
+    pub(super) fn rank_for(&self, width: u16) -> usize {
+        let n = usize::from(self.count);
+        let widths = self.width.get(..n).unwrap_or(&[]);
+        if n > 1 && widths.iter().all(|&w| w > 0) {
+            let want = u32::from(width) * 9 / 10;
+            return widths
+                .iter()
+                .position(|&w| u32::from(w) >= want)
+                .unwrap_or(n - 1);
+        }
+        rank_for_width(width, n)
     }
 
     /// Rates by quality rank (lowest first; the rank is the stable id),
@@ -126,6 +145,17 @@ impl Sources {
             f.get_or_insert(now);
         }
         s.last_packet = now;
+    }
+
+    /// A layer's frame width, read from one of its keyframes.
+    pub(super) fn note_width(&mut self, track: TrackKey, layer: u8, width: u16) {
+        if let Some(w) = self
+            .map
+            .get_mut(&track)
+            .and_then(|s| s.width.get_mut(usize::from(layer)))
+        {
+            *w = width;
+        }
     }
 
     pub(super) fn get(&self, track: &TrackKey) -> Option<&SourceLayers> {
@@ -374,6 +404,28 @@ mod tests {
         assert_eq!(a.ranks, vec![Some(0), None]);
         let a = allocate(100_000, &[want((false, false, 0), &[500_000], Some(0))]);
         assert_eq!(a.ranks, vec![Some(0)]);
+    }
+
+    #[test]
+    fn known_widths_pick_the_layer_that_covers_the_tile() {
+        let t0 = Instant::now();
+        let key = TrackKey {
+            participant: crate::ids::ParticipantId(1),
+            mid: "0".into(),
+        };
+        let mut s = Sources::default();
+        s.note(key, 0, 3, 1, t0);
+        // Until every width is known: the assumed 1280-wide top layer.
+        s.note_width(key, 0, 160);
+        assert_eq!(s.get(&key).unwrap().rank_for(320), 0);
+        // A 640x360 camera: 160, 320, 640.
+        s.note_width(key, 1, 320);
+        s.note_width(key, 2, 640);
+        let l = s.get(&key).unwrap();
+        assert_eq!(l.rank_for(320), 1);
+        assert_eq!(l.rank_for(300), 1);
+        assert_eq!(l.rank_for(150), 0);
+        assert_eq!(l.rank_for(1280), 2);
     }
 
     #[test]

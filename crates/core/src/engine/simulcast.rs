@@ -55,10 +55,8 @@ impl Engine {
             let Some(src) = slot.source.filter(|_| slot.kind == MediaKind::Video) else {
                 continue;
             };
-            let (rates, n) = match self.sources.get(&src) {
-                Some(s) => s.rates(),
-                None => ([0; MAX_LAYERS], 1),
-            };
+            let source = self.sources.get(&src);
+            let (rates, n) = source.map_or(([0; MAX_LAYERS], 1), |s| s.rates());
             let current = slot.current.map(usize::from);
             // Climb one layer at a time, a second apart, and not for a
             // while after a move down (the estimate overshoots after one).
@@ -75,8 +73,10 @@ impl Engine {
                 (Some(c), _) => c,
             };
             let v = slot.view;
-            let max_rank = (v.width > 0 && v.height > 0)
-                .then(|| layers::rank_for_width(v.width, n).min(usize::from(v.max_rank)));
+            let max_rank = (v.width > 0 && v.height > 0).then(|| {
+                let needed = source.map_or(0, |s| s.rank_for(v.width));
+                needed.min(usize::from(v.max_rank))
+            });
             wants.push(SlotWant {
                 priority: (
                     slot.pinned,
