@@ -1,5 +1,6 @@
 //! The I/O side: one OS thread drives many participants over non-blocking
-//! UDP sockets with epoll, a timer heap keyed by each participant's next
+//! UDP sockets with epoll (read in `recvmmsg` batches, each datagram at its
+//! kernel receive time: [`corelay_udp`]), a timer heap keyed by each participant's next
 //! wake-up, and an eventfd for commands. Thread-per-core on the client too:
 //! the load generator starts one driver per core; `join()` starts one for a
 //! single participant.
@@ -28,6 +29,7 @@ use std::time::{Duration, Instant};
 use crate::participant::Participant;
 use crate::shaper::{Shaper, Verdict};
 use crate::stats::Observer;
+use corelay_udp::{self as udp, CopyBatch, RecvBatch, RxClock, SendResult};
 
 /// A command to a driver thread.
 pub enum Command {
@@ -199,7 +201,8 @@ impl Driver {
                     by_id: HashMap::new(),
                     heap: BinaryHeap::new(),
                     stats: st,
-                    buf: vec![0u8; 2048],
+                    batch: RecvBatch::new(),
+                    tx: CopyBatch::new(),
                 };
                 l.run();
             })?;
@@ -274,6 +277,7 @@ impl Entry {
         heap: &mut BinaryHeap<Reverse<(Instant, usize)>>,
         idx: usize,
         stats: &DriverStats,
+        tx: &mut CopyBatch,
     ) {
         // Bounded by the queue length (nothing is queued meanwhile).
         while let Some(r) = self.shaper.as_mut().and_then(|s| s.pop_due(now)) {
@@ -282,7 +286,7 @@ impl Entry {
             if let Some(s) = &mut self.shaper {
                 s.recycle(r.data);
             }
-            flush(self, at, obs, heap, idx, stats);
+            flush(self, at, obs, heap, idx, stats, tx);
         }
     }
 }
@@ -297,7 +301,8 @@ struct Loop {
     by_id: HashMap<u64, usize>,
     heap: BinaryHeap<Reverse<(Instant, usize)>>,
     stats: Arc<DriverStats>,
-    buf: Vec<u8>,
+    batch: RecvBatch,
+    tx: CopyBatch,
 }
 
 use std::sync::atomic::Ordering::Relaxed;
@@ -309,23 +314,23 @@ fn flush(
     heap: &mut BinaryHeap<Reverse<(Instant, usize)>>,
     idx: usize,
     stats: &DriverStats,
+    tx: &mut CopyBatch,
 ) {
     if let Some(s) = &e.shaper {
         e.p.set_downlink_stats(s.stats());
     }
     let sock = &e.sock;
-    let mut sent = 0u64;
-    let mut errors = 0u64;
+    let mut out = SendResult::default();
+    // Everything one poll produces (a whole video frame) goes out in one
+    // sendmmsg, in order, right after the poll.
     let next =
-        e.p.poll_output(now, obs, &mut |dest: SocketAddr, data: &[u8]| match sock
-            .send_to(data, dest)
-        {
-            Ok(_) => sent += 1,
-            Err(_) => errors += 1,
+        e.p.poll_output(now, obs, &mut |dest: SocketAddr, data: &[u8]| {
+            tx.push(sock, dest, data, &mut out)
         });
-    stats.tx_datagrams.fetch_add(sent, Relaxed);
-    if errors > 0 {
-        stats.tx_errors.fetch_add(errors, Relaxed);
+    tx.flush(sock, &mut out);
+    stats.tx_datagrams.fetch_add(out.sent as u64, Relaxed);
+    if out.dropped > 0 {
+        stats.tx_errors.fetch_add(out.dropped as u64, Relaxed);
     }
     let next = match e.shaper.as_ref().and_then(Shaper::next_release) {
         Some(r) => next.min(r),
@@ -419,10 +424,25 @@ impl Loop {
                 continue; // stale
             }
             e.scheduled = None;
-            e.release_due(now, &mut *self.obs, &mut self.heap, idx, &self.stats);
+            e.release_due(
+                now,
+                &mut *self.obs,
+                &mut self.heap,
+                idx,
+                &self.stats,
+                &mut self.tx,
+            );
             let now = e.fed(now);
             e.p.handle_timeout(now, &mut *self.obs);
-            flush(e, now, &mut *self.obs, &mut self.heap, idx, &self.stats);
+            flush(
+                e,
+                now,
+                &mut *self.obs,
+                &mut self.heap,
+                idx,
+                &self.stats,
+                &mut self.tx,
+            );
         }
     }
 
@@ -430,45 +450,73 @@ impl Loop {
         let Some(Some(e)) = self.entries.get_mut(idx) else {
             return;
         };
-        let mut got = 0;
-        let mut now = Instant::now();
-        for _ in 0..READ_BUDGET {
-            match e.sock.recv_from(&mut self.buf) {
-                Ok((n, src)) => {
-                    // The receive time (latency, ICE RTT) is this `now`,
-                    // mapped by the participant's clock (CLOCK_MONOTONIC).
-                    now = Instant::now();
-                    got += 1;
-                    if e.shaper.is_some() {
-                        // Through the bottleneck: what is due goes first.
-                        e.release_due(now, &mut *self.obs, &mut self.heap, idx, &self.stats);
-                        let verdict = match &mut e.shaper {
-                            Some(s) => s.offer(now, src, &self.buf[..n]),
-                            None => Verdict::Pass,
-                        };
-                        match verdict {
-                            Verdict::Pass => {}
-                            Verdict::Queued => {
-                                if let Some(t) = e.shaper.as_ref().and_then(Shaper::next_release) {
-                                    schedule(e, t, &mut self.heap, idx);
-                                }
-                                continue;
-                            }
-                            Verdict::Dropped => continue,
-                        }
-                    }
-                    let now = e.fed(now);
-                    e.p.handle_datagram(now, src, &self.buf[..n], &mut *self.obs);
-                    // Drain after every datagram so events carry this datagram's receive time.
-                    flush(e, now, &mut *self.obs, &mut self.heap, idx, &self.stats);
-                }
-                Err(ref err) if err.kind() == io::ErrorKind::WouldBlock => break,
+        let mut got = 0u64;
+        let mut budget = READ_BUDGET;
+        while budget > 0 {
+            let n = match self.batch.recv_max(&e.sock, budget) {
+                Ok(n) => n,
                 Err(ref err) if err.kind() == io::ErrorKind::Interrupted => continue,
-                // ICMP port unreachable surfaces as ConnectionRefused on Linux: ignore.
+                // WouldBlock: drained. ICMP port unreachable surfaces as
+                // ConnectionRefused on Linux: ignore it like any other error.
                 Err(_) => break,
+            };
+            // The receive time (latency, ICE RTT) of each datagram is its
+            // kernel receive time, mapped onto `Instant` (CLOCK_MONOTONIC)
+            // through one pair of clock reads taken after the batch.
+            let clock = RxClock::sample();
+            for i in 0..n {
+                let Some(d) = self.batch.get(i) else {
+                    continue;
+                };
+                got += 1;
+                let now = clock.at(d.kernel_rx);
+                if e.shaper.is_some() {
+                    // Through the bottleneck: what is due goes first.
+                    e.release_due(
+                        now,
+                        &mut *self.obs,
+                        &mut self.heap,
+                        idx,
+                        &self.stats,
+                        &mut self.tx,
+                    );
+                    let verdict = match &mut e.shaper {
+                        Some(s) => s.offer(now, d.source, d.data),
+                        None => Verdict::Pass,
+                    };
+                    match verdict {
+                        Verdict::Pass => {}
+                        Verdict::Queued => {
+                            if let Some(t) = e.shaper.as_ref().and_then(Shaper::next_release) {
+                                schedule(e, t, &mut self.heap, idx);
+                            }
+                            continue;
+                        }
+                        Verdict::Dropped => continue,
+                    }
+                }
+                let now = e.fed(now);
+                e.p.handle_datagram(now, d.source, d.data, &mut *self.obs);
+                // Drain after every datagram: str0m (RTP mode) holds one
+                // received packet until polled, and events carry this
+                // datagram's receive time.
+                flush(
+                    e,
+                    now,
+                    &mut *self.obs,
+                    &mut self.heap,
+                    idx,
+                    &self.stats,
+                    &mut self.tx,
+                );
             }
+            // Fewer than asked for: the socket is empty (level-triggered
+            // epoll reports whatever arrives later), no need to ask again.
+            if n < budget {
+                break;
+            }
+            budget -= n;
         }
-        let _ = now;
         self.stats.rx_datagrams.fetch_add(got, Relaxed);
     }
 
@@ -529,13 +577,23 @@ impl Loop {
         f(e, now);
         // Run it now so the effect is immediate.
         e.p.handle_timeout(now, &mut *self.obs);
-        flush(e, now, &mut *self.obs, &mut self.heap, idx, &self.stats);
+        flush(
+            e,
+            now,
+            &mut *self.obs,
+            &mut self.heap,
+            idx,
+            &self.stats,
+            &mut self.tx,
+        );
     }
 
     fn add(&mut self, id: u64, p: Box<Participant>, sock: UdpSocket) {
         if sock.set_nonblocking(true).is_err() {
             return;
         }
+        // Without kernel receive times datagrams get the time they are read.
+        let _ = udp::enable_rx_timestamps(&sock);
         let idx = match self.free.pop() {
             Some(i) => i,
             None => {
@@ -563,7 +621,15 @@ impl Loop {
             let _ = e.id;
             let now = e.fed(now);
             e.p.handle_timeout(now, &mut *self.obs);
-            flush(e, now, &mut *self.obs, &mut self.heap, idx, &self.stats);
+            flush(
+                e,
+                now,
+                &mut *self.obs,
+                &mut self.heap,
+                idx,
+                &self.stats,
+                &mut self.tx,
+            );
         }
     }
 }

@@ -35,7 +35,6 @@
 
 pub mod mesh;
 pub mod tcp;
-pub mod udp;
 
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
@@ -54,7 +53,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use self::mesh::Mesh;
 use self::tcp::{Frame, TcpConns};
-use self::udp::{RecvBatch, SendBatch};
+use corelay_udp::{self as udp, RecvBatch, SendBatch, realtime};
 
 /// Batches read per wake-up before the loop looks at timers and commands again.
 const MAX_BATCHES_PER_WAKE: usize = 8;
@@ -234,13 +233,6 @@ struct ShardLoop {
     datagrams: u64,
     packet_metrics: bool,
     fail_on_room: Option<String>,
-}
-
-/// CLOCK_REALTIME as a duration since the epoch: the clock SO_TIMESTAMPNS uses.
-fn realtime() -> Duration {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default()
 }
 
 fn micros(d: Duration) -> u64 {
