@@ -8,7 +8,7 @@
 //     server-side egress is a 300 kbit/s token bucket (tc tbf).
 // Within ~10 s of their slots being filled, "fast" must decode the 1280-wide
 // layer and "slow" one at most 640 wide, both still decoding over the last
-// 5 s; /api/v1/stats must show slow's estimate under 600 kbit/s and its slot
+// 5 s (the first 5 s are for slow's estimate to settle); /api/v1/stats must show slow's estimate under 600 kbit/s and its slot
 // targeting a layer below the top; the layers the subscribers take must be
 // active at the publisher (dynacast may only pause the unused ones).
 //
@@ -299,7 +299,10 @@ describe('simulcast: layers follow each subscriber\'s downlink', { skip: skip ??
       console.log(`slots filled: fast mid ${fastMid} tile ${await tileSize(fast, fastMid)}, slow mid ${slowMid} tile ${await tileSize(slow, slowMid)}`);
 
       // Within ~10 s (12 s: the machine is shared): fast decodes >= 1280
-      // wide, slow <= 640 wide.
+      // wide, slow <= 640 wide. Not judged in the first 5 s: slow's
+      // estimate starts at --bwe-start-kbps and the token bucket's burst
+      // lets a probe through at line rate, so it may climb once before its
+      // receiver reports show the loss; the 5 s after that must be clean.
       const sample = async () => {
         const [f, s] = await Promise.all([inboundByMid(fast), inboundByMid(slow)]);
         return { fast: f[fastMid] || {}, slow: s[slowMid] || {} };
@@ -318,7 +321,7 @@ describe('simulcast: layers follow each subscriber\'s downlink', { skip: skip ??
       for (;;) {
         now = await sample();
         trace.push(line(now, await stats()));
-        if (good(now) || Date.now() - t0 > 12000) break;
+        if ((good(now) && Date.now() - t0 >= 5000) || Date.now() - t0 > 12000) break;
         await sleep(1000);
       }
       console.log(`after the slots filled (inbound-rtp, /api/v1/stats):\n  ${trace.join('\n  ')}`);
@@ -328,6 +331,7 @@ describe('simulcast: layers follow each subscriber\'s downlink', { skip: skip ??
       const start = now;
       const tStart = Date.now();
       const window5 = [];
+      const slowEstimates = [];
       let st;
       let end;
       for (let i = 0; i < 5; i++) {
@@ -335,6 +339,7 @@ describe('simulcast: layers follow each subscriber\'s downlink', { skip: skip ??
         end = await sample();
         st = await stats();
         window5.push(line(end, st));
+        slowEstimates.push(participantStats(st, slowId)?.estimate_bps);
       }
       const tEnd = Date.now();
       console.log(`the next 5 s (${rel(tStart)}-${rel(tEnd)} s):\n  ${window5.join('\n  ')}`);
@@ -363,11 +368,15 @@ describe('simulcast: layers follow each subscriber\'s downlink', { skip: skip ??
 
       // The server's view: slow's estimate fits its link and its slot aims
       // below the top layer; fast's slot forwards the top.
+      // (The median over the window: a probe that the token bucket's burst
+      // lets through at line rate lifts one sample now and then.)
       assert.ok(pSlow && Number.isFinite(pSlow.estimate_bps), `slow has an estimate: ${JSON.stringify(pSlow)}`);
-      assert.ok(pSlow.estimate_bps < 600000, `slow's estimate < 600 kbit/s behind a 300 kbit/s link: ${pSlow.estimate_bps}`);
+      const median = [...slowEstimates].sort((a, b) => a - b)[Math.floor(slowEstimates.length / 2)];
+      assert.ok(median < 600000, `slow's estimate < 600 kbit/s behind a 300 kbit/s link (median of ${JSON.stringify(slowEstimates)})`);
       const slowSlot = pSlow.layers.find((l) => l.mid === slowMid);
       const fastSlot = pFast.layers.find((l) => l.mid === fastMid);
-      assert.ok(slowSlot && slowSlot.target !== null && slowSlot.target < TOP, `slow's slot ${slowMid} targets a layer below ${TOP}: ${JSON.stringify(pSlow.layers)}`);
+      // A target of null is a pause (an estimate below the lowest layer).
+      assert.ok(slowSlot && (slowSlot.target ?? -1) < TOP, `slow's slot ${slowMid} targets a layer below ${TOP}: ${JSON.stringify(pSlow.layers)}`);
       assert.ok(fastSlot && fastSlot.layer === TOP, `fast's slot ${fastMid} forwards layer ${TOP}: ${JSON.stringify(pFast.layers)}`);
 
       // Dynacast may pause only what nobody takes: the layers the two slots

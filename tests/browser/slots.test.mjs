@@ -33,8 +33,11 @@ test('pinning switches a slot\'s source seamlessly; the pin ends when that parti
     const viewer = await newPage(browser, 'viewer');
     pages.push(big, small, viewer);
     const ids = {
-      big: await joinDemo(big, server.base, room, 'Big', { query: 'video=640x360' }),
-      small: await joinDemo(small, server.base, room, 'Small', { query: 'video=320x240' }),
+      // One encoding each (the demo publishes simulcast by default, and the
+      // viewer's tile would then pick a layer): the decoded width tells the
+      // two sources apart.
+      big: await joinDemo(big, server.base, room, 'Big', { query: 'video=640x360&simulcast=0' }),
+      small: await joinDemo(small, server.base, room, 'Small', { query: 'video=320x240&simulcast=0' }),
     };
     const width = { [ids.big]: 640, [ids.small]: 320 };
     await joinDemo(viewer, server.base, room, 'Viewer', { recvonly: true, query: 'slots=1' });

@@ -937,6 +937,21 @@ fn sim_simulcast_layers_follow_each_downlink() {
     }
 }
 
+/// (20b) A subscriber whose receiver reports say it loses packets does not
+/// climb, however high its estimate: with 15 % random loss on an otherwise
+/// unlimited downlink it stays on the lowest layer (and keeps receiving).
+#[test]
+fn sim_simulcast_no_climb_while_the_subscriber_reports_loss() {
+    let mut s = sim(23, 1);
+    let _p = s.join("r", simulcast_publisher("p"), 0);
+    let lossy = s.join("r", viewer("lossy", 1), 0);
+    s.link(lossy).down.params.loss = 0.15;
+    s.run_for(Duration::from_secs(12));
+    let l = layers_since(&s, lossy, Duration::from_secs(2));
+    eprintln!("lossy {l:?}");
+    assert!(l.len() > 100 && l.iter().all(|&x| x == 1), "lossy: {l:?}");
+}
+
 /// (21) Issue 11: the rendered size caps the layer, and dynacast pauses
 /// what nobody takes. A subscriber that shows the slot at 320x180 gets q
 /// and the publisher is told to send only q; when it grows to 1280x720 the

@@ -65,6 +65,9 @@ pub(super) struct Participant {
     pub(super) estimate: Option<u64>,
     /// The desired rate its BWE was last given (it probes toward it).
     pub(super) bwe_desired: Option<u64>,
+    /// When the allocator last saw it report loss above what a climb
+    /// allows ([`super::simulcast`]).
+    pub(super) lossy_at: Option<Instant>,
     pub(super) slots: Vec<Slot>,
     pub(super) channel: Option<ChannelId>,
     /// A panic happened inside this participant's handling: its `Rtc` may be
@@ -102,6 +105,7 @@ impl Participant {
             ssrcs: Vec::new(),
             guard: StreamGuard::default(),
             estimate: None,
+            lossy_at: None,
             bwe_desired: None,
             slots: Vec::new(),
             channel: None,

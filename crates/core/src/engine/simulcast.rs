@@ -7,7 +7,8 @@
 //! A slot starts on its source's lowest layer and climbs one layer a second
 //! while the estimate allows (the new layer's keyframe is requested at
 //! once; the current one flows until it comes); it moves down at once when
-//! the estimate falls, and then does not climb for 4 s. Runs when a
+//! the estimate falls, and then does not climb for 4 s, nor before the
+//! subscriber's first receiver report or within 3 s of one reporting loss. Runs when a
 //! subscriber's estimate, slots or views change, and on the room tick. Must not: forward media (the slot switches on a keyframe in
 //! [`super::forward`]) or decide what a slot shows ([`super::policy`]).
 
@@ -29,8 +30,16 @@ use crate::ids::{LayerKey, ParticipantId, TrackKey};
 const DYNACAST_HOLD: Duration = Duration::from_secs(5);
 /// A slot moves up at most one layer this often...
 const CLIMB_INTERVAL: Duration = Duration::from_secs(1);
-/// ...and not for this long after a move down.
+/// ...and not for this long after a move down...
 const DOWN_HOLD: Duration = Duration::from_secs(4);
+/// ...nor while the subscriber reports losing more than this share of what
+/// it is sent (its receiver reports over the last stats interval): an
+/// estimate raised by a probe that a token bucket's burst let through must
+/// not move it onto a layer its link cannot carry.
+const CLIMB_MAX_LOSS: f32 = 0.05;
+/// A lossy report holds climbs this long (reports come each second; one
+/// clean report amid random loss does not open the way).
+const LOSS_HOLD: Duration = Duration::from_secs(3);
 
 impl Engine {
     /// Chooses a layer for each of `id`'s video slots from its estimate.
@@ -49,6 +58,15 @@ impl Engine {
             .filter(|s| s.kind == MediaKind::Audio && s.source.is_some())
             .count() as u64
             * AUDIO_BPS;
+        // No climb before its first receiver report (nothing known of the
+        // link but a start value), nor within LOSS_HOLD of a lossy one.
+        let loss = p.stats.egress_loss;
+        if loss.is_some_and(|l| l > CLIMB_MAX_LOSS) {
+            p.lossy_at = Some(now);
+        }
+        let lossy = loss.is_none()
+            || p.lossy_at
+                .is_some_and(|t| now.saturating_duration_since(t) < LOSS_HOLD);
         let mut wants = Vec::new();
         let mut at = Vec::new();
         for (i, slot) in p.slots.iter().enumerate() {
@@ -60,9 +78,10 @@ impl Engine {
             let current = slot.current.map(usize::from);
             // Climb one layer at a time, a second apart, and not for a
             // while after a move down (the estimate overshoots after one).
-            let settled = slot
-                .last_move
-                .is_none_or(|t| now.saturating_duration_since(t) >= CLIMB_INTERVAL)
+            let settled = !lossy
+                && slot
+                    .last_move
+                    .is_none_or(|t| now.saturating_duration_since(t) >= CLIMB_INTERVAL)
                 && slot
                     .last_down
                     .is_none_or(|t| now.saturating_duration_since(t) >= DOWN_HOLD);

@@ -1,7 +1,8 @@
 //! Transport figures: str0m's statistics events turned into each
 //! participant's [`ParticipantStats`] and the shard's NACK counters.
 //!
-//! Must not: act on the figures (they are for operators and the API).
+//! Must not: act on the figures (they are for operators and the API; the
+//! allocator in [`super::simulcast`] reads the egress loss, not this file).
 
 use str0m::Event;
 use str0m::media::MediaKind;
