@@ -105,8 +105,10 @@ impl Default for RtcSettings {
 }
 
 /// Where a participant's downlink estimate starts (it probes upward from
-/// there within seconds on a good link).
-pub const DEFAULT_BWE_INITIAL_BPS: u64 = 1_500_000;
+/// there within seconds on a good link). libwebrtc's start value: an
+/// estimate that starts higher is believed until traffic reaches it, and a
+/// slow link's slots climb onto layers it cannot carry meanwhile.
+pub const DEFAULT_BWE_INITIAL_BPS: u64 = 300_000;
 
 /// What one offer may hold. Checked before str0m parses anything, so a huge
 /// offer costs a line scan, not a parse tree.

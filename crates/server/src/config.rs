@@ -94,7 +94,7 @@ pub struct Config {
     /// Where each participant's downlink estimate starts, in kbit/s. The
     /// estimate (send-side BWE from the client's TWCC feedback, with probing
     /// and pacing) decides which simulcast layer each slot gets.
-    #[arg(long, env = "CORELAY_BWE_START_KBPS", default_value_t = 1500)]
+    #[arg(long, env = "CORELAY_BWE_START_KBPS", default_value_t = 300)]
     pub bwe_start_kbps: u64,
 
     /// No downlink estimate: every slot gets the best simulcast layer its

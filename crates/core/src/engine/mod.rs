@@ -649,7 +649,13 @@ impl Engine {
             Event::ChannelOpen(cid, _label) => self.on_channel_open(now, id, cid),
             Event::EgressBitrateEstimate(str0m::bwe::BweKind::Twcc { estimate, .. }) => {
                 if let Some(p) = self.participants.get_mut(&id) {
-                    p.estimate = Some(estimate.as_u64());
+                    let new = estimate.as_u64();
+                    // A fall of more than 5 % is the estimator seeing
+                    // congestion (delay growing, loss): no climb for a while.
+                    if p.estimate.is_some_and(|old| new < old - old / 20) {
+                        p.congested_at = Some(now);
+                    }
+                    p.estimate = Some(new);
                     self.io.realloc.push(id);
                 }
             }

@@ -65,9 +65,9 @@ pub(super) struct Participant {
     pub(super) estimate: Option<u64>,
     /// The desired rate its BWE was last given (it probes toward it).
     pub(super) bwe_desired: Option<u64>,
-    /// When the allocator last saw it report loss above what a climb
-    /// allows ([`super::simulcast`]).
-    pub(super) lossy_at: Option<Instant>,
+    /// When it last showed congestion: a falling estimate, or a receiver
+    /// report of more loss than a climb allows ([`super::simulcast`]).
+    pub(super) congested_at: Option<Instant>,
     pub(super) slots: Vec<Slot>,
     pub(super) channel: Option<ChannelId>,
     /// A panic happened inside this participant's handling: its `Rtc` may be
@@ -105,7 +105,7 @@ impl Participant {
             ssrcs: Vec::new(),
             guard: StreamGuard::default(),
             estimate: None,
-            lossy_at: None,
+            congested_at: None,
             bwe_desired: None,
             slots: Vec::new(),
             channel: None,

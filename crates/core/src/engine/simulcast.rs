@@ -8,7 +8,8 @@
 //! while the estimate allows (the new layer's keyframe is requested at
 //! once; the current one flows until it comes); it moves down at once when
 //! the estimate falls, and then does not climb for 4 s, nor before the
-//! subscriber's first receiver report or within 3 s of one reporting loss. Runs when a
+//! subscriber's first receiver report or within 3 s of one reporting loss
+//! or of a fall in its estimate. Runs when a
 //! subscriber's estimate, slots or views change, and on the room tick. Must not: forward media (the slot switches on a keyframe in
 //! [`super::forward`]) or decide what a slot shows ([`super::policy`]).
 
@@ -37,9 +38,10 @@ const DOWN_HOLD: Duration = Duration::from_secs(4);
 /// estimate raised by a probe that a token bucket's burst let through must
 /// not move it onto a layer its link cannot carry.
 const CLIMB_MAX_LOSS: f32 = 0.05;
-/// A lossy report holds climbs this long (reports come each second; one
-/// clean report amid random loss does not open the way).
-const LOSS_HOLD: Duration = Duration::from_secs(3);
+/// A lossy report or a falling estimate holds climbs this long (reports
+/// come each second; one clean report amid random loss does not open the
+/// way, nor does an estimate that is still coming down from its start).
+const CONGESTION_HOLD: Duration = Duration::from_secs(3);
 
 impl Engine {
     /// Chooses a layer for each of `id`'s video slots from its estimate.
@@ -59,14 +61,15 @@ impl Engine {
             .count() as u64
             * AUDIO_BPS;
         // No climb before its first receiver report (nothing known of the
-        // link but a start value), nor within LOSS_HOLD of a lossy one.
+        // link but a start value), nor within CONGESTION_HOLD of a lossy
+        // report or a falling estimate.
         let loss = p.stats.egress_loss;
         if loss.is_some_and(|l| l > CLIMB_MAX_LOSS) {
-            p.lossy_at = Some(now);
+            p.congested_at = Some(now);
         }
         let lossy = loss.is_none()
-            || p.lossy_at
-                .is_some_and(|t| now.saturating_duration_since(t) < LOSS_HOLD);
+            || p.congested_at
+                .is_some_and(|t| now.saturating_duration_since(t) < CONGESTION_HOLD);
         let mut wants = Vec::new();
         let mut at = Vec::new();
         for (i, slot) in p.slots.iter().enumerate() {
