@@ -67,7 +67,7 @@ impl Engine {
         if loss.is_some_and(|l| l > CLIMB_MAX_LOSS) {
             p.congested_at = Some(now);
         }
-        let lossy = loss.is_none()
+        let held = loss.is_none()
             || p.congested_at
                 .is_some_and(|t| now.saturating_duration_since(t) < CONGESTION_HOLD);
         let mut wants = Vec::new();
@@ -81,7 +81,7 @@ impl Engine {
             let current = slot.current.map(usize::from);
             // Climb one layer at a time, a second apart, and not for a
             // while after a move down (the estimate overshoots after one).
-            let settled = !lossy
+            let settled = !held
                 && slot
                     .last_move
                     .is_none_or(|t| now.saturating_duration_since(t) >= CLIMB_INTERVAL)
