@@ -4,6 +4,7 @@
 // Nested `if let` reads better than long let-chains here (same choice as str0m).
 #![allow(clippy::collapsible_if)]
 
+mod compare;
 mod floor;
 mod metrics;
 mod packetize;
@@ -121,6 +122,20 @@ enum Cmd {
     /// This host's cost floor for forwarding: recvmmsg, SRTP decrypt, and per
     /// output copy SRTP encrypt + sendmmsg; no WebRTC logic. Prints JSON.
     Floor(FloorArgs),
+    /// One table and overlaid percentile plots from finished runs of several
+    /// servers: `compare --out DIR tpc=RUN ws=RUN tpc=RUN ...` (repeats of a
+    /// label are merged; ratios are to the first label).
+    Compare(CompareArgs),
+}
+
+#[derive(Args, Debug)]
+struct CompareArgs {
+    /// Title over the table and plots (the scenario).
+    #[arg(long, default_value = "comparison")]
+    title: String,
+    /// LABEL=DIR, one per run (DIR has summary.json and the histograms every run writes).
+    #[arg(required = true)]
+    runs: Vec<String>,
 }
 
 #[derive(Args, Debug)]
@@ -299,6 +314,16 @@ fn main() {
     };
     let code = match cli.cmd {
         Cmd::Packetize(a) => packetize(&a),
+        Cmd::Compare(a) => match compare::compare(&a.runs, &common.out, &a.title) {
+            Ok(table) => {
+                println!("{table}");
+                0
+            }
+            Err(e) => {
+                eprintln!("corelay-bench compare: {e}");
+                2
+            }
+        },
         Cmd::Floor(a) => {
             let spec = floor::FloorSpec {
                 fanout: a.fanout,

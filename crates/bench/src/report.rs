@@ -783,6 +783,10 @@ pub fn write_all(
         );
     }
     w("percentiles.csv", &pcsv)?;
+    // The window's histograms themselves, for `corelay-bench compare` to
+    // merge repeats of a run exactly.
+    crate::compare::write_hist(&dir.join(crate::compare::E2E_HIST), &win.video_lat)?;
+    crate::compare::write_hist(&dir.join(crate::compare::RTT_HIST), &win.ice_rtt)?;
     let title_sfx = format!("{} ({}s window)", o.plan.scenario, to - from);
     w(
         "e2e_latency_percentiles.svg",
