@@ -411,7 +411,11 @@ pub fn summary(o: &Outcome, config: Value, video_slots: usize) -> Value {
     }
     let _ = threads;
     // CPU per packet, server and client, over the window (µs).
-    let server_us = match (cpu.server_cores, server_fwd) {
+    // Janus has no forwarded-packet counter: the packets the client
+    // received are what it forwarded (loss aside).
+    let janus = config.get("dialect").and_then(Value::as_str) == Some("janus");
+    let fwd_basis = server_fwd.or_else(|| janus.then_some(rx_pps));
+    let server_us = match (cpu.server_cores, fwd_basis) {
         (Some(c), Some(f)) if f > 0.0 => Some(r3(c * 1e6 / f)),
         _ => None,
     };
