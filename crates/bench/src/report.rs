@@ -243,13 +243,14 @@ pub fn pairs(o: &Outcome, video_slots: usize) -> Value {
                 let (ja, sa) = &o.joined[a];
                 let (jb, _) = &o.joined[b];
                 let pair = format!("{} <- {}", ja.name, jb.name);
-                if sa.frames_from(&jb.name) == 0 {
-                    if missing.len() < 50 {
-                        missing.push(pair.clone());
-                    }
+                let none = sa.frames_from(&jb.name) == 0;
+                if none && missing.len() < 50 {
+                    missing.push(pair.clone());
                 }
                 let silences = outages_in(&sa.reception_spans(&jb.name), from, to);
-                if silences.is_empty() {
+                // A pair that received nothing has no silence inside the
+                // window to report, and is not ok either.
+                if silences.is_empty() && !none {
                     ok += 1;
                 }
                 if ja.limited {
