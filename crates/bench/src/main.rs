@@ -40,6 +40,11 @@ struct Cli {
 
 #[derive(Args, Debug, Clone)]
 struct CommonArgs {
+    /// The server's signaling: corelay (docs/api.md) or janus (Janus
+    /// VideoRoom over its HTTP API; --url is the API root, e.g.
+    /// http://127.0.0.1:18088/janus; see docs/benchmarks.md, "Janus").
+    #[arg(long, global = true, value_enum, default_value_t = run::Dialect::Corelay)]
+    dialect: run::Dialect,
     /// Server base URL (participant API).
     #[arg(
         long,
@@ -288,8 +293,14 @@ fn main() {
         downlink_limit_bps: c.downlink_limit,
         limited_share: c.limited_share,
     };
+    let janus = c.dialect == run::Dialect::Janus;
+    if janus && (c.simulcast || c.auth_secret.as_ref().is_some_and(|s| !s.is_empty())) {
+        eprintln!("corelay-bench: --dialect janus takes neither --simulcast nor --auth-secret");
+        std::process::exit(2);
+    }
     let common = run::Common {
         url: c.url.trim_end_matches('/').to_string(),
+        dialect: c.dialect,
         out: c.out.clone(),
         threads: c.threads.max(1),
         server_pid: c.server_pid,
@@ -302,7 +313,8 @@ fn main() {
         joiners: c.joiners.max(1),
         codec: c.codec,
         bind_ip: c.bind_ip,
-        server_stats: !c.no_server_stats,
+        // Janus has no /api/v1/stats (its admin API is off).
+        server_stats: !c.no_server_stats && !janus,
         seed: c.seed,
         progress: !c.quiet,
         auth_secret: c
@@ -415,6 +427,13 @@ fn execute(
 ) -> i32 {
     if let Some(o) = config.as_object_mut() {
         o.insert("url".into(), json!(common.url));
+        o.insert(
+            "dialect".into(),
+            json!(match common.dialect {
+                run::Dialect::Corelay => "corelay",
+                run::Dialect::Janus => "janus",
+            }),
+        );
         o.insert("threads".into(), json!(common.threads));
         o.insert("server_pid".into(), json!(common.server_pid));
         o.insert("codec".into(), json!(format!("{:?}", common.codec)));

@@ -243,13 +243,14 @@ pub fn pairs(o: &Outcome, video_slots: usize) -> Value {
                 let (ja, sa) = &o.joined[a];
                 let (jb, _) = &o.joined[b];
                 let pair = format!("{} <- {}", ja.name, jb.name);
-                if sa.frames_from(&jb.name) == 0 {
-                    if missing.len() < 50 {
-                        missing.push(pair.clone());
-                    }
+                let none = sa.frames_from(&jb.name) == 0;
+                if none && missing.len() < 50 {
+                    missing.push(pair.clone());
                 }
                 let silences = outages_in(&sa.reception_spans(&jb.name), from, to);
-                if silences.is_empty() {
+                // A pair that received nothing has no silence inside the
+                // window to report, and is not ok either.
+                if silences.is_empty() && !none {
                     ok += 1;
                 }
                 if ja.limited {
@@ -411,7 +412,11 @@ pub fn summary(o: &Outcome, config: Value, video_slots: usize) -> Value {
     }
     let _ = threads;
     // CPU per packet, server and client, over the window (µs).
-    let server_us = match (cpu.server_cores, server_fwd) {
+    // Janus has no forwarded-packet counter: the packets the client
+    // received are what it forwarded (loss aside).
+    let janus = config.get("dialect").and_then(Value::as_str) == Some("janus");
+    let fwd_basis = server_fwd.or_else(|| janus.then_some(rx_pps));
+    let server_us = match (cpu.server_cores, fwd_basis) {
         (Some(c), Some(f)) if f > 0.0 => Some(r3(c * 1e6 / f)),
         _ => None,
     };

@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use corelay_client::driver::{Command, Driver};
+use corelay_client::janus;
 use corelay_client::{
     JoinError, ParticipantConfig, Recording, Snapshot, VideoCodec, VideoSource, clock, signal,
 };
@@ -20,11 +21,26 @@ use crate::metrics::{Report, Series, ThreadObserver};
 use crate::scenario::Plan;
 use crate::util::{ProcCpu, read_proc_cpu};
 
+/// Which signaling the server speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Dialect {
+    /// corelay's participant API (docs/api.md): one PeerConnection each.
+    Corelay,
+    /// Janus's VideoRoom over its HTTP API: a publishing and a
+    /// subscribing PeerConnection each ([`corelay_client::janus`]).
+    Janus,
+}
+
+/// Driver key of a Janus participant's subscription (its publisher's is the tag).
+const SUB_KEY: u64 = 1 << 62;
+
 /// Options shared by every scenario.
 #[derive(Debug, Clone)]
 pub struct Common {
-    /// Server base URL.
+    /// Server base URL (the Janus API root with `Dialect::Janus`).
     pub url: String,
+    /// The server's signaling dialect.
+    pub dialect: Dialect,
     /// Output directory.
     pub out: PathBuf,
     /// Client driver threads.
@@ -146,12 +162,67 @@ pub struct Joined {
     /// Its video slots' counters when the measurement window began (None:
     /// it joined later).
     pub window_marks: Option<BTreeMap<String, crate::simulcast::VideoMark>>,
+    /// The Janus side (None with the corelay dialect).
+    pub janus: Option<JanusPeer>,
+}
+
+/// A Janus participant's session: the publisher (driver key = tag) and,
+/// once its room is complete, the subscription (driver key = tag | SUB_KEY).
+pub struct JanusPeer {
+    /// The session both handles live on.
+    pub session: janus::Session,
+    /// Room number.
+    pub room: u64,
+    /// Our feed id.
+    pub feed: u64,
+    /// Publisher handle.
+    pub pub_handle: u64,
+    /// Subscriber handle, once subscribed.
+    pub sub_handle: Option<u64>,
+    /// The subscription's snapshot, once subscribed.
+    pub sub_shared: Option<Arc<Mutex<Snapshot>>>,
+}
+
+impl Joined {
+    /// Its snapshot: with Janus, the publisher's merged with the
+    /// subscription's ([`Snapshot::with_subscription`]).
+    pub fn snapshot(&self) -> Snapshot {
+        let own = self.shared.lock().map(|s| s.clone()).unwrap_or_default();
+        match self.janus.as_ref().and_then(|j| j.sub_shared.as_ref()) {
+            Some(sub) => match sub.lock() {
+                Ok(sub) => own.with_subscription(&sub),
+                Err(_) => own,
+            },
+            None => own,
+        }
+    }
+
+    /// Connected (with Janus: the publisher, and the subscription once it exists).
+    fn connected(&self) -> bool {
+        let own = self.shared.lock().map(|s| s.connected).unwrap_or(false);
+        let sub = match self.janus.as_ref().and_then(|j| j.sub_shared.as_ref()) {
+            Some(sub) => sub.lock().map(|s| s.connected).unwrap_or(false),
+            None => true,
+        };
+        own && sub
+    }
 }
 
 enum JobResult {
     Joined(Box<Joined>),
-    Failed { tag: u64, err: JoinError },
-    Left { ok: bool },
+    Failed {
+        tag: u64,
+        err: JoinError,
+    },
+    Left {
+        ok: bool,
+    },
+    /// A Janus subscription is up (its participant is on the driver).
+    Subscribed {
+        tag: u64,
+        handle: u64,
+        shared: Arc<Mutex<Snapshot>>,
+    },
 }
 
 enum Job {
@@ -161,13 +232,28 @@ enum Job {
         cfg: Box<ParticipantConfig>,
         driver: usize,
         token: Option<String>,
+        /// Members planned in the room (Janus creates rooms that size).
+        room_size: usize,
     },
     Leave {
         tag: u64,
         location: String,
         driver: usize,
         token: Option<String>,
+        /// Janus: the session and its handles (instead of the DELETE).
+        janus: Option<(janus::Session, Vec<u64>)>,
     },
+    /// Janus: subscribe `tag`'s session to the other feeds of its room.
+    Subscribe {
+        tag: u64,
+        session: janus::Session,
+        room: u64,
+        feeds: Vec<u64>,
+        cfg: Box<ParticipantConfig>,
+        driver: usize,
+    },
+    /// Janus: keep these sessions alive.
+    Keepalive(Vec<janus::Session>),
 }
 
 /// One CPU/stats sample, taken once per second by the main thread.
@@ -317,9 +403,10 @@ pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String>
         let url = common.url.clone();
         let bind = common.bind_ip;
         let ph = phase.clone();
+        let dialect = common.dialect;
         let h = std::thread::Builder::new()
             .name(format!("joiner-{i}"))
-            .spawn(move || joiner(rx, tx, drivers, url, bind, ph))
+            .spawn(move || joiner(rx, tx, drivers, url, bind, ph, dialect))
             .map_err(|e| format!("joiner thread: {e}"))?;
         joiners.push(h);
     }
@@ -345,6 +432,21 @@ pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String>
     let mut first_media: HashMap<u64, u64> = HashMap::new();
     let mut connected_at: HashMap<u64, u64> = HashMap::new();
     let sizes = plan.room_sizes.clone();
+    // Janus: members of each room that joined or failed, and whether the
+    // room's subscriptions were started (once every member is resolved).
+    let room_of: HashMap<u64, usize> = plan.joins.iter().map(|j| (j.tag, j.room)).collect();
+    let mut resolved = vec![0usize; sizes.len()];
+    let mut subscribed = vec![false; sizes.len()];
+    let mut complete_at: Vec<Option<Instant>> = vec![None; sizes.len()];
+    let mut next_keepalive = start + janus::KEEPALIVE_INTERVAL;
+    let sub_cfg = |name: &str, tag: u64, seed: u64| {
+        let mut cfg = ParticipantConfig::new(name);
+        cfg.codec = common.codec;
+        cfg.keep_latency_samples = 0;
+        cfg.seed = seed;
+        cfg.tag = tag;
+        Box::new(cfg)
+    };
 
     let total_planned = plan.joins.len();
     // Main loop: bounded by the plan's end (plus nothing: it exits there).
@@ -386,21 +488,79 @@ pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String>
             let driver = (jp.tag as usize) % drivers.len();
             let room_name = format!("bench-{run_id}-r{}", jp.room);
             let token = common.token(Some(&room_name), &jp.name, token_ttl);
+            let room_size = sizes.get(jp.room).copied().unwrap_or(1);
             let _ = job_tx.send(Job::Join {
                 plan: jp,
                 room_name,
                 cfg: Box::new(cfg),
                 driver,
                 token,
+                room_size,
             });
         }
         while let Ok(r) = res_rx.try_recv() {
-            match r {
-                JobResult::Joined(j) => {
-                    joined.insert(j.tag, *j);
+            let done_tag = match &r {
+                JobResult::Joined(j) => Some(j.tag),
+                JobResult::Failed { tag, .. } => Some(*tag),
+                _ => None,
+            };
+            absorb_result(r, &mut joined, &mut failures);
+            if common.dialect == Dialect::Janus {
+                if let Some(room) = done_tag.and_then(|t| room_of.get(&t).copied()) {
+                    resolved[room] += 1;
                 }
-                JobResult::Failed { tag, err } => failures.push((tag, err.status, err.body)),
-                JobResult::Left { .. } => {}
+            }
+        }
+        if common.dialect == Dialect::Janus {
+            // Subscriptions start when every member of a room has published
+            // (or failed) and the publishers are connected (Janus knows no
+            // feed before its PeerConnection is up; after 10 s they start
+            // anyway): a later publisher would need a renegotiation.
+            for room in 0..sizes.len() {
+                if subscribed[room] || resolved[room] < sizes[room] {
+                    continue;
+                }
+                let since = *complete_at[room].get_or_insert(now);
+                let up = joined
+                    .values()
+                    .filter(|j| j.room == room)
+                    .all(|j| j.shared.lock().map(|s| s.connected).unwrap_or(false));
+                if !up && now < since + Duration::from_secs(10) {
+                    continue;
+                }
+                subscribed[room] = true;
+                let members: Vec<(u64, u64)> = joined
+                    .values()
+                    .filter(|j| j.room == room)
+                    .filter_map(|j| j.janus.as_ref().map(|p| (j.tag, p.feed)))
+                    .collect();
+                for j in joined.values().filter(|j| j.room == room) {
+                    let Some(p) = &j.janus else { continue };
+                    let feeds: Vec<u64> = members
+                        .iter()
+                        .filter(|(t, _)| *t != j.tag)
+                        .map(|(_, f)| *f)
+                        .collect();
+                    if feeds.is_empty() {
+                        continue;
+                    }
+                    let _ = job_tx.send(Job::Subscribe {
+                        tag: j.tag,
+                        session: p.session.clone(),
+                        room: p.room,
+                        feeds,
+                        cfg: sub_cfg(&j.name, j.tag, rng.u64(..)),
+                        driver: j.driver,
+                    });
+                }
+            }
+            if now >= next_keepalive {
+                next_keepalive = now + janus::KEEPALIVE_INTERVAL;
+                let sessions = joined
+                    .values()
+                    .filter_map(|j| j.janus.as_ref().map(|p| p.session.clone()))
+                    .collect();
+                let _ = job_tx.send(Job::Keepalive(sessions));
             }
         }
         if let Some(sp) = plan.speakers {
@@ -417,9 +577,7 @@ pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String>
             // one publish interval old).
             marked_ns = Some(clock::mono_ns());
             for j in joined.values_mut() {
-                if let Ok(s) = j.shared.lock() {
-                    j.window_marks = Some(crate::simulcast::marks(&s));
-                }
+                j.window_marks = Some(crate::simulcast::marks(&j.snapshot()));
             }
         }
         if now >= next_sample {
@@ -427,10 +585,7 @@ pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String>
             while let Ok(r) = rep_rx.try_recv() {
                 absorb(&r, &mut first_media, &mut connected_at, &mut series);
             }
-            let active = joined
-                .values()
-                .filter(|j| j.shared.lock().map(|s| s.connected).unwrap_or(false))
-                .count();
+            let active = joined.values().filter(|j| j.connected()).count();
             let (fwd, busy) = match common
                 .server_stats
                 .then(|| server_counters(&common.url, admin_token.as_deref()))
@@ -472,18 +627,12 @@ pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String>
 
     // Final snapshots, then leave (DELETE) in parallel on the joiner pool.
     while let Ok(r) = res_rx.try_recv() {
-        match r {
-            JobResult::Joined(j) => {
-                joined.insert(j.tag, *j);
-            }
-            JobResult::Failed { tag, err } => failures.push((tag, err.status, err.body)),
-            JobResult::Left { .. } => {}
-        }
+        absorb_result(r, &mut joined, &mut failures);
     }
     let finals_ns = clock::mono_ns();
     let mut finals = Vec::new();
     for (_, j) in joined.drain() {
-        let snap = j.shared.lock().map(|s| s.clone()).unwrap_or_default();
+        let snap = j.snapshot();
         finals.push((j, snap));
     }
     finals.sort_by_key(|(j, _)| j.tag);
@@ -495,6 +644,10 @@ pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String>
                 location: j.location.clone(),
                 driver: j.driver,
                 token: j.token.clone(),
+                janus: j.janus.as_ref().map(|p| {
+                    let handles = std::iter::once(p.pub_handle).chain(p.sub_handle).collect();
+                    (p.session.clone(), handles)
+                }),
             })
             .is_ok()
         {
@@ -515,8 +668,21 @@ pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String>
             }
             Ok(JobResult::Joined(j)) => {
                 // Joined after the end: leave it right away.
-                let _ = signal::delete_auth(&common.url, &j.location, j.token.as_deref());
+                match &j.janus {
+                    Some(p) => {
+                        let _ = p.session.leave(&[p.pub_handle]);
+                    }
+                    None => {
+                        let _ = signal::delete_auth(&common.url, &j.location, j.token.as_deref());
+                    }
+                }
                 drivers[j.driver].send(Command::Remove(j.tag));
+            }
+            Ok(JobResult::Subscribed { tag, .. }) => {
+                // Its session is being destroyed by its Leave.
+                for d in &drivers {
+                    d.send(Command::Remove(tag | SUB_KEY));
+                }
             }
             Ok(JobResult::Failed { tag, err }) => failures.push((tag, err.status, err.body)),
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
@@ -650,6 +816,7 @@ fn joiner(
     url: String,
     bind: IpAddr,
     phase: Arc<AtomicU8>,
+    dialect: Dialect,
 ) {
     loop {
         let job = {
@@ -666,9 +833,20 @@ fn joiner(
                 cfg,
                 driver,
                 token,
+                room_size,
             } => {
                 if phase.load(Ordering::Relaxed) >= 1 {
                     // The run is over: do not join any more.
+                    continue;
+                }
+                if dialect == Dialect::Janus {
+                    let Some(d) = drivers.get(driver) else { return };
+                    let r =
+                        janus_publish(&url, &room_name, room_size, bind, *cfg, &plan, driver, d);
+                    let _ = tx.send(match r {
+                        Ok(j) => JobResult::Joined(Box::new(j)),
+                        Err(err) => JobResult::Failed { tag: plan.tag, err },
+                    });
                     continue;
                 }
                 let speaking = cfg.speaking;
@@ -698,6 +876,7 @@ fn joiner(
                             speaking,
                             limited,
                             window_marks: None,
+                            janus: None,
                         })));
                     }
                     Err(err) => {
@@ -710,12 +889,142 @@ fn joiner(
                 location,
                 driver,
                 token,
+                janus,
             } => {
-                let ok = signal::delete_auth(&url, &location, token.as_deref()).is_ok();
+                let ok = match &janus {
+                    Some((session, handles)) => session.leave(handles).is_ok(),
+                    None => signal::delete_auth(&url, &location, token.as_deref()).is_ok(),
+                };
                 if let Some(d) = drivers.get(driver) {
                     d.send(Command::Remove(tag));
+                    d.send(Command::Remove(tag | SUB_KEY));
                 }
                 let _ = tx.send(JobResult::Left { ok });
+            }
+            Job::Subscribe {
+                tag,
+                session,
+                room,
+                feeds,
+                cfg,
+                driver,
+            } => {
+                if phase.load(Ordering::Relaxed) >= 1 {
+                    continue;
+                }
+                match janus::subscribe(&session, room, &feeds, bind, *cfg) {
+                    Ok(s) => {
+                        let shared = s.participant.shared();
+                        if let Some(d) = drivers.get(driver) {
+                            d.send(Command::Add {
+                                id: tag | SUB_KEY,
+                                participant: s.participant,
+                                socket: s.socket,
+                            });
+                        }
+                        let _ = tx.send(JobResult::Subscribed {
+                            tag,
+                            handle: s.handle,
+                            shared,
+                        });
+                    }
+                    Err(e) => {
+                        let err = JoinError {
+                            body: format!("subscribe: {}", e.body),
+                            ..e
+                        };
+                        let _ = tx.send(JobResult::Failed { tag, err });
+                    }
+                }
+            }
+            Job::Keepalive(sessions) => {
+                for s in sessions {
+                    if phase.load(Ordering::Relaxed) >= 1 {
+                        break;
+                    }
+                    let _ = s.keepalive();
+                }
+            }
+        }
+    }
+}
+
+/// Joins a Janus room as a publisher and puts the participant on its driver.
+#[allow(clippy::too_many_arguments)]
+fn janus_publish(
+    url: &str,
+    room_name: &str,
+    room_size: usize,
+    bind: IpAddr,
+    cfg: ParticipantConfig,
+    plan: &crate::scenario::JoinPlan,
+    driver: usize,
+    d: &Driver,
+) -> Result<Joined, JoinError> {
+    let speaking = cfg.speaking;
+    let limited = cfg.downlink_limit_bps.is_some();
+    let p = janus::publish(url, room_name, room_size, bind, cfg)?;
+    let shared = p.participant.shared();
+    let answered_ns = clock::mono_ns();
+    if !d.send(Command::Add {
+        id: plan.tag,
+        participant: p.participant,
+        socket: p.socket,
+    }) {
+        let _ = p.session.leave(&[p.handle]);
+        return Err(JoinError::local("driver thread is gone"));
+    }
+    Ok(Joined {
+        tag: plan.tag,
+        room: plan.room,
+        member: plan.member,
+        name: plan.name.clone(),
+        location: String::new(),
+        token: None,
+        driver,
+        shared,
+        post_ns: p.post_ns,
+        answered_ns,
+        speaking,
+        limited,
+        window_marks: None,
+        janus: Some(JanusPeer {
+            session: p.session,
+            room: p.room,
+            feed: p.feed,
+            pub_handle: p.handle,
+            sub_handle: None,
+            sub_shared: None,
+        }),
+    })
+}
+
+/// Files a joiner's result: a join, a failure, a subscription.
+fn absorb_result(
+    r: JobResult,
+    joined: &mut HashMap<u64, Joined>,
+    failures: &mut Vec<(u64, Option<u16>, String)>,
+) {
+    match r {
+        JobResult::Joined(j) => {
+            joined.insert(j.tag, *j);
+        }
+        JobResult::Failed { tag, err } => {
+            // The first few in full: a failure's reason is in its body.
+            if failures.len() < 3 {
+                eprintln!("corelay-bench: participant {tag} failed: {err}");
+            }
+            failures.push((tag, err.status, err.body));
+        }
+        JobResult::Left { .. } => {}
+        JobResult::Subscribed {
+            tag,
+            handle,
+            shared,
+        } => {
+            if let Some(p) = joined.get_mut(&tag).and_then(|j| j.janus.as_mut()) {
+                p.sub_handle = Some(handle);
+                p.sub_shared = Some(shared);
             }
         }
     }

@@ -20,13 +20,16 @@
 //! bottleneck), [`participant`]
 //! (sans-I/O str0m wrapper: time only from its caller, through a
 //! [`clock::Clock`] mapping), [`driver`] (epoll thread driving many
-//! participants, publishing their snapshots), [`signal`] (the HTTP dialect).
+//! participants, publishing their snapshots), [`signal`] (the HTTP dialect),
+//! [`janus`] (Janus's VideoRoom API: one publishing and one receive-only
+//! participant per identity).
 
 // Nested `if let` reads better than long let-chains here (same choice as str0m).
 #![allow(clippy::collapsible_if, clippy::collapsible_match)]
 
 pub mod clock;
 pub mod driver;
+pub mod janus;
 pub mod media;
 pub mod participant;
 pub mod payload;

@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use str0m::change::{SdpAnswer, SdpPendingOffer};
+use str0m::change::{SdpAnswer, SdpOffer, SdpPendingOffer};
 use str0m::channel::ChannelId;
 use str0m::format::Codec;
 use str0m::media::{Direction, MediaKind, Mid, Pt, Rid, Simulcast, SimulcastLayer};
@@ -167,6 +167,9 @@ struct RxSlot {
 /// A virtual participant (sans-I/O).
 pub struct Participant {
     rtc: Rtc,
+    /// Built from a remote offer ([`Participant::answer`]): every media
+    /// the offer adds is a receive slot.
+    answerer: bool,
     cfg: ParticipantConfig,
     name: String,
     name_hash: u64,
@@ -206,25 +209,7 @@ impl Participant {
         local: SocketAddr,
         now: Instant,
     ) -> Result<(Participant, String), String> {
-        let mut exts = ExtensionMap::standard();
-        exts.set(ABS_CAPTURE_TIME_ID, Extension::AbsoluteCaptureTime);
-        let mut b = Rtc::builder()
-            .set_rtp_mode(true)
-            .clear_codecs()
-            .enable_opus(true, false)
-            .set_stats_interval(Some(Duration::from_secs(1)));
-        b = match cfg.codec {
-            VideoCodec::H264 => b.enable_h264(true),
-            VideoCodec::Vp8 => b.enable_vp8(true),
-        };
-        *b.extension_map() = exts;
-        b.set_max_stun_rto(cfg.stun_interval);
-        let mut rtc = b.build(now);
-
-        let cand =
-            Candidate::host(local, "udp").map_err(|e| format!("host candidate {local}: {e}"))?;
-        rtc.add_local_candidate(cand);
-
+        let mut rtc = build_rtc(&cfg, local, now)?;
         let mut api = rtc.sdp_api();
         let name = payload::clamp_name(&cfg.name).to_string();
         let stream_id = format!("{name}-stream");
@@ -356,6 +341,7 @@ impl Participant {
         Ok((
             Participant {
                 rtc,
+                answerer: false,
                 cfg,
                 name,
                 name_hash,
@@ -382,6 +368,80 @@ impl Participant {
             },
             offer_sdp,
         ))
+    }
+
+    /// Build a receive-only participant from the server's SDP offer (an SFU
+    /// that offers, like Janus's subscriber handles): returns it and the
+    /// SDP answer. Publishing, slots and data channel in `cfg` are ignored:
+    /// every audio or video m-line of the offer becomes a receive slot
+    /// (keyed by its mid) on the first [`poll_output`](Self::poll_output),
+    /// and so do those of later offers ([`accept_offer`](Self::accept_offer)).
+    pub fn answer(
+        mut cfg: ParticipantConfig,
+        local: SocketAddr,
+        now: Instant,
+        offer_sdp: &str,
+    ) -> Result<(Participant, String), String> {
+        cfg.publish_video = false;
+        cfg.publish_audio = false;
+        cfg.video_slots = 0;
+        cfg.audio_slots = 0;
+        cfg.data_channel = false;
+        cfg.simulcast.clear();
+        let mut rtc = build_rtc(&cfg, local, now)?;
+        let offer = SdpOffer::from_sdp_string(offer_sdp)
+            .map_err(|e| format!("unparsable SDP offer: {e}"))?;
+        let answer = rtc
+            .sdp_api()
+            .accept_offer(offer)
+            .map_err(|e| format!("offer rejected: {e}"))?;
+        let name = payload::clamp_name(&cfg.name).to_string();
+        let snap = Snapshot::default();
+        let name_hash = payload::name_hash(&name);
+        Ok((
+            Participant {
+                rtc,
+                answerer: true,
+                cfg,
+                name,
+                name_hash,
+                local,
+                remote: None,
+                pending: None,
+                video: None,
+                audio: None,
+                slots: Vec::new(),
+                ssrc_slots: Vec::new(),
+                channel: None,
+                channel_open: false,
+                outbox: VecDeque::new(),
+                published: Arc::new(Mutex::new(snap.clone())),
+                snap,
+                stun: StunRtt::default(),
+                connected: false,
+                dead: false,
+                saw_media: false,
+                rx_ns: 0,
+                sizes: Vec::with_capacity(16),
+                buf: Vec::with_capacity(1500),
+                nacks: Vec::new(),
+            },
+            answer.to_sdp_string(),
+        ))
+    }
+
+    /// Apply a renegotiation offer from the server (an answerer built with
+    /// [`answer`](Self::answer)); returns the SDP answer. New m-lines become
+    /// receive slots.
+    pub fn accept_offer(&mut self, offer_sdp: &str) -> Result<String, String> {
+        let offer = SdpOffer::from_sdp_string(offer_sdp)
+            .map_err(|e| format!("unparsable SDP offer: {e}"))?;
+        let answer = self
+            .rtc
+            .sdp_api()
+            .accept_offer(offer)
+            .map_err(|e| format!("offer rejected: {e}"))?;
+        Ok(answer.to_sdp_string())
     }
 
     /// Apply the server's SDP answer.
@@ -785,8 +845,36 @@ impl Participant {
                 self.snap.nacks_sent = total;
             }
             Event::RtpPacket(p) => self.on_rtp(p, obs),
+            Event::MediaAdded(m) if self.answerer => self.add_offered_slot(m.mid, m.kind),
             _ => {}
         }
+    }
+
+    /// A media the server's offer added (answerer only): a receive slot.
+    fn add_offered_slot(&mut self, mid: Mid, kind: MediaKind) {
+        if self.slots.iter().any(|s| s.mid == mid) {
+            return;
+        }
+        let kind = if kind == MediaKind::Video {
+            Kind::Video
+        } else {
+            Kind::Audio
+        };
+        self.slots.push(RxSlot {
+            mid,
+            key: mid.to_string(),
+            kind,
+        });
+        self.snap.slots.insert(
+            mid.to_string(),
+            SlotStats {
+                kind: match kind {
+                    Kind::Video => "video".into(),
+                    Kind::Audio => "audio".into(),
+                },
+                ..Default::default()
+            },
+        );
     }
 
     fn slot_of(&mut self, p: &RtpPacket) -> Option<usize> {
@@ -1088,6 +1176,28 @@ impl Participant {
         s.sent_packets += 1;
         s.sent_audio_packets += 1;
     }
+}
+
+/// str0m in RTP mode with the client's codecs and extensions, and one
+/// host candidate at `local`.
+fn build_rtc(cfg: &ParticipantConfig, local: SocketAddr, now: Instant) -> Result<Rtc, String> {
+    let mut exts = ExtensionMap::standard();
+    exts.set(ABS_CAPTURE_TIME_ID, Extension::AbsoluteCaptureTime);
+    let mut b = Rtc::builder()
+        .set_rtp_mode(true)
+        .clear_codecs()
+        .enable_opus(true, false)
+        .set_stats_interval(Some(Duration::from_secs(1)));
+    b = match cfg.codec {
+        VideoCodec::H264 => b.enable_h264(true),
+        VideoCodec::Vp8 => b.enable_vp8(true),
+    };
+    *b.extension_map() = exts;
+    b.set_max_stun_rto(cfg.stun_interval);
+    let mut rtc = b.build(now);
+    let cand = Candidate::host(local, "udp").map_err(|e| format!("host candidate {local}: {e}"))?;
+    rtc.add_local_candidate(cand);
+    Ok(rtc)
 }
 
 /// The payload type the answer kept for `mid` with `codec` (H.264:

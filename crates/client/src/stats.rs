@@ -287,6 +287,37 @@ impl SlotStats {
 }
 
 impl Snapshot {
+    /// One identity's view when it publishes and subscribes on separate
+    /// PeerConnections (the Janus dialect): `self` is the publisher's
+    /// snapshot, `sub` the subscription's. Receive slots, received-side
+    /// counters and ICE RTTs come from both (the publisher has no slots);
+    /// connected only while both are; sent-side figures are the
+    /// publisher's.
+    pub fn with_subscription(&self, sub: &Snapshot) -> Snapshot {
+        let mut s = self.clone();
+        for (k, v) in &sub.slots {
+            let key = if s.slots.contains_key(k) {
+                format!("sub-{k}")
+            } else {
+                k.clone()
+            };
+            s.slots.insert(key, v.clone());
+        }
+        s.connected = self.connected && sub.connected;
+        s.events.extend(sub.events.iter().cloned());
+        s.ice_rtt_us.extend_from_slice(&sub.ice_rtt_us);
+        s.nacks_sent += sub.nacks_sent;
+        s.unknown_packets += sub.unknown_packets;
+        s.bad_datagrams += sub.bad_datagrams;
+        if s.failed.is_none() {
+            s.failed = sub.failed.as_ref().map(|f| format!("subscription: {f}"));
+        }
+        if s.downlink.is_none() {
+            s.downlink = sub.downlink;
+        }
+        s
+    }
+
     /// Make `self` equal to `src` cheaply when `self` is an earlier copy of
     /// it: the append-only lists (events, ICE RTTs, latency samples) only
     /// get their new tails copied. What a driver uses to publish.
