@@ -915,6 +915,18 @@ impl Hub {
         );
         self.by_participant.insert(id, vshard);
         let (roster, peers) = self.rewrite(roster);
+        // The control thread sends a join's roster to the joiner's shard in
+        // the Add only (a shard's engine tells its own members): here the
+        // room's other tasks are that shard's other members.
+        for m in self.members.values().filter(|m| m.room == room && m.id != id) {
+            let _ = m
+                .cmd
+                .send(TaskCmd::Room {
+                    update: roster.clone(),
+                    peers: peers.clone(),
+                })
+                .await;
+        }
         let task = Task {
             vshard,
             id,
@@ -1115,18 +1127,23 @@ mod tests {
     #[test]
     fn stun_owner_reads_our_part_of_the_username() {
         let map: HashMap<String, u8> = [("ours".to_string(), 1)].into_iter().collect();
-        // Binding request, USERNAME "ours:theirs" (11 bytes, padded to 12).
-        let user = b"ours:theirs";
-        let mut m = vec![0x00, 0x01];
-        m.extend_from_slice(&16u16.to_be_bytes());
-        m.extend_from_slice(&[0x21, 0x12, 0xa4, 0x42]);
-        m.extend_from_slice(&[7; 12]);
-        m.extend_from_slice(&[0x00, 0x06]);
-        m.extend_from_slice(&(user.len() as u16).to_be_bytes());
-        m.extend_from_slice(user);
-        m.push(0);
-        assert_eq!(stun_owner(&m, &map), Some(1));
+        // A binding request as a client sends it (str0m's builder; the
+        // integrity is not checked here, the task's engine checks it).
+        let req = str0m::ice::StunMessage::binding_request(
+            "ours:theirs",
+            str0m::ice::TransId::new(),
+            true,
+            7,
+            100,
+            false,
+        );
+        let mut buf = [0u8; 512];
+        let n = req
+            .to_bytes(Some(b"password"), &mut buf, |_, _| [0; 20])
+            .unwrap();
+        let m = &buf[..n];
+        assert_eq!(stun_owner(m, &map), Some(1));
         let other: HashMap<String, u8> = [("else".to_string(), 2)].into_iter().collect();
-        assert_eq!(stun_owner(&m, &other), None);
+        assert_eq!(stun_owner(m, &other), None);
     }
 }
