@@ -89,7 +89,15 @@ pub fn run(cfg: Config) -> Result<(), Box<dyn std::error::Error>> {
         ws_runtime = Some(rt);
         max_participants_per_shard = max_participants_per_shard.saturating_mul(n);
     } else {
-        spawn_shards(&cfg, n, ip, &settings, &to_control, &mut handles, &mut joins)?;
+        spawn_shards(
+            &cfg,
+            n,
+            ip,
+            &settings,
+            &to_control,
+            &mut handles,
+            &mut joins,
+        )?;
     }
     drop(to_control);
     #[allow(clippy::disallowed_types, reason = "the control thread's state lock")]

@@ -23,7 +23,11 @@ fn two_participants_exchange_media_on_the_work_stealing_runtime() {
         let (ok, s) = p.wait_until(WAIT, |s| {
             video_sources(s, 30) == want && audio_sources(s, 50) == want
         });
-        assert!(ok, "{me} did not receive video+audio from {other}: {:#?}", s.slots);
+        assert!(
+            ok,
+            "{me} did not receive video+audio from {other}: {:#?}",
+            s.slots
+        );
         assert_clean(me, &s);
     }
     let rooms = server.get_json("/api/v1/rooms");
@@ -34,8 +38,14 @@ fn two_participants_exchange_media_on_the_work_stealing_runtime() {
     });
     assert_eq!(stats["shards"].as_array().map(Vec::len), Some(1), "{stats}");
     assert!(stats["total"]["forwarded"].as_u64().unwrap() > 0, "{stats}");
-    assert!(stats["total"]["cross_shard_out"].as_u64().unwrap() > 0, "{stats}");
-    assert!(stats["total"]["cross_shard_in"].as_u64().unwrap() > 0, "{stats}");
+    assert!(
+        stats["total"]["cross_shard_out"].as_u64().unwrap() > 0,
+        "{stats}"
+    );
+    assert!(
+        stats["total"]["cross_shard_in"].as_u64().unwrap() > 0,
+        "{stats}"
+    );
     a.leave().unwrap();
     b.leave().unwrap();
     let st = server.stop();

@@ -31,9 +31,8 @@
 //! participant task, so that cannot deadlock). ICE-TCP is not offered in
 //! this mode.
 //!
-//! `busy` in the report is the process's CPU time over wall time times the
-//! worker count (the control thread's share included): a work-stealing pool
-//! has no per-core figure.
+//! `busy` in the report is the worker threads' CPU time over wall time
+//! times the worker count: a work-stealing pool has no per-core figure.
 //!
 //! Must not: touch the shards (`crate::shard` is used for its types and
 //! `bind` only) or the engine's logic, or trust a datagram: nothing here
@@ -123,9 +122,14 @@ impl WsRuntime {
 /// Starts the runtime, the reader and the hub; returns the control thread's
 /// handle on the one logical shard.
 pub fn spawn(spec: WsSpec) -> io::Result<(ShardHandle, WsRuntime)> {
+    let clocks = WorkerClocks::default();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(spec.workers.max(1))
         .thread_name("corelay-ws")
+        .on_thread_start({
+            let clocks = clocks.clone();
+            move || clocks.register_current()
+        })
         .enable_all()
         .build()?;
     let socket = {
@@ -174,10 +178,16 @@ pub fn spawn(spec: WsSpec) -> io::Result<(ShardHandle, WsRuntime)> {
         retired: Figures::default(),
         reader_figures: Figures::default(),
         last_report: Instant::now(),
-        cpu: process_cpu(),
+        cpu: Duration::ZERO,
+        clocks,
         reports: 0,
     };
-    supervise(&rt, "reader", spec.to_control.clone(), reader.run(reader_rx));
+    supervise(
+        &rt,
+        "reader",
+        spec.to_control.clone(),
+        reader.run(reader_rx),
+    );
     supervise(&rt, "hub", spec.to_control, hub.run(commands, hub_rx));
     Ok((handle, WsRuntime { rt }))
 }
@@ -218,14 +228,42 @@ fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
-/// This process's CPU time (every thread).
-fn process_cpu() -> Duration {
+/// The CPU clocks of the runtime's threads, registered as each starts, so
+/// that `busy` counts the workers' CPU time only (not the control thread's
+/// offer work, nor time other processes preempted them).
+#[derive(Clone, Default)]
+#[allow(
+    clippy::disallowed_types,
+    reason = "written once per thread at its start, read by the hub once per report: never on the packet path"
+)]
+struct WorkerClocks(Arc<std::sync::Mutex<Vec<libc::clockid_t>>>);
+
+impl WorkerClocks {
+    fn register_current(&self) {
+        let mut id: libc::clockid_t = 0;
+        // SAFETY: pthread_getcpuclockid on the calling thread, writing into
+        // a clockid_t we own.
+        let rc = unsafe { libc::pthread_getcpuclockid(libc::pthread_self(), &mut id) };
+        if rc == 0 {
+            self.0.lock().unwrap_or_else(|e| e.into_inner()).push(id);
+        }
+    }
+
+    /// The registered threads' CPU time together.
+    fn total(&self) -> Duration {
+        let ids = self.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        ids.into_iter().map(cpu_clock).sum()
+    }
+}
+
+/// The time of a CPU clock (zero if it is gone).
+fn cpu_clock(id: libc::clockid_t) -> Duration {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: clock_gettime writes into the timespec we own and pass.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    let rc = unsafe { libc::clock_gettime(id, &mut ts) };
     if rc != 0 {
         return Duration::ZERO;
     }
@@ -466,9 +504,11 @@ impl Reader {
                                 std::thread::sleep(pause);
                             }
                         }
-                        let target = self.by_addr.get(&dg.source).copied().or_else(|| {
-                            stun_owner(dg.data, &self.by_ufrag)
-                        });
+                        let target = self
+                            .by_addr
+                            .get(&dg.source)
+                            .copied()
+                            .or_else(|| stun_owner(dg.data, &self.by_ufrag));
                         let route = target.and_then(|v| self.routes.get(&v));
                         let outcome = match route.map(|r| r.inbox.try_reserve()) {
                             Some(Ok(permit)) => {
@@ -480,9 +520,7 @@ impl Reader {
                                 None
                             }
                             Some(Err(mpsc::error::TrySendError::Full(()))) => Some(true),
-                            Some(Err(mpsc::error::TrySendError::Closed(()))) | None => {
-                                Some(false)
-                            }
+                            Some(Err(mpsc::error::TrySendError::Closed(()))) | None => Some(false),
                         };
                         // Delivered datagrams are counted by their engine;
                         // those that stop here are counted here, once.
@@ -592,13 +630,11 @@ impl Task {
                         break;
                     }
                 }
-                Some(first) = inbox.net.recv() => {
+                // The shard's order: commands, timers, peers, then the
+                // network (a timer due is served before new datagrams).
+                () = tokio::time::sleep_until(deadline.into()) => {
                     let start = Instant::now();
-                    self.datagram(start, first);
-                    for _ in 1..BUDGET {
-                        let Ok(d) = inbox.net.try_recv() else { break };
-                        self.datagram(start, d);
-                    }
+                    self.engine.handle_timeout(start);
                     self.flush();
                     self.worked(start);
                 }
@@ -612,9 +648,13 @@ impl Task {
                     self.flush();
                     self.worked(start);
                 }
-                () = tokio::time::sleep_until(deadline.into()) => {
+                Some(first) = inbox.net.recv() => {
                     let start = Instant::now();
-                    self.engine.handle_timeout(start);
+                    self.datagram(start, first);
+                    for _ in 1..BUDGET {
+                        let Ok(d) = inbox.net.try_recv() else { break };
+                        self.datagram(start, d);
+                    }
                     self.flush();
                     self.worked(start);
                 }
@@ -726,7 +766,10 @@ impl Task {
         out.forwarded.clear();
         let mut dropped = 0;
         for (to, msg) in out.peers.drain(..) {
-            let sent = self.peers.get(&to).is_some_and(|tx| tx.try_send(msg).is_ok());
+            let sent = self
+                .peers
+                .get(&to)
+                .is_some_and(|tx| tx.try_send(msg).is_ok());
             if !sent {
                 dropped += 1;
             }
@@ -784,7 +827,9 @@ struct Hub {
     retired: Figures,
     reader_figures: Figures,
     last_report: Instant,
+    /// The workers' CPU time at the last report.
     cpu: Duration,
+    clocks: WorkerClocks,
     reports: u64,
 }
 
@@ -918,7 +963,11 @@ impl Hub {
         // The control thread sends a join's roster to the joiner's shard in
         // the Add only (a shard's engine tells its own members): here the
         // room's other tasks are that shard's other members.
-        for m in self.members.values().filter(|m| m.room == room && m.id != id) {
+        for m in self
+            .members
+            .values()
+            .filter(|m| m.room == room && m.id != id)
+        {
             let _ = m
                 .cmd
                 .send(TaskCmd::Room {
@@ -966,9 +1015,11 @@ impl Hub {
     ) -> (RoomUpdate, Vec<(ShardId, mpsc::Sender<PeerMsg>)>) {
         let mut peers = Vec::with_capacity(update.members.len());
         for m in &mut update.members {
-            match self.by_participant.get(&m.id).and_then(|v| {
-                self.members.get(v).map(|mm| (*v, mm.peer.clone()))
-            }) {
+            match self
+                .by_participant
+                .get(&m.id)
+                .and_then(|v| self.members.get(v).map(|mm| (*v, mm.peer.clone())))
+            {
                 Some((v, tx)) => {
                     m.shard = v;
                     peers.push((v, tx));
@@ -1059,7 +1110,7 @@ impl Hub {
     fn report(&mut self) {
         let now = Instant::now();
         let window = now.saturating_duration_since(self.last_report);
-        let cpu = process_cpu();
+        let cpu = self.clocks.total();
         let used = cpu.saturating_sub(self.cpu);
         self.cpu = cpu;
         let busy = if window.is_zero() {
