@@ -1151,6 +1151,11 @@ impl Hub {
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::unwrap_used,
+    clippy::indexing_slicing,
+    reason = "tests: a failure is the report"
+)]
 mod tests {
     use super::*;
 
