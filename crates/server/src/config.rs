@@ -40,6 +40,16 @@ pub struct Config {
     #[arg(long, env = "CORELAY_SHARDS")]
     pub shards: Option<usize>,
 
+    /// The data plane's runtime. `thread-per-core` (the default): one pinned
+    /// shard thread per core, each with its own socket and engine, a packet
+    /// handled from socket to socket without a channel. `work-stealing`: the
+    /// comparison baseline, one tokio multi-thread runtime with `--shards`
+    /// workers, a task per participant, media between tasks over channels,
+    /// one UDP socket, no ICE-TCP (docs/architecture.md, "The work-stealing
+    /// baseline").
+    #[arg(long, env = "CORELAY_RUNTIME", value_enum, default_value_t = Runtime::ThreadPerCore)]
+    pub runtime: Runtime,
+
     /// Admission control: participants one shard may host.
     #[arg(
         long,
@@ -310,6 +320,16 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 pub enum LogFormat {
     Text,
     Json,
+}
+
+/// The data plane's runtime (`--runtime`).
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+pub enum Runtime {
+    /// One pinned shard thread per core (DESIGN.md).
+    ThreadPerCore,
+    /// The baseline the design moved away from: tasks and channels on a
+    /// work-stealing tokio runtime ([`crate::ws`]).
+    WorkStealing,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]

@@ -2,13 +2,15 @@
 //! admission) and one pinned shard per core (the data plane).
 //!
 //! Layout: [`control`] is the control thread, [`shard`] the data plane,
-//! [`logging`] the log's filter and format, and the sans-I/O core that both
-//! drive lives in the `corelay-core` crate.
+//! [`ws`] the work-stealing baseline that can replace it for comparison
+//! (`--runtime work-stealing`), [`logging`] the log's filter and format, and
+//! the sans-I/O core that both drive lives in the `corelay-core` crate.
 
 pub mod config;
 pub mod control;
 pub mod logging;
 pub mod shard;
+pub mod ws;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -17,7 +19,7 @@ use std::time::Duration;
 use corelay_core::{OfferLimits, ParticipantLimits, RtcSettings, ShardId};
 use tokio::sync::mpsc;
 
-use crate::config::{Config, ShardFailure};
+use crate::config::{Config, Runtime, ShardFailure};
 use crate::control::{Limits, State};
 use crate::shard::mesh::Mesh;
 use crate::shard::{ShardSpec, bind, spawn};
@@ -37,6 +39,13 @@ pub fn run(cfg: Config) -> Result<(), Box<dyn std::error::Error>> {
     }
     let n = cfg.shard_count();
     let ip = cfg.advertised_ip();
+    let work_stealing = cfg.runtime == Runtime::WorkStealing;
+    if work_stealing && !cfg.no_ice_tcp {
+        tracing::info!(
+            "--runtime work-stealing: ICE-TCP is not offered (the baseline serves UDP only)"
+        );
+    }
+    let ice_tcp = !cfg.no_ice_tcp && !work_stealing;
     let settings = RtcSettings {
         video_codecs: cfg.video_codecs(),
         offer: OfferLimits {
@@ -49,47 +58,27 @@ pub fn run(cfg: Config) -> Result<(), Box<dyn std::error::Error>> {
             requests_per_second: cfg.max_requests_per_second.max(1),
             fault_injection_name: cfg.test_panic_participant.clone(),
         },
-        ice_tcp: !cfg.no_ice_tcp,
+        ice_tcp,
         bwe_initial_bps: (!cfg.no_bwe).then_some(cfg.bwe_start_kbps.max(50) * 1000),
     };
-    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
-    let nofile = raise_nofile_limit();
-    let tcp_max = shard::tcp::conns_per_shard(nofile, n);
-    if !cfg.no_ice_tcp && tcp_max < shard::tcp::MAX_CONNS {
-        tracing::info!(
-            "ICE-TCP takes at most {tcp_max} connections per shard: the file descriptor limit is {nofile} (ulimit -n)"
-        );
-    }
-    let mesh = Arc::new(Mesh::new(n));
     let (to_control, from_shards) = mpsc::unbounded_channel();
     let mut handles = Vec::with_capacity(n);
     let mut joins = Vec::with_capacity(n);
-    for i in 0..n {
-        let port = cfg
-            .udp_port
-            .checked_add(i as u16)
-            .ok_or("--udp-port + shard count exceeds 65535")?;
-        let socket = bind(SocketAddr::new(cfg.bind_ip, port), !cfg.no_packet_metrics)
-            .map_err(|e| format!("cannot bind UDP {}:{port} for shard {i}: {e}", cfg.bind_ip))?;
-        let tcp = if cfg.no_ice_tcp {
-            None
-        } else {
-            let addr = SocketAddr::new(cfg.bind_ip, port);
-            let l = shard::tcp::bind(addr).map_err(|e| {
-                format!("cannot bind TCP {addr} for shard {i}'s ICE-TCP: {e} (--no-ice-tcp turns ICE-TCP off)")
-            })?;
-            Some(l)
-        };
-        let (h, j) = spawn(ShardSpec {
-            index: ShardId(i),
+    let mut ws_runtime = None;
+    // The control thread sees one shard in work-stealing mode: it may host
+    // what the thread-per-core shards would together.
+    let mut max_participants_per_shard = cfg.max_participants_per_shard;
+    if work_stealing {
+        raise_nofile_limit();
+        let addr = SocketAddr::new(cfg.bind_ip, cfg.udp_port);
+        let socket = bind(addr, !cfg.no_packet_metrics)
+            .map_err(|e| format!("cannot bind UDP {addr}: {e}"))?;
+        let (h, rt) = ws::spawn(ws::WsSpec {
             socket,
-            tcp,
-            tcp_max,
-            advertised: SocketAddr::new(ip, port),
+            advertised: SocketAddr::new(ip, cfg.udp_port),
             settings: settings.clone(),
-            mesh: mesh.clone(),
             to_control: to_control.clone(),
-            core: (!cfg.no_pin && n <= cores).then_some(i % cores),
+            workers: n,
             packet_metrics: !cfg.no_packet_metrics,
             stall: cfg
                 .test_stall_every
@@ -97,14 +86,25 @@ pub fn run(cfg: Config) -> Result<(), Box<dyn std::error::Error>> {
             fail_on_room: cfg.test_fail_shard_room.clone(),
         })?;
         handles.push(h);
-        joins.push(j);
+        ws_runtime = Some(rt);
+        max_participants_per_shard = max_participants_per_shard.saturating_mul(n);
+    } else {
+        spawn_shards(
+            &cfg,
+            n,
+            ip,
+            &settings,
+            &to_control,
+            &mut handles,
+            &mut joins,
+        )?;
     }
     drop(to_control);
     #[allow(clippy::disallowed_types, reason = "the control thread's state lock")]
     let state = Arc::new(std::sync::Mutex::new(State::new(
         settings,
         Limits {
-            max_participants_per_shard: cfg.max_participants_per_shard,
+            max_participants_per_shard,
             max_shard_load: cfg.max_shard_load,
             max_participants_per_room: cfg.max_participants_per_room,
             max_rooms: cfg.max_rooms,
@@ -125,10 +125,17 @@ pub fn run(cfg: Config) -> Result<(), Box<dyn std::error::Error>> {
         } else {
             http
         };
+        let plane = if work_stealing {
+            format!("UDP {ip}:{} (work-stealing runtime, {n} workers)", cfg.udp_port)
+        } else {
+            format!(
+                "UDP {ip}:{}-{} ({n} shards)",
+                cfg.udp_port,
+                cfg.udp_port as usize + n - 1
+            )
+        };
         tracing::info!(
-            "corelay listening: http://{shown} (API, demo page), UDP {ip}:{}-{} ({n} shards), {} video",
-            cfg.udp_port,
-            cfg.udp_port as usize + n - 1,
+            "corelay listening: http://{shown} (API, demo page), {plane}, {} video",
             cfg.video_codecs()
                 .iter()
                 .map(|c| c.name())
@@ -224,6 +231,66 @@ pub fn run(cfg: Config) -> Result<(), Box<dyn std::error::Error>> {
         }
     } else {
         tracing::warn!("exiting with connections or shards still open (shutdown deadline)");
+    }
+    if let Some(rt) = ws_runtime {
+        rt.shutdown(Duration::from_secs(1));
+    }
+    Ok(())
+}
+
+/// Binds and starts the `n` pinned shard threads (thread-per-core).
+fn spawn_shards(
+    cfg: &Config,
+    n: usize,
+    ip: std::net::IpAddr,
+    settings: &RtcSettings,
+    to_control: &mpsc::UnboundedSender<shard::ToControl>,
+    handles: &mut Vec<shard::ShardHandle>,
+    joins: &mut Vec<std::thread::JoinHandle<()>>,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    let nofile = raise_nofile_limit();
+    let tcp_max = shard::tcp::conns_per_shard(nofile, n);
+    if !cfg.no_ice_tcp && tcp_max < shard::tcp::MAX_CONNS {
+        tracing::info!(
+            "ICE-TCP takes at most {tcp_max} connections per shard: the file descriptor limit is {nofile} (ulimit -n)"
+        );
+    }
+    let mesh = Arc::new(Mesh::new(n));
+    for i in 0..n {
+        let port = cfg
+            .udp_port
+            .checked_add(i as u16)
+            .ok_or("--udp-port + shard count exceeds 65535")?;
+        let socket = bind(SocketAddr::new(cfg.bind_ip, port), !cfg.no_packet_metrics)
+            .map_err(|e| format!("cannot bind UDP {}:{port} for shard {i}: {e}", cfg.bind_ip))?;
+        let tcp = if cfg.no_ice_tcp {
+            None
+        } else {
+            let addr = SocketAddr::new(cfg.bind_ip, port);
+            let l = shard::tcp::bind(addr).map_err(|e| {
+                format!("cannot bind TCP {addr} for shard {i}'s ICE-TCP: {e} (--no-ice-tcp turns ICE-TCP off)")
+            })?;
+            Some(l)
+        };
+        let (h, j) = spawn(ShardSpec {
+            index: ShardId(i),
+            socket,
+            tcp,
+            tcp_max,
+            advertised: SocketAddr::new(ip, port),
+            settings: settings.clone(),
+            mesh: mesh.clone(),
+            to_control: to_control.clone(),
+            core: (!cfg.no_pin && n <= cores).then_some(i % cores),
+            packet_metrics: !cfg.no_packet_metrics,
+            stall: cfg
+                .test_stall_every
+                .map(|every| (every, Duration::from_millis(cfg.test_stall_ms))),
+            fail_on_room: cfg.test_fail_shard_room.clone(),
+        })?;
+        handles.push(h);
+        joins.push(j);
     }
     Ok(())
 }

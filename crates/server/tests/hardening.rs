@@ -269,6 +269,12 @@ fn a_panic_in_one_participant_evicts_only_that_participant() {
 
 #[test]
 fn a_failed_shard_turns_health_503_and_gets_no_new_joins() {
+    if corelay_testkit::skip_in_work_stealing(
+        "a_failed_shard_turns_health_503_and_gets_no_new_joins",
+        "one logical shard: no other shard survives to take joins",
+    ) {
+        return;
+    }
     let server = start_server(
         2,
         &[
@@ -567,6 +573,12 @@ fn data_channel_requests_are_rate_limited() {
 /// and the calls on the shard go on.
 #[test]
 fn ice_tcp_garbage_is_dropped_and_counted_and_calls_go_on() {
+    if corelay_testkit::skip_in_work_stealing(
+        "ice_tcp_garbage_is_dropped_and_counted_and_calls_go_on",
+        "no ICE-TCP in the work-stealing baseline",
+    ) {
+        return;
+    }
     let server = start_server(1, &[]);
     let (a, b) = two_in_a_call(&server, "tcpjunk");
     let before =

@@ -36,12 +36,19 @@ fn run_call(server: &Server) -> serde_json::Value {
 
 #[test]
 fn a_stalled_shard_shows_in_dwell_and_forwarding_latency() {
+    // In the work-stealing baseline every forwarded packet crossed a channel
+    // between participant tasks: its latency is the cross-shard histogram.
+    let forward = if corelay_testkit::work_stealing() {
+        "forward_cross_shard_latency"
+    } else {
+        "forward_latency"
+    };
     // Reference run: figures exist.
     let normal = start_server(1, &[]);
     let st = run_call(&normal);
     let shard = &st["shards"][0];
     let dwell_n = shard["socket_dwell"]["count"].as_u64().unwrap();
-    let fwd_n = shard["forward_latency"]["count"].as_u64().unwrap();
+    let fwd_n = shard[forward]["count"].as_u64().unwrap();
     assert!(dwell_n > 100, "no dwell samples: {shard}");
     assert!(fwd_n > 100, "no forwarding samples: {shard}");
 
@@ -51,7 +58,7 @@ fn a_stalled_shard_shows_in_dwell_and_forwarding_latency() {
     let slow = start_server(1, &["--test-stall-every", "20", "--test-stall-ms", "8"]);
     let st = run_call(&slow);
     let shard = &st["shards"][0];
-    let fwd = &shard["forward_latency"];
+    let fwd = &shard[forward];
     let dwell = &shard["socket_dwell"];
     let stalls = shard["counters"]["rx_packets"].as_u64().unwrap() / 20;
     assert!(stalls > 10, "too little traffic to judge: {shard}");
@@ -70,7 +77,7 @@ fn a_stalled_shard_shows_in_dwell_and_forwarding_latency() {
         normal.get_json("/api/v1/stats")["shards"][0]["socket_dwell"]["mean_us"]
             .as_f64()
             .unwrap(),
-        normal.get_json("/api/v1/stats")["shards"][0]["forward_latency"]["mean_us"]
+        normal.get_json("/api/v1/stats")["shards"][0][forward]["mean_us"]
             .as_f64()
             .unwrap(),
         dwell["mean_us"].as_f64().unwrap(),
@@ -91,16 +98,15 @@ fn a_stalled_shard_shows_in_dwell_and_forwarding_latency() {
     ] {
         assert!(text.contains(needle), "/metrics lacks {needle}:\n{text}");
     }
+    let metric = format!("corelay_{forward}_seconds");
     let over_5ms_line = text
         .lines()
-        .find(|l| {
-            l.starts_with("corelay_forward_latency_seconds_bucket{") && l.contains("le=\"0.005\"")
-        })
+        .find(|l| l.starts_with(&format!("{metric}_bucket{{")) && l.contains("le=\"0.005\""))
         .unwrap()
         .to_string();
     let count_line = text
         .lines()
-        .find(|l| l.starts_with("corelay_forward_latency_seconds_count{"))
+        .find(|l| l.starts_with(&format!("{metric}_count{{")))
         .unwrap()
         .to_string();
     let val = |l: &str| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap();

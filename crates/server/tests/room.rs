@@ -60,7 +60,14 @@ fn four_participants_receive_each_other() {
     assert_eq!(room["participants"].as_array().unwrap().len(), 4);
     let stats = server.get_json("/api/v1/stats");
     assert!(stats["total"]["forwarded"].as_u64().unwrap() > 0);
-    assert_eq!(stats["total"]["cross_shard_out"].as_u64().unwrap(), 0);
+    // One shard: no hop. In the work-stealing baseline every forwarded
+    // packet crosses from the publisher's task to each subscriber's.
+    let hops = stats["total"]["cross_shard_out"].as_u64().unwrap();
+    if corelay_testkit::work_stealing() {
+        assert!(hops > 0, "{stats}");
+    } else {
+        assert_eq!(hops, 0, "{stats}");
+    }
     for p in ps {
         p.leave().unwrap();
     }
@@ -70,6 +77,9 @@ fn four_participants_receive_each_other() {
 
 #[test]
 fn one_room_across_two_shards() {
+    if corelay_testkit::skip_in_work_stealing("one_room_across_two_shards", "one logical shard") {
+        return;
+    }
     // Capacity 2 per shard forces the room of 4 onto both shards: one hop.
     let server = start_server(2, &["--max-participants-per-shard", "2"]);
     let all = ["s1", "s2", "s3", "s4"];
@@ -99,6 +109,12 @@ fn one_room_across_two_shards() {
 
 #[test]
 fn two_rooms_on_two_shards_stay_apart() {
+    if corelay_testkit::skip_in_work_stealing(
+        "two_rooms_on_two_shards_stay_apart",
+        "one logical shard",
+    ) {
+        return;
+    }
     let server = start_server(2, &[]);
     let a: Vec<_> = ["a1", "a2"]
         .iter()

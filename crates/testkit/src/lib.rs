@@ -79,6 +79,31 @@ fn build_corelay(profile_dir: &Path) -> PathBuf {
     path
 }
 
+/// The data-plane runtime the tests run corelay with: `$CORELAY_TEST_RUNTIME`
+/// (`thread-per-core` or `work-stealing`), passed as `--runtime` by
+/// [`Server::start`]; None (the server's default) when unset.
+pub fn test_runtime() -> Option<String> {
+    std::env::var("CORELAY_TEST_RUNTIME")
+        .ok()
+        .filter(|r| !r.is_empty())
+}
+
+/// Whether the tests run the work-stealing baseline.
+pub fn work_stealing() -> bool {
+    test_runtime().as_deref() == Some("work-stealing")
+}
+
+/// For a test that is about pinned shards (several shards, a shard's own
+/// failure or ICE-TCP): true, with a `SKIPPED (work-stealing)` line naming
+/// it and why, when the tests run the work-stealing baseline.
+pub fn skip_in_work_stealing(test: &str, why: &str) -> bool {
+    let skip = work_stealing();
+    if skip {
+        say(&format!("SKIPPED (work-stealing): {test}: {why}"));
+    }
+    skip
+}
+
 /// Writes past libtest's output capture (like the server's own log).
 pub fn say(msg: &str) {
     let _ = writeln!(std::io::stderr().lock(), "{msg}");
@@ -128,13 +153,18 @@ impl Server {
     /// Starts `bin` with `shards` shards (unpinned) on free loopback ports,
     /// plus `extra` arguments, and waits until it answers. Its log level is
     /// `$CORELAY_TEST_LOG` (default `warn`); the log goes to stderr and is
-    /// kept ([`Server::log`]).
+    /// kept ([`Server::log`]). The runtime is [`test_runtime`]'s unless
+    /// `extra` names one.
     pub fn start(bin: impl AsRef<Path>, shards: usize, extra: &[&str]) -> Server {
         let bin = bin.as_ref();
         let http = format!("127.0.0.1:{}", free_tcp_port());
         let metrics = format!("127.0.0.1:{}", free_tcp_port());
         let udp_base = free_udp_ports(shards);
         let log_level = std::env::var("CORELAY_TEST_LOG").unwrap_or_else(|_| "warn".into());
+        let runtime = test_runtime()
+            .filter(|_| !extra.contains(&"--runtime"))
+            .map(|r| vec!["--runtime".to_string(), r])
+            .unwrap_or_default();
         let mut child = Command::new(bin)
             .args(["--http", &http, "--public-ip", "127.0.0.1"])
             .args([
@@ -145,6 +175,7 @@ impl Server {
             ])
             .args(["--metrics", &metrics, "--shards", &shards.to_string()])
             .args(["--no-pin", "--log", &log_level])
+            .args(&runtime)
             .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

@@ -1,0 +1,1205 @@
+//! The work-stealing baseline (`--runtime work-stealing`): the same SFU on
+//! the design the reference article moved away from, so that a benchmark can
+//! compare the two with one binary. It exists for that comparison only.
+//!
+//! One tokio multi-thread runtime with `--shards` worker threads (unpinned:
+//! work stealing moves tasks between them, that is the point), and on it:
+//! - a *participant task* per participant, owning a [`corelay_core::Engine`]
+//!   that holds just that participant, under its own *virtual* shard id. The
+//!   engine logic is the thread-per-core one, unchanged: members of a room
+//!   live on "other shards" (the other tasks), so a publisher's media leaves
+//!   its engine as one [`PeerMsg`] copy per subscriber task;
+//! - the *hub*, which the control thread sees as one shard (`ShardId(0)`,
+//!   the [`ShardHandle`] / [`ShardCommand`] / [`ToControl`] interface of
+//!   [`crate::shard`]): it spawns a task per `Add` with a fresh virtual id,
+//!   rewrites every roster so that each member's `shard` is its virtual id
+//!   (handing each task the channels of its room's members), routes
+//!   `Remove`/`Renegotiate`/`Room` to the tasks, passes their events on, and
+//!   sums their figures into one report;
+//! - the *reader*: one UDP socket for the whole runtime, batch-read with
+//!   `recvmmsg`, each datagram copied into its participant task's channel
+//!   (by source address once the task's engine answered from it, else by the
+//!   STUN USERNAME's first part, our ufrag). Tasks send their own datagrams
+//!   (one `sendmmsg` per step) on the shared socket.
+//!
+//! A forwarded packet thus takes two channel hops (reader → publisher task,
+//! publisher task → subscriber task) where a shard takes none, and every hop
+//! is a point where the scheduler may run something newer instead. Every
+//! channel is bounded; media channels are lossy on full (counted in
+//! `cross_shard_dropped`, as the shard mesh counts a full queue), control
+//! channels wait (backpressure; no task ever waits on the hub or a
+//! participant task, so that cannot deadlock). ICE-TCP is not offered in
+//! this mode.
+//!
+//! `busy` in the report is the worker threads' CPU time over wall time
+//! times the worker count: a work-stealing pool has no per-core figure.
+//!
+//! Must not: touch the shards (`crate::shard` is used for its types and
+//! `bind` only) or the engine's logic, or trust a datagram: nothing here
+//! panics on input, unknown datagrams are dropped and counted once.
+
+#![deny(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    clippy::unreachable,
+    clippy::todo
+)]
+
+use std::collections::{HashMap, HashSet};
+use std::io;
+use std::net::{SocketAddr, UdpSocket as StdUdpSocket};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use corelay_core::metrics::{Counters, LatencyHistogram, ParticipantStats};
+use corelay_core::room::RoomUpdate;
+use corelay_core::{
+    Accepted, Engine, LeaveReason, OfferError, ParticipantId, PeerMsg, RoomId, RtcSettings,
+    ShardEvent, ShardId,
+};
+use corelay_udp::{RecvBatch, SendBatch, realtime};
+use str0m::change::SdpOffer;
+use str0m::net::Protocol;
+use tokio::io::Interest;
+use tokio::net::UdpSocket;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinSet;
+
+use crate::shard::{ShardCommand, ShardHandle, ShardReport, ToControl};
+
+/// Datagrams queued for one participant task (lossy on full).
+const NET_INBOX: usize = 1024;
+/// Peer messages queued for one participant task (lossy on full).
+const PEER_INBOX: usize = 1024;
+/// Hub commands queued for one participant task (the hub waits on full).
+const CMD_INBOX: usize = 64;
+/// Address and ufrag updates queued for the reader.
+const READER_CTL: usize = 4096;
+/// Figures queued for the hub (lossy: they are cumulative).
+const HUB_INBOX: usize = 4096;
+/// Messages a participant task handles per wake-up before it sends.
+const BUDGET: usize = 256;
+/// Batches the reader reads per wake-up before it looks at its control queue.
+const MAX_BATCHES_PER_WAKE: usize = 8;
+/// How often the tasks, the reader and the hub report (as a shard does).
+const REPORT_INTERVAL: Duration = Duration::from_millis(250);
+/// The shard id of a member the hub hosts no task for (it left meanwhile):
+/// media for it is dropped and counted.
+const GONE: ShardId = ShardId(usize::MAX);
+/// The one shard the control thread sees.
+const LOGICAL: ShardId = ShardId(0);
+
+/// What the server needs to start the work-stealing data plane.
+pub struct WsSpec {
+    pub socket: StdUdpSocket,
+    pub advertised: SocketAddr,
+    pub settings: RtcSettings,
+    pub to_control: mpsc::UnboundedSender<ToControl>,
+    /// Worker threads of the runtime (`--shards`).
+    pub workers: usize,
+    /// Record socket dwell and forwarding latency per packet.
+    pub packet_metrics: bool,
+    /// Testing only: stall the reader for `.1` every `.0` datagrams.
+    pub stall: Option<(u64, Duration)>,
+    /// Testing only: the hub panics when one joins this room.
+    pub fail_on_room: Option<String>,
+}
+
+/// The running runtime; [`WsRuntime::shutdown`] stops it.
+pub struct WsRuntime {
+    rt: tokio::runtime::Runtime,
+}
+
+impl WsRuntime {
+    /// Stops every task, waiting up to `timeout` for them.
+    pub fn shutdown(self, timeout: Duration) {
+        self.rt.shutdown_timeout(timeout);
+    }
+}
+
+/// Starts the runtime, the reader and the hub; returns the control thread's
+/// handle on the one logical shard.
+pub fn spawn(spec: WsSpec) -> io::Result<(ShardHandle, WsRuntime)> {
+    let clocks = WorkerClocks::default();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(spec.workers.max(1))
+        .thread_name("corelay-ws")
+        .on_thread_start({
+            let clocks = clocks.clone();
+            move || clocks.register_current()
+        })
+        .enable_all()
+        .build()?;
+    let socket = {
+        let _in = rt.enter();
+        Arc::new(UdpSocket::from_std(spec.socket)?)
+    };
+    let (commands_tx, commands) = mpsc::unbounded_channel();
+    let handle = ShardHandle {
+        index: LOGICAL,
+        advertised: spec.advertised,
+        commands: commands_tx,
+    };
+    let (reader_tx, reader_rx) = mpsc::channel(READER_CTL);
+    let (hub_tx, hub_rx) = mpsc::channel(HUB_INBOX);
+    let reader = Reader {
+        socket: socket.clone(),
+        recv: RecvBatch::new(),
+        by_addr: HashMap::new(),
+        by_ufrag: HashMap::new(),
+        routes: HashMap::new(),
+        max_addrs: spec.settings.participant.max_addrs.max(1),
+        counters: Counters::default(),
+        dwell: LatencyHistogram::default(),
+        iterations: 0,
+        hub: hub_tx.clone(),
+        packet_metrics: spec.packet_metrics,
+        stall: spec.stall,
+        datagrams: 0,
+    };
+    let hub = Hub {
+        settings: spec.settings,
+        advertised: spec.advertised,
+        socket,
+        to_control: spec.to_control.clone(),
+        reader: reader_tx,
+        figures_tx: hub_tx,
+        packet_metrics: spec.packet_metrics,
+        fail_on_room: spec.fail_on_room,
+        workers: spec.workers.max(1),
+        next: 1,
+        members: HashMap::new(),
+        by_participant: HashMap::new(),
+        task_ids: HashMap::new(),
+        tasks: JoinSet::new(),
+        latest: HashMap::new(),
+        retired: Figures::default(),
+        reader_figures: Figures::default(),
+        last_report: Instant::now(),
+        cpu: Duration::ZERO,
+        clocks,
+        reports: 0,
+    };
+    supervise(
+        &rt,
+        "reader",
+        spec.to_control.clone(),
+        reader.run(reader_rx),
+    );
+    supervise(&rt, "hub", spec.to_control, hub.run(commands, hub_rx));
+    Ok((handle, WsRuntime { rt }))
+}
+
+/// Runs `fut` on the runtime; if it fails or panics, the control thread
+/// hears that the (one logical) shard failed, as it would of a shard thread.
+fn supervise(
+    rt: &tokio::runtime::Runtime,
+    what: &'static str,
+    to_control: mpsc::UnboundedSender<ToControl>,
+    fut: impl Future<Output = io::Result<()>> + Send + 'static,
+) {
+    let task = rt.spawn(fut);
+    rt.spawn(async move {
+        let reason = match task.await {
+            Ok(Ok(())) => return,
+            Ok(Err(e)) => format!("the {what} stopped: {e}"),
+            Err(e) if e.is_panic() => format!("the {what} panicked: {}", panic_text(e)),
+            Err(e) => format!("the {what} was cancelled: {e}"),
+        };
+        let _ = to_control.send(ToControl::Failed {
+            shard: LOGICAL,
+            reason,
+        });
+    });
+}
+
+fn panic_text(e: tokio::task::JoinError) -> String {
+    let payload = e.into_panic();
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_default()
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// The CPU clocks of the runtime's threads, registered as each starts, so
+/// that `busy` counts the workers' CPU time only (not the control thread's
+/// offer work, nor time other processes preempted them).
+#[derive(Clone, Default)]
+#[allow(
+    clippy::disallowed_types,
+    reason = "written once per thread at its start, read by the hub once per report: never on the packet path"
+)]
+struct WorkerClocks(Arc<std::sync::Mutex<Vec<libc::clockid_t>>>);
+
+impl WorkerClocks {
+    fn register_current(&self) {
+        let mut id: libc::clockid_t = 0;
+        // SAFETY: pthread_getcpuclockid on the calling thread, writing into
+        // a clockid_t we own.
+        let rc = unsafe { libc::pthread_getcpuclockid(libc::pthread_self(), &mut id) };
+        if rc == 0 {
+            self.0.lock().unwrap_or_else(|e| e.into_inner()).push(id);
+        }
+    }
+
+    /// The registered threads' CPU time together.
+    fn total(&self) -> Duration {
+        let ids = self.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        ids.into_iter().map(cpu_clock).sum()
+    }
+}
+
+/// The time of a CPU clock (zero if it is gone).
+fn cpu_clock(id: libc::clockid_t) -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into the timespec we own and pass.
+    let rc = unsafe { libc::clock_gettime(id, &mut ts) };
+    if rc != 0 {
+        return Duration::ZERO;
+    }
+    Duration::new(
+        u64::try_from(ts.tv_sec).unwrap_or(0),
+        u32::try_from(ts.tv_nsec).unwrap_or(0),
+    )
+}
+
+/// The ufrag of an SDP answer (`a=ice-ufrag:`): what an ICE restart changed.
+fn answer_ufrag(sdp: &str) -> Option<String> {
+    sdp.lines()
+        .find_map(|l| l.trim_end().strip_prefix("a=ice-ufrag:"))
+        .filter(|u| !u.is_empty())
+        .map(str::to_owned)
+}
+
+/// Looks up the first part of a STUN binding request's USERNAME
+/// (`ours:theirs`): our ufrag, which names the participant a new address
+/// belongs to. str0m's parser (bounds-checked); anything that is not a
+/// binding request finds nothing.
+fn stun_owner<T: Copy>(data: &[u8], by_ufrag: &HashMap<String, T>) -> Option<T> {
+    // STUN's first two bits are zero and its header is 20 bytes (RFC 8489):
+    // media from unknown addresses is refused before any parsing.
+    if !matches!(data.first(), Some(0..=3)) || data.len() < 20 {
+        return None;
+    }
+    let msg = str0m::ice::StunMessage::parse(data).ok()?;
+    if !msg.is_binding_request() {
+        return None;
+    }
+    let (ours, _theirs) = msg.split_username()?;
+    by_ufrag.get(ours).copied()
+}
+
+// ------------------------------------------------------------------ figures
+
+/// What a participant task (or the reader) accumulated: cumulative values.
+#[derive(Clone, Debug, Default)]
+struct Figures {
+    counters: Counters,
+    dwell: LatencyHistogram,
+    forward_local: LatencyHistogram,
+    forward_cross: LatencyHistogram,
+    iteration: LatencyHistogram,
+    iterations: u64,
+    /// Per-participant figures, about once a second.
+    detail: Option<Vec<ParticipantStats>>,
+}
+
+impl Figures {
+    fn add(&mut self, o: &Figures) {
+        self.counters.add(&o.counters);
+        self.dwell.add(&o.dwell);
+        self.forward_local.add(&o.forward_local);
+        self.forward_cross.add(&o.forward_cross);
+        self.iteration.add(&o.iteration);
+        self.iterations += o.iterations;
+    }
+}
+
+enum HubMsg {
+    Task {
+        vshard: ShardId,
+        figures: Box<Figures>,
+    },
+    Reader(Box<Figures>),
+}
+
+// ------------------------------------------------------------------- reader
+
+/// A datagram on its way to its participant task (a copy: the reader's
+/// buffers are reused at once).
+struct Inbound {
+    source: SocketAddr,
+    kernel_rx: Option<Duration>,
+    data: Vec<u8>,
+}
+
+enum ReaderCtl {
+    /// A new participant task, recognised by `ufrag` until an address is proved.
+    Add {
+        vshard: ShardId,
+        ufrag: String,
+        inbox: mpsc::Sender<Inbound>,
+    },
+    /// The task's engine answered from `addr`: it is the participant's.
+    Learned { vshard: ShardId, addr: SocketAddr },
+    /// An ICE restart gave the participant a new ufrag.
+    Ufrag { vshard: ShardId, ufrag: String },
+    /// The task ended.
+    Gone { vshard: ShardId },
+}
+
+struct Route {
+    ufrag: String,
+    addrs: Vec<SocketAddr>,
+    inbox: mpsc::Sender<Inbound>,
+}
+
+struct Reader {
+    socket: Arc<UdpSocket>,
+    recv: RecvBatch,
+    by_addr: HashMap<SocketAddr, ShardId>,
+    by_ufrag: HashMap<String, ShardId>,
+    routes: HashMap<ShardId, Route>,
+    max_addrs: usize,
+    counters: Counters,
+    dwell: LatencyHistogram,
+    iterations: u64,
+    hub: mpsc::Sender<HubMsg>,
+    packet_metrics: bool,
+    stall: Option<(u64, Duration)>,
+    datagrams: u64,
+}
+
+impl Reader {
+    async fn run(mut self, mut ctl: mpsc::Receiver<ReaderCtl>) -> io::Result<()> {
+        let mut last_report = Instant::now();
+        loop {
+            let next_report = last_report + REPORT_INTERVAL;
+            tokio::select! {
+                biased;
+                c = ctl.recv() => {
+                    let Some(c) = c else { return Ok(()) };
+                    self.control(c);
+                    while let Ok(c) = ctl.try_recv() {
+                        self.control(c);
+                    }
+                }
+                ready = self.socket.readable() => {
+                    ready?;
+                    self.read();
+                }
+                () = tokio::time::sleep_until(next_report.into()) => {}
+            }
+            self.iterations += 1;
+            let now = Instant::now();
+            if now >= next_report {
+                let figures = Figures {
+                    counters: self.counters,
+                    dwell: self.dwell,
+                    iterations: self.iterations,
+                    ..Figures::default()
+                };
+                let _ = self.hub.try_send(HubMsg::Reader(Box::new(figures)));
+                last_report = now;
+            }
+        }
+    }
+
+    fn control(&mut self, c: ReaderCtl) {
+        match c {
+            ReaderCtl::Add {
+                vshard,
+                ufrag,
+                inbox,
+            } => {
+                self.by_ufrag.insert(ufrag.clone(), vshard);
+                self.routes.insert(
+                    vshard,
+                    Route {
+                        ufrag,
+                        addrs: Vec::new(),
+                        inbox,
+                    },
+                );
+            }
+            ReaderCtl::Learned { vshard, addr } => {
+                let Some(r) = self.routes.get_mut(&vshard) else {
+                    return;
+                };
+                if r.addrs.contains(&addr) || r.addrs.len() >= self.max_addrs {
+                    return;
+                }
+                r.addrs.push(addr);
+                // As the engine's demux does: the latest prover owns it.
+                if let Some(old) = self.by_addr.insert(addr, vshard)
+                    && old != vshard
+                    && let Some(o) = self.routes.get_mut(&old)
+                {
+                    o.addrs.retain(|a| *a != addr);
+                }
+            }
+            ReaderCtl::Ufrag { vshard, ufrag } => {
+                let Some(r) = self.routes.get_mut(&vshard) else {
+                    return;
+                };
+                if r.ufrag != ufrag {
+                    if self.by_ufrag.get(&r.ufrag) == Some(&vshard) {
+                        self.by_ufrag.remove(&r.ufrag);
+                    }
+                    self.by_ufrag.insert(ufrag.clone(), vshard);
+                    r.ufrag = ufrag;
+                }
+            }
+            ReaderCtl::Gone { vshard } => {
+                let Some(r) = self.routes.remove(&vshard) else {
+                    return;
+                };
+                for a in &r.addrs {
+                    if self.by_addr.get(a) == Some(&vshard) {
+                        self.by_addr.remove(a);
+                    }
+                }
+                if self.by_ufrag.get(&r.ufrag) == Some(&vshard) {
+                    self.by_ufrag.remove(&r.ufrag);
+                }
+            }
+        }
+    }
+
+    /// Reads up to [`MAX_BATCHES_PER_WAKE`] batches and hands each datagram
+    /// to its task.
+    fn read(&mut self) {
+        for _ in 0..MAX_BATCHES_PER_WAKE {
+            let socket = &self.socket;
+            let recv = &mut self.recv;
+            // try_io clears readiness on WouldBlock, so the next
+            // `readable()` waits for the kernel again.
+            match socket.try_io(Interest::READABLE, || recv.recv(&**socket)) {
+                Ok(_) => {
+                    let read_at = if self.packet_metrics {
+                        realtime()
+                    } else {
+                        Duration::ZERO
+                    };
+                    for i in 0..self.recv.len() {
+                        let Some(dg) = self.recv.get(i) else { break };
+                        if let (true, Some(k)) = (self.packet_metrics, dg.kernel_rx) {
+                            self.dwell.record_us(micros(read_at.saturating_sub(k)));
+                        }
+                        if let Some((every, pause)) = self.stall {
+                            self.datagrams += 1;
+                            if self.datagrams.is_multiple_of(every.max(1)) {
+                                // Test-only (--test-stall-every): blocking
+                                // a worker is what it simulates.
+                                std::thread::sleep(pause);
+                            }
+                        }
+                        let target = self
+                            .by_addr
+                            .get(&dg.source)
+                            .copied()
+                            .or_else(|| stun_owner(dg.data, &self.by_ufrag));
+                        let route = target.and_then(|v| self.routes.get(&v));
+                        let outcome = match route.map(|r| r.inbox.try_reserve()) {
+                            Some(Ok(permit)) => {
+                                permit.send(Inbound {
+                                    source: dg.source,
+                                    kernel_rx: dg.kernel_rx,
+                                    data: dg.data.to_vec(),
+                                });
+                                None
+                            }
+                            Some(Err(mpsc::error::TrySendError::Full(()))) => Some(true),
+                            Some(Err(mpsc::error::TrySendError::Closed(()))) | None => Some(false),
+                        };
+                        // Delivered datagrams are counted by their engine;
+                        // those that stop here are counted here, once.
+                        if let Some(full) = outcome {
+                            self.counters.rx_packets += 1;
+                            self.counters.rx_bytes += dg.data.len() as u64;
+                            if full {
+                                self.counters.cross_shard_dropped += 1;
+                            } else {
+                                self.counters.dropped_unknown_source += 1;
+                            }
+                        }
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    // ICMP errors surface here (a client went away); they
+                    // concern one peer, not the socket.
+                    tracing::debug!("work-stealing reader: recv: {e}");
+                }
+            }
+        }
+    }
+}
+
+// ------------------------------------------------------------------- task
+
+enum TaskCmd {
+    Room {
+        update: RoomUpdate,
+        peers: Vec<(ShardId, mpsc::Sender<PeerMsg>)>,
+    },
+    Remove,
+    Renegotiate {
+        offer: Box<SdpOffer>,
+        reply: oneshot::Sender<Result<String, OfferError>>,
+    },
+    Shutdown,
+}
+
+/// What a participant task starts with.
+struct Start {
+    id: ParticipantId,
+    room: RoomId,
+    name: String,
+    accepted: Box<Accepted>,
+    roster: RoomUpdate,
+    peers: Vec<(ShardId, mpsc::Sender<PeerMsg>)>,
+}
+
+struct Inboxes {
+    cmds: mpsc::Receiver<TaskCmd>,
+    net: mpsc::Receiver<Inbound>,
+    peer: mpsc::Receiver<PeerMsg>,
+}
+
+/// One participant: its engine, the senders of its room's other tasks, and
+/// the shared socket it sends on.
+struct Task {
+    vshard: ShardId,
+    id: ParticipantId,
+    engine: Engine,
+    advertised: SocketAddr,
+    socket: Arc<UdpSocket>,
+    send: SendBatch,
+    peers: HashMap<ShardId, mpsc::Sender<PeerMsg>>,
+    reader: mpsc::Sender<ReaderCtl>,
+    hub: mpsc::Sender<HubMsg>,
+    to_control: mpsc::UnboundedSender<ToControl>,
+    /// Addresses the reader was told are this participant's.
+    proven: Vec<SocketAddr>,
+    figures: Figures,
+    packet_metrics: bool,
+    last_report: Instant,
+    reports: u64,
+}
+
+impl Task {
+    async fn run(mut self, start: Start, mut inbox: Inboxes) -> (ShardId, Figures) {
+        let now = Instant::now();
+        self.peers = start.peers.into_iter().collect();
+        self.engine.add_participant(
+            now,
+            start.id,
+            start.room,
+            start.name,
+            *start.accepted,
+            start.roster,
+        );
+        self.flush();
+        self.worked(now);
+        while self.engine.participant_count() > 0 {
+            let next_report = self.last_report + REPORT_INTERVAL;
+            let deadline = self
+                .engine
+                .poll_timeout()
+                .map_or(next_report, |t| t.min(next_report));
+            tokio::select! {
+                biased;
+                cmd = inbox.cmds.recv() => {
+                    let start = Instant::now();
+                    let stop = self.command(start, cmd).await;
+                    self.flush();
+                    self.worked(start);
+                    if stop {
+                        break;
+                    }
+                }
+                // The shard's order: commands, timers, peers, then the
+                // network (a timer due is served before new datagrams).
+                () = tokio::time::sleep_until(deadline.into()) => {
+                    let start = Instant::now();
+                    self.engine.handle_timeout(start);
+                    self.flush();
+                    self.worked(start);
+                }
+                Some(first) = inbox.peer.recv() => {
+                    let start = Instant::now();
+                    self.engine.handle_peer(start, first);
+                    for _ in 1..BUDGET {
+                        let Ok(m) = inbox.peer.try_recv() else { break };
+                        self.engine.handle_peer(start, m);
+                    }
+                    self.flush();
+                    self.worked(start);
+                }
+                Some(first) = inbox.net.recv() => {
+                    let start = Instant::now();
+                    self.datagram(start, first);
+                    for _ in 1..BUDGET {
+                        let Ok(d) = inbox.net.try_recv() else { break };
+                        self.datagram(start, d);
+                    }
+                    self.flush();
+                    self.worked(start);
+                }
+            }
+            self.figures.iterations += 1;
+            if Instant::now() >= next_report {
+                self.report();
+            }
+        }
+        self.figures.counters = *self.engine.counters();
+        (self.vshard, self.figures)
+    }
+
+    /// Applies a hub command; true when the task should end.
+    async fn command(&mut self, now: Instant, cmd: Option<TaskCmd>) -> bool {
+        match cmd {
+            None | Some(TaskCmd::Shutdown) => {
+                self.engine.close_all(now);
+                return true;
+            }
+            Some(TaskCmd::Remove) => {
+                self.engine.remove_participant(now, self.id);
+            }
+            Some(TaskCmd::Room { update, peers }) => {
+                self.peers = peers.into_iter().collect();
+                self.engine.apply_room(now, update);
+            }
+            Some(TaskCmd::Renegotiate { offer, reply }) => {
+                let r = self.engine.renegotiate(now, self.id, *offer);
+                if let Ok(answer) = &r
+                    && let Some(ufrag) = answer_ufrag(answer)
+                {
+                    // Before the answer leaves: the client's first STUN
+                    // request with the new ufrag must find this task.
+                    let _ = self
+                        .reader
+                        .send(ReaderCtl::Ufrag {
+                            vshard: self.vshard,
+                            ufrag,
+                        })
+                        .await;
+                }
+                let _ = reply.send(r);
+            }
+        }
+        false
+    }
+
+    fn datagram(&mut self, now: Instant, d: Inbound) {
+        let new = !self.proven.contains(&d.source);
+        let before = self.engine.outputs().transmits.len();
+        self.engine
+            .handle_datagram(now, d.kernel_rx, d.source, self.advertised, &d.data);
+        // The engine answered from a new address (a STUN binding response):
+        // str0m proved it, so the reader may route by it from now on.
+        if new
+            && self
+                .engine
+                .outputs()
+                .transmits
+                .iter()
+                .skip(before)
+                .any(|t| t.destination == d.source)
+            && self
+                .reader
+                .try_send(ReaderCtl::Learned {
+                    vshard: self.vshard,
+                    addr: d.source,
+                })
+                .is_ok()
+        {
+            self.proven.push(d.source);
+        }
+    }
+
+    fn worked(&mut self, start: Instant) {
+        self.figures.iteration.record_us(micros(start.elapsed()));
+    }
+
+    /// Sends what the engine produced: datagrams in one batch, peer messages
+    /// into the other tasks' channels (lossy), events to the control thread.
+    fn flush(&mut self) {
+        let out = self.engine.outputs();
+        if !out.transmits.is_empty() {
+            let res = self.send.send(
+                &*self.socket,
+                out.transmits
+                    .iter()
+                    .filter(|t| t.proto == Protocol::Udp)
+                    .map(|t| (&t.destination, &t.contents[..])),
+            );
+            out.transmits.clear();
+            let sent_at = if self.packet_metrics && !out.forwarded.is_empty() {
+                realtime()
+            } else {
+                Duration::ZERO
+            };
+            for (rx, cross) in out.forwarded.drain(..) {
+                let h = if cross {
+                    &mut self.figures.forward_cross
+                } else {
+                    &mut self.figures.forward_local
+                };
+                h.record_us(micros(sent_at.saturating_sub(rx)));
+            }
+            self.engine.counters_mut().dropped_send += res.dropped as u64;
+        }
+        let out = self.engine.outputs();
+        out.forwarded.clear();
+        let mut dropped = 0;
+        for (to, msg) in out.peers.drain(..) {
+            let sent = self
+                .peers
+                .get(&to)
+                .is_some_and(|tx| tx.try_send(msg).is_ok());
+            if !sent {
+                dropped += 1;
+            }
+        }
+        for ev in out.control.drain(..) {
+            let _ = self.to_control.send(ToControl::Event(ev));
+        }
+        self.engine.counters_mut().cross_shard_dropped += dropped;
+    }
+
+    fn report(&mut self) {
+        self.figures.counters = *self.engine.counters();
+        let mut figures = self.figures.clone();
+        figures.detail = self
+            .reports
+            .is_multiple_of(4)
+            .then(|| self.engine.participant_stats());
+        self.reports += 1;
+        let _ = self.hub.try_send(HubMsg::Task {
+            vshard: self.vshard,
+            figures: Box::new(figures),
+        });
+        self.last_report = Instant::now();
+    }
+}
+
+// ---------------------------------------------------------------------- hub
+
+struct Member {
+    id: ParticipantId,
+    room: RoomId,
+    cmd: mpsc::Sender<TaskCmd>,
+    peer: mpsc::Sender<PeerMsg>,
+}
+
+struct Hub {
+    settings: RtcSettings,
+    advertised: SocketAddr,
+    socket: Arc<UdpSocket>,
+    to_control: mpsc::UnboundedSender<ToControl>,
+    reader: mpsc::Sender<ReaderCtl>,
+    figures_tx: mpsc::Sender<HubMsg>,
+    packet_metrics: bool,
+    fail_on_room: Option<String>,
+    workers: usize,
+    /// The next virtual shard id (0 is the logical shard).
+    next: usize,
+    members: HashMap<ShardId, Member>,
+    by_participant: HashMap<ParticipantId, ShardId>,
+    task_ids: HashMap<tokio::task::Id, ShardId>,
+    tasks: JoinSet<(ShardId, Figures)>,
+    /// The latest figures of each live task.
+    latest: HashMap<ShardId, Figures>,
+    /// The final figures of every task that ended (counters only grow).
+    retired: Figures,
+    reader_figures: Figures,
+    last_report: Instant,
+    /// The workers' CPU time at the last report.
+    cpu: Duration,
+    clocks: WorkerClocks,
+    reports: u64,
+}
+
+impl Hub {
+    async fn run(
+        mut self,
+        mut commands: mpsc::UnboundedReceiver<ShardCommand>,
+        mut figures: mpsc::Receiver<HubMsg>,
+    ) -> io::Result<()> {
+        loop {
+            let next_report = self.last_report + REPORT_INTERVAL;
+            tokio::select! {
+                biased;
+                cmd = commands.recv() => match cmd {
+                    None => {
+                        self.shutdown().await;
+                        return Ok(());
+                    }
+                    Some(ShardCommand::Shutdown { done }) => {
+                        self.shutdown().await;
+                        let _ = done.send(());
+                        return Ok(());
+                    }
+                    Some(cmd) => self.command(cmd).await,
+                },
+                Some(ended) = self.tasks.join_next_with_id() => self.ended(ended).await,
+                Some(msg) = figures.recv() => self.figures(msg),
+                () = tokio::time::sleep_until(next_report.into()) => {}
+            }
+            if Instant::now() >= next_report {
+                self.report();
+            }
+        }
+    }
+
+    async fn command(&mut self, cmd: ShardCommand) {
+        match cmd {
+            ShardCommand::Add {
+                id,
+                room,
+                name,
+                accepted,
+                roster,
+            } => {
+                if self.fail_on_room.as_deref() == Some(roster.name.as_str()) {
+                    #[allow(
+                        clippy::panic,
+                        reason = "test-only fault injection (--test-fail-shard-room)"
+                    )]
+                    {
+                        panic!("injected shard failure (--test-fail-shard-room)");
+                    }
+                }
+                self.add(id, room, name, accepted, roster).await;
+            }
+            ShardCommand::Remove { id } => {
+                if let Some(m) = self.member(id) {
+                    let _ = m.cmd.send(TaskCmd::Remove).await;
+                }
+            }
+            ShardCommand::Room(update) => {
+                let room = update.room;
+                let (update, peers) = self.rewrite(update);
+                for m in self.members.values().filter(|m| m.room == room) {
+                    let _ = m
+                        .cmd
+                        .send(TaskCmd::Room {
+                            update: update.clone(),
+                            peers: peers.clone(),
+                        })
+                        .await;
+                }
+            }
+            ShardCommand::Renegotiate { id, offer, reply } => match self.member(id) {
+                Some(m) => {
+                    if let Err(mpsc::error::SendError(TaskCmd::Renegotiate { reply, .. })) =
+                        m.cmd.send(TaskCmd::Renegotiate { offer, reply }).await
+                    {
+                        let _ = reply.send(Err(OfferError::UnknownParticipant(id)));
+                    }
+                }
+                None => {
+                    let _ = reply.send(Err(OfferError::UnknownParticipant(id)));
+                }
+            },
+            // Handled by the loop.
+            ShardCommand::Shutdown { done } => {
+                let _ = done.send(());
+            }
+        }
+    }
+
+    fn member(&self, id: ParticipantId) -> Option<&Member> {
+        self.by_participant
+            .get(&id)
+            .and_then(|v| self.members.get(v))
+    }
+
+    async fn add(
+        &mut self,
+        id: ParticipantId,
+        room: RoomId,
+        name: String,
+        accepted: Box<Accepted>,
+        roster: RoomUpdate,
+    ) {
+        let vshard = ShardId(self.next);
+        self.next += 1;
+        let (cmd_tx, cmds) = mpsc::channel(CMD_INBOX);
+        let (net_tx, net) = mpsc::channel(NET_INBOX);
+        let (peer_tx, peer) = mpsc::channel(PEER_INBOX);
+        let _ = self
+            .reader
+            .send(ReaderCtl::Add {
+                vshard,
+                ufrag: accepted.ufrag.clone(),
+                inbox: net_tx,
+            })
+            .await;
+        self.members.insert(
+            vshard,
+            Member {
+                id,
+                room,
+                cmd: cmd_tx,
+                peer: peer_tx,
+            },
+        );
+        self.by_participant.insert(id, vshard);
+        let (roster, peers) = self.rewrite(roster);
+        // The control thread sends a join's roster to the joiner's shard in
+        // the Add only (a shard's engine tells its own members): here the
+        // room's other tasks are that shard's other members.
+        for m in self
+            .members
+            .values()
+            .filter(|m| m.room == room && m.id != id)
+        {
+            let _ = m
+                .cmd
+                .send(TaskCmd::Room {
+                    update: roster.clone(),
+                    peers: peers.clone(),
+                })
+                .await;
+        }
+        let task = Task {
+            vshard,
+            id,
+            engine: Engine::new(vshard, self.settings.clone()),
+            advertised: self.advertised,
+            socket: self.socket.clone(),
+            send: SendBatch::new(),
+            peers: HashMap::new(),
+            reader: self.reader.clone(),
+            hub: self.figures_tx.clone(),
+            to_control: self.to_control.clone(),
+            proven: Vec::new(),
+            figures: Figures::default(),
+            packet_metrics: self.packet_metrics,
+            last_report: Instant::now(),
+            reports: 0,
+        };
+        let start = Start {
+            id,
+            room,
+            name,
+            accepted,
+            roster,
+            peers,
+        };
+        let abort = self
+            .tasks
+            .spawn(task.run(start, Inboxes { cmds, net, peer }));
+        self.task_ids.insert(abort.id(), vshard);
+    }
+
+    /// A roster with each member's `shard` set to its task's virtual id, and
+    /// the channels of those tasks.
+    fn rewrite(
+        &self,
+        mut update: RoomUpdate,
+    ) -> (RoomUpdate, Vec<(ShardId, mpsc::Sender<PeerMsg>)>) {
+        let mut peers = Vec::with_capacity(update.members.len());
+        for m in &mut update.members {
+            match self
+                .by_participant
+                .get(&m.id)
+                .and_then(|v| self.members.get(v).map(|mm| (*v, mm.peer.clone())))
+            {
+                Some((v, tx)) => {
+                    m.shard = v;
+                    peers.push((v, tx));
+                }
+                None => m.shard = GONE,
+            }
+        }
+        (update, peers)
+    }
+
+    /// A participant task ended: it left (its engine told the control
+    /// thread why), was removed, or panicked outside the engine's guard.
+    async fn ended(
+        &mut self,
+        ended: Result<(tokio::task::Id, (ShardId, Figures)), tokio::task::JoinError>,
+    ) {
+        let (vshard, panicked) = match ended {
+            Ok((tid, (vshard, figures))) => {
+                self.task_ids.remove(&tid);
+                self.retired.add(&figures);
+                self.latest.remove(&vshard);
+                (vshard, None)
+            }
+            Err(e) => {
+                let Some(vshard) = self.task_ids.remove(&e.id()) else {
+                    return;
+                };
+                if let Some(last) = self.latest.remove(&vshard) {
+                    self.retired.add(&last);
+                }
+                self.retired.counters.participant_panics += 1;
+                self.retired.counters.participants_removed += 1;
+                let why = if e.is_panic() {
+                    panic_text(e)
+                } else {
+                    e.to_string()
+                };
+                (vshard, Some(why))
+            }
+        };
+        let _ = self.reader.send(ReaderCtl::Gone { vshard }).await;
+        let Some(m) = self.members.remove(&vshard) else {
+            return;
+        };
+        self.by_participant.remove(&m.id);
+        if let Some(why) = panicked {
+            tracing::error!(participant = %m.id, "work-stealing: participant task died: {why}");
+            let _ = self.to_control.send(ToControl::Event(ShardEvent::Left {
+                id: m.id,
+                reason: LeaveReason::Panic,
+                detail: format!("panic while handling it: {why}"),
+            }));
+        }
+    }
+
+    /// Every task closes its connection; returns when all ended.
+    async fn shutdown(&mut self) {
+        for m in self.members.values() {
+            let _ = m.cmd.send(TaskCmd::Shutdown).await;
+        }
+        while let Some(ended) = self.tasks.join_next_with_id().await {
+            self.ended(ended).await;
+        }
+        self.report();
+    }
+
+    fn figures(&mut self, msg: HubMsg) {
+        match msg {
+            HubMsg::Task { vshard, figures } => {
+                if !self.members.contains_key(&vshard) {
+                    return;
+                }
+                let mut figures = *figures;
+                // Keep the last detail until a newer one comes.
+                if figures.detail.is_none()
+                    && let Some(old) = self.latest.get_mut(&vshard)
+                {
+                    figures.detail = old.detail.take();
+                }
+                self.latest.insert(vshard, figures);
+            }
+            HubMsg::Reader(f) => self.reader_figures = *f,
+        }
+    }
+
+    /// One report for the logical shard: the sum over the reader, the live
+    /// tasks and every task that ended.
+    fn report(&mut self) {
+        let now = Instant::now();
+        let window = now.saturating_duration_since(self.last_report);
+        let cpu = self.clocks.total();
+        let used = cpu.saturating_sub(self.cpu);
+        self.cpu = cpu;
+        let busy = if window.is_zero() {
+            0.0
+        } else {
+            (used.as_secs_f64() / (window.as_secs_f64() * self.workers as f64)).min(1.0)
+        };
+        let mut sum = self.retired.clone();
+        sum.add(&self.reader_figures);
+        for f in self.latest.values() {
+            sum.add(f);
+        }
+        let detail = self.reports.is_multiple_of(4).then(|| {
+            self.latest
+                .values()
+                .filter_map(|f| f.detail.clone())
+                .flatten()
+                .collect()
+        });
+        let rooms: HashSet<RoomId> = self.members.values().map(|m| m.room).collect();
+        let report = ShardReport {
+            shard: LOGICAL,
+            counters: sum.counters,
+            participants: self.members.len(),
+            rooms: rooms.len(),
+            busy,
+            loop_iterations: sum.iterations,
+            dwell: sum.dwell,
+            forward_local: sum.forward_local,
+            forward_cross: sum.forward_cross,
+            iteration: sum.iteration,
+            participants_detail: detail,
+        };
+        self.reports += 1;
+        let _ = self.to_control.send(ToControl::Report(Box::new(report)));
+        self.last_report = now;
+    }
+}
+
+#[cfg(test)]
+#[allow(
+    clippy::unwrap_used,
+    clippy::indexing_slicing,
+    reason = "tests: a failure is the report"
+)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ufrag_of_an_answer() {
+        let sdp = "v=0\r\na=ice-ufrag:abcd\r\na=ice-pwd:x\r\n";
+        assert_eq!(answer_ufrag(sdp).as_deref(), Some("abcd"));
+        assert_eq!(answer_ufrag("v=0\r\na=ice-ufrag:\r\n"), None);
+        assert_eq!(answer_ufrag(""), None);
+    }
+
+    #[test]
+    fn stun_owner_refuses_what_is_not_a_binding_request() {
+        let map: HashMap<String, u8> = [("ours".to_string(), 1)].into_iter().collect();
+        assert_eq!(stun_owner(b"", &map), None);
+        assert_eq!(stun_owner(&[0u8; 19], &map), None);
+        assert_eq!(stun_owner(&[0u8; 64], &map), None);
+        assert_eq!(stun_owner(&[0x80; 64], &map), None);
+        // A header claiming a longer body than there is.
+        let mut h = vec![0x00, 0x01, 0x40, 0x00, 0x21, 0x12, 0xa4, 0x42];
+        h.extend_from_slice(&[0; 12]);
+        assert_eq!(stun_owner(&h, &map), None);
+    }
+
+    #[test]
+    fn stun_owner_reads_our_part_of_the_username() {
+        let map: HashMap<String, u8> = [("ours".to_string(), 1)].into_iter().collect();
+        // A binding request as a client sends it (str0m's builder; the
+        // integrity is not checked here, the task's engine checks it).
+        let req = str0m::ice::StunMessage::binding_request(
+            "ours:theirs",
+            str0m::ice::TransId::new(),
+            true,
+            7,
+            100,
+            false,
+        );
+        let mut buf = [0u8; 512];
+        let n = req
+            .to_bytes(Some(b"password"), &mut buf, |_, _| [0; 20])
+            .unwrap();
+        let m = &buf[..n];
+        assert_eq!(stun_owner(m, &map), Some(1));
+        let other: HashMap<String, u8> = [("else".to_string(), 2)].into_iter().collect();
+        assert_eq!(stun_owner(m, &other), None);
+    }
+}
