@@ -185,7 +185,14 @@ fn garbage_datagrams_are_dropped_and_counted_while_the_call_flows() {
         .iter()
         .filter(|j| matches!(j.as_slice(), [128..=191, 192..=223, ..]) && j.len() >= 8)
         .count() as u64;
-    let least = sent - rtcp_shaped;
+    // And a second one: a junk datagram that arrives while its participant
+    // has output due anyway (str0m's pacer releases a forwarded packet on
+    // the next input, which may be this one) produced a datagram, so the
+    // engine cannot tell that str0m dropped it. That is rare (it failed this
+    // test about one run in two, one datagram short of 113), so a few may
+    // go uncounted; more than that is a counting bug.
+    const DUE_OUTPUT_SLACK: u64 = 3;
+    let least = (sent - rtcp_shaped).saturating_sub(DUE_OUTPUT_SLACK);
     let stats = server.wait_stats(Duration::from_secs(3), |s| drops(s) >= before + least);
     let counted = drops(&stats) - before;
     // All the others; and not one twice (the call's own traffic drops
