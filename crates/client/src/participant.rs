@@ -607,26 +607,7 @@ impl Participant {
         };
         self.pending = Some(pending);
         for (mid, kind) in added {
-            let kind = if kind == MediaKind::Video {
-                Kind::Video
-            } else {
-                Kind::Audio
-            };
-            self.slots.push(RxSlot {
-                mid,
-                key: mid.to_string(),
-                kind,
-            });
-            self.snap.slots.insert(
-                mid.to_string(),
-                SlotStats {
-                    kind: match kind {
-                        Kind::Video => "video".into(),
-                        Kind::Audio => "audio".into(),
-                    },
-                    ..Default::default()
-                },
-            );
+            self.push_slot(mid, kind);
         }
         Ok(offer.to_sdp_string())
     }
@@ -855,6 +836,11 @@ impl Participant {
         if self.slots.iter().any(|s| s.mid == mid) {
             return;
         }
+        self.push_slot(mid, kind);
+    }
+
+    /// A new receive slot and its figures.
+    fn push_slot(&mut self, mid: Mid, kind: MediaKind) {
         let kind = if kind == MediaKind::Video {
             Kind::Video
         } else {

@@ -64,6 +64,21 @@ const PEER_BUDGET: usize = 4096;
 /// How often a shard reports its figures to the control thread.
 const REPORT_INTERVAL: Duration = Duration::from_millis(250);
 
+/// Test-only fault injection (`--test-fail-shard-room`): the shard (or the
+/// work-stealing hub) panics outside any participant when a join for that
+/// room reaches it.
+pub(crate) fn fail_if_injected(fail_on_room: Option<&str>, room: &str) {
+    if fail_on_room == Some(room) {
+        #[allow(
+            clippy::panic,
+            reason = "test-only fault injection (--test-fail-shard-room)"
+        )]
+        {
+            panic!("injected shard failure (--test-fail-shard-room)");
+        }
+    }
+}
+
 /// What the control thread asks of a shard.
 pub enum ShardCommand {
     Add {
@@ -444,15 +459,7 @@ impl ShardLoop {
                 accepted,
                 roster,
             } => {
-                if self.fail_on_room.as_deref() == Some(roster.name.as_str()) {
-                    #[allow(
-                        clippy::panic,
-                        reason = "test-only fault injection (--test-fail-shard-room)"
-                    )]
-                    {
-                        panic!("injected shard failure (--test-fail-shard-room)");
-                    }
-                }
+                fail_if_injected(self.fail_on_room.as_deref(), &roster.name);
                 self.engine
                     .add_participant(now, id, room, name, *accepted, roster)
             }

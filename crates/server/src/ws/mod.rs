@@ -67,7 +67,7 @@ use tokio::net::UdpSocket;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 
-use crate::shard::{ShardCommand, ShardHandle, ShardReport, ToControl};
+use crate::shard::{ShardCommand, ShardHandle, ShardReport, ToControl, fail_if_injected};
 
 /// Datagrams queued for one participant task (lossy on full).
 const NET_INBOX: usize = 1024;
@@ -874,15 +874,7 @@ impl Hub {
                 accepted,
                 roster,
             } => {
-                if self.fail_on_room.as_deref() == Some(roster.name.as_str()) {
-                    #[allow(
-                        clippy::panic,
-                        reason = "test-only fault injection (--test-fail-shard-room)"
-                    )]
-                    {
-                        panic!("injected shard failure (--test-fail-shard-room)");
-                    }
-                }
+                fail_if_injected(self.fail_on_room.as_deref(), &roster.name);
                 self.add(id, room, name, accepted, roster).await;
             }
             ShardCommand::Remove { id } => {
