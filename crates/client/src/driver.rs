@@ -57,6 +57,11 @@ pub enum Command {
     /// Publish the participant's snapshot to its shared handle now, then
     /// signal (the sender is dropped unanswered if the participant is gone).
     Publish(u64, SyncSender<()>),
+    /// Apply a renegotiation offer from the server to an answering
+    /// participant ([`Participant::accept_offer`]: new m-lines become
+    /// receive slots) and send back its SDP answer or why it was rejected
+    /// (the sender is dropped unanswered if the participant is gone).
+    Offer(u64, String, SyncSender<Result<String, String>>),
     /// Stop the thread (drops every participant).
     Shutdown,
 }
@@ -561,6 +566,9 @@ impl Loop {
                         let _ = done.try_send(());
                     }
                 }
+                Command::Offer(id, sdp, reply) => self.with(id, |e, _| {
+                    let _ = reply.try_send(e.p.accept_offer(&sdp));
+                }),
             }
         }
         true

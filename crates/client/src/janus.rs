@@ -16,10 +16,16 @@
 //!   (in an event), a receive-only [`Participant::answer`] answers with
 //!   `{"request":"start"}` and the answer as `jsep`.
 //!
-//! A publisher that joins after a subscription was made is not added to it
-//! (that needs Janus's `subscribe` request and a renegotiation): callers
-//! subscribe once every publisher of the room is in (corelay-bench does
-//! that per room).
+//! - **more feeds** ([`subscribe_more`]): a publisher that is up after the
+//!   subscription was made is added with `{"request":"subscribe","streams":
+//!   [{feed}..]}` on the subscriber handle (Janus 1.x multistream); Janus
+//!   answers with an `updated` event and a new offer, the subscription's
+//!   participant answers it ([`Participant::accept_offer`]: the new m-lines
+//!   become receive slots) and the answer goes back with
+//!   `{"request":"start"}`. Janus renegotiates one offer at a time per
+//!   handle: callers must not overlap two requests on one subscription
+//!   (corelay-bench queues the feeds that come up meanwhile and adds them
+//!   in one request).
 //!
 //! Janus drops sessions that are quiet for its `session_timeout` (60 s by
 //! default): call [`Session::keepalive`] every [`KEEPALIVE_INTERVAL`].
@@ -524,30 +530,14 @@ pub fn subscribe(
     }
     let handle = session.attach()?;
     let steps = || -> Result<Subscriber, JoinError> {
-        let streams: Vec<Value> = feeds.iter().map(|f| json!({"feed": f})).collect();
-        let body =
-            json!({"request": "join", "ptype": "subscriber", "room": room, "streams": streams});
-        let mut tries = 0;
-        let jsep = loop {
-            tries += 1;
-            match session.request_async(handle, body.clone(), None, "join as subscriber") {
-                Ok((_, jsep)) => break jsep,
-                Err(e) if tries < FEED_TRIES && is_videoroom_error(&e, NO_SUCH_FEED) => {
-                    std::thread::sleep(Duration::from_millis(200));
-                }
-                Err(e) => return Err(e),
-            }
-        };
+        let body = json!({"request": "join", "ptype": "subscriber", "room": room,
+            "streams": streams_of(feeds)});
+        let (_, jsep) = request_feeds(session, handle, &body, "join as subscriber")?;
         let offer = sdp_of(jsep.as_ref(), "offer", "join as subscriber")?;
         let (socket, local) = bind(bind_ip)?;
         let (participant, answer) = Participant::answer(cfg, local, Instant::now(), &offer)
             .map_err(|e| JoinError::local(format!("{e}; offer was: {offer}")))?;
-        session.request_async(
-            handle,
-            json!({"request": "start"}),
-            Some(json!({"type": "answer", "sdp": answer, "trickle": false})),
-            "start",
-        )?;
+        start(session, handle, &answer)?;
         Ok(Subscriber {
             participant: Box::new(participant),
             socket,
@@ -558,6 +548,73 @@ pub fn subscribe(
     steps().inspect_err(|_| {
         let _ = session.detach(handle);
     })
+}
+
+fn streams_of(feeds: &[u64]) -> Vec<Value> {
+    feeds.iter().map(|f| json!({"feed": f})).collect()
+}
+
+/// A request naming feeds, asked again (every 200 ms, [`FEED_TRIES`] times)
+/// while Janus says "no such feed" (a publisher whose PeerConnection is not
+/// up yet).
+fn request_feeds(
+    session: &Session,
+    handle: u64,
+    body: &Value,
+    what: &str,
+) -> Result<(Value, Option<Value>), JoinError> {
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match session.request_async(handle, body.clone(), None, what) {
+            Ok(r) => return Ok(r),
+            Err(e) if tries < FEED_TRIES && is_videoroom_error(&e, NO_SUCH_FEED) => {
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// `{"request":"start"}` with our answer; waits for Janus's event.
+fn start(session: &Session, handle: u64, answer: &str) -> Result<(), JoinError> {
+    session
+        .request_async(
+            handle,
+            json!({"request": "start"}),
+            Some(json!({"type": "answer", "sdp": answer, "trickle": false})),
+            "start",
+        )
+        .map(|_| ())
+}
+
+/// Add `feeds` (every stream of each) to the subscription on `handle`
+/// (made by [`subscribe`] on `session`): `{"request":"subscribe"}`, then
+/// Janus's `updated` offer goes to `answer` (which applies it to the
+/// subscription's participant, e.g. through the driver's
+/// [`crate::driver::Command::Offer`], and returns the SDP answer) and the
+/// answer back with `{"request":"start"}`. Feeds not up yet are asked for
+/// again as in [`subscribe`]. One call at a time per handle (Janus
+/// renegotiates one offer at a time). On failure the subscription keeps
+/// what it had, as far as Janus lets it.
+pub fn subscribe_more(
+    session: &Session,
+    handle: u64,
+    feeds: &[u64],
+    answer: impl FnOnce(&str) -> Result<String, JoinError>,
+) -> Result<(), JoinError> {
+    if feeds.is_empty() {
+        return Err(JoinError::local("subscribe more: no feeds"));
+    }
+    let what = "subscribe more";
+    let body = json!({"request": "subscribe", "streams": streams_of(feeds)});
+    let (data, jsep) = request_feeds(session, handle, &body, what)?;
+    if data.get("videoroom").and_then(Value::as_str) != Some("updated") {
+        return Err(bad(format!("{what}: expected an updated event"), &data));
+    }
+    let offer = sdp_of(jsep.as_ref(), "offer", what)?;
+    let sdp = answer(&offer)?;
+    start(session, handle, &sdp)
 }
 
 #[cfg(test)]
@@ -593,5 +650,22 @@ mod tests {
     fn no_server_is_an_error_not_a_panic() {
         let e = Session::create("http://127.0.0.1:9/janus").unwrap_err();
         assert_eq!(e.status, None);
+    }
+
+    #[test]
+    fn subscribe_more_without_server_is_an_error() {
+        let s = Session {
+            url: "http://127.0.0.1:9/janus".into(),
+            id: 1,
+        };
+        let mut asked = false;
+        assert!(subscribe_more(&s, 2, &[], |_| Ok(String::new())).is_err());
+        let e = subscribe_more(&s, 2, &[3], |_| {
+            asked = true;
+            Ok(String::new())
+        })
+        .unwrap_err();
+        assert_eq!(e.status, None);
+        assert!(!asked, "no offer, no answer");
     }
 }
