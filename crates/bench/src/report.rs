@@ -448,6 +448,7 @@ pub fn summary(o: &Outcome, config: Value, video_slots: usize) -> Value {
             "not_connected_at_end": not_connected,
             "leave_failures": o.leave_failures,
             "rooms": o.plan.room_sizes.len(),
+            "subscription_updates": o.subscription_updates,
         },
         "e2e_latency_us": Percentiles::of(&w.video_lat),
         "e2e_latency_all_us": Percentiles::of(&all.video_lat),

@@ -167,7 +167,8 @@ pub struct Joined {
 }
 
 /// A Janus participant's session: the publisher (driver key = tag) and,
-/// once its room is complete, the subscription (driver key = tag | SUB_KEY).
+/// once it is up and another publisher of its room is, the subscription
+/// (driver key = tag | SUB_KEY), to which later publishers are added.
 pub struct JanusPeer {
     /// The session both handles live on.
     pub session: janus::Session,
@@ -181,6 +182,14 @@ pub struct JanusPeer {
     pub sub_handle: Option<u64>,
     /// The subscription's snapshot, once subscribed.
     pub sub_shared: Option<Arc<Mutex<Snapshot>>>,
+    /// Feeds asked for (subscribed, in flight or failed: each is asked once).
+    pub sub_feeds: Vec<u64>,
+    /// A subscribe (first or more) is in flight: Janus renegotiates one
+    /// offer at a time per handle, so the next waits (and takes every feed
+    /// that came up meanwhile).
+    pub sub_busy: bool,
+    /// The first subscribe failed: no subscription, none asked again.
+    pub sub_dead: bool,
 }
 
 impl Joined {
@@ -223,6 +232,15 @@ enum JobResult {
         handle: u64,
         shared: Arc<Mutex<Snapshot>>,
     },
+    /// Feeds were added to a Janus subscription (renegotiated).
+    Updated {
+        tag: u64,
+    },
+    /// A Janus subscribe (first or more) failed.
+    SubFailed {
+        tag: u64,
+        err: JoinError,
+    },
 }
 
 enum Job {
@@ -243,13 +261,21 @@ enum Job {
         /// Janus: the session and its handles (instead of the DELETE).
         janus: Option<(janus::Session, Vec<u64>)>,
     },
-    /// Janus: subscribe `tag`'s session to the other feeds of its room.
+    /// Janus: subscribe `tag`'s session to these feeds of its room.
     Subscribe {
         tag: u64,
         session: janus::Session,
         room: u64,
         feeds: Vec<u64>,
         cfg: Box<ParticipantConfig>,
+        driver: usize,
+    },
+    /// Janus: add feeds to `tag`'s subscription (handle `handle`).
+    SubscribeMore {
+        tag: u64,
+        session: janus::Session,
+        handle: u64,
+        feeds: Vec<u64>,
         driver: usize,
     },
     /// Janus: keep these sessions alive.
@@ -315,6 +341,8 @@ pub struct Outcome {
     /// start) and when the final snapshots were taken: the span the
     /// `simulcast` figures cover (None if the run ended before the window).
     pub marks_span_ns: Option<(u64, u64)>,
+    /// Janus: feeds added to existing subscriptions (renegotiations done).
+    pub subscription_updates: u64,
 }
 
 fn raise_nofile() {
@@ -432,12 +460,9 @@ pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String>
     let mut first_media: HashMap<u64, u64> = HashMap::new();
     let mut connected_at: HashMap<u64, u64> = HashMap::new();
     let sizes = plan.room_sizes.clone();
-    // Janus: members of each room that joined or failed, and whether the
-    // room's subscriptions were started (once every member is resolved).
-    let room_of: HashMap<u64, usize> = plan.joins.iter().map(|j| (j.tag, j.room)).collect();
-    let mut resolved = vec![0usize; sizes.len()];
-    let mut subscribed = vec![false; sizes.len()];
-    let mut complete_at: Vec<Option<Instant>> = vec![None; sizes.len()];
+    // Janus: when the subscriptions were last looked at.
+    let mut next_sub_check = start;
+    let mut subscription_updates = 0u64;
     let mut next_keepalive = start + janus::KEEPALIVE_INTERVAL;
     let sub_cfg = |name: &str, tag: u64, seed: u64| {
         let mut cfg = ParticipantConfig::new(name);
@@ -499,61 +524,18 @@ pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String>
             });
         }
         while let Ok(r) = res_rx.try_recv() {
-            let done_tag = match &r {
-                JobResult::Joined(j) => Some(j.tag),
-                JobResult::Failed { tag, .. } => Some(*tag),
-                _ => None,
-            };
+            if matches!(r, JobResult::Updated { .. }) {
+                subscription_updates += 1;
+            }
             absorb_result(r, &mut joined, &mut failures);
-            if common.dialect == Dialect::Janus {
-                if let Some(room) = done_tag.and_then(|t| room_of.get(&t).copied()) {
-                    resolved[room] += 1;
-                }
+        }
+        if common.dialect == Dialect::Janus && now >= next_sub_check {
+            next_sub_check = now + Duration::from_millis(50);
+            for job in janus_subscriptions(&mut joined, &mut rng, &sub_cfg) {
+                let _ = job_tx.send(job);
             }
         }
         if common.dialect == Dialect::Janus {
-            // Subscriptions start when every member of a room has published
-            // (or failed) and the publishers are connected (Janus knows no
-            // feed before its PeerConnection is up; after 10 s they start
-            // anyway): a later publisher would need a renegotiation.
-            for room in 0..sizes.len() {
-                if subscribed[room] || resolved[room] < sizes[room] {
-                    continue;
-                }
-                let since = *complete_at[room].get_or_insert(now);
-                let up = joined
-                    .values()
-                    .filter(|j| j.room == room)
-                    .all(|j| j.shared.lock().map(|s| s.connected).unwrap_or(false));
-                if !up && now < since + Duration::from_secs(10) {
-                    continue;
-                }
-                subscribed[room] = true;
-                let members: Vec<(u64, u64)> = joined
-                    .values()
-                    .filter(|j| j.room == room)
-                    .filter_map(|j| j.janus.as_ref().map(|p| (j.tag, p.feed)))
-                    .collect();
-                for j in joined.values().filter(|j| j.room == room) {
-                    let Some(p) = &j.janus else { continue };
-                    let feeds: Vec<u64> = members
-                        .iter()
-                        .filter(|(t, _)| *t != j.tag)
-                        .map(|(_, f)| *f)
-                        .collect();
-                    if feeds.is_empty() {
-                        continue;
-                    }
-                    let _ = job_tx.send(Job::Subscribe {
-                        tag: j.tag,
-                        session: p.session.clone(),
-                        room: p.room,
-                        feeds,
-                        cfg: sub_cfg(&j.name, j.tag, rng.u64(..)),
-                        driver: j.driver,
-                    });
-                }
-            }
             if now >= next_keepalive {
                 next_keepalive = now + janus::KEEPALIVE_INTERVAL;
                 let sessions = joined
@@ -684,6 +666,9 @@ pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String>
                     d.send(Command::Remove(tag | SUB_KEY));
                 }
             }
+            // Leaving destroys the sessions under a subscribe still in
+            // flight: not a failure of the run.
+            Ok(JobResult::Updated { .. } | JobResult::SubFailed { .. }) => {}
             Ok(JobResult::Failed { tag, err }) => failures.push((tag, err.status, err.body)),
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
             Err(_) => break,
@@ -753,6 +738,7 @@ pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String>
         media_desc,
         layers: common.layers.clone(),
         marks_span_ns: marked_ns.map(|m| (m, finals_ns)),
+        subscription_updates,
     })
 }
 
@@ -933,9 +919,45 @@ fn joiner(
                             body: format!("subscribe: {}", e.body),
                             ..e
                         };
-                        let _ = tx.send(JobResult::Failed { tag, err });
+                        let _ = tx.send(JobResult::SubFailed { tag, err });
                     }
                 }
+            }
+            Job::SubscribeMore {
+                tag,
+                session,
+                handle,
+                feeds,
+                driver,
+            } => {
+                if phase.load(Ordering::Relaxed) >= 1 {
+                    continue;
+                }
+                let Some(d) = drivers.get(driver) else { return };
+                // The subscription's participant lives on its driver thread:
+                // it answers the offer there.
+                let answer = |offer: &str| {
+                    let (reply_tx, reply_rx) = std::sync::mpsc::sync_channel(1);
+                    if !d.send(Command::Offer(tag | SUB_KEY, offer.to_string(), reply_tx)) {
+                        return Err(JoinError::local("driver thread is gone"));
+                    }
+                    match reply_rx.recv_timeout(Duration::from_secs(5)) {
+                        Ok(Ok(sdp)) => Ok(sdp),
+                        Ok(Err(e)) => Err(JoinError::local(format!("{e}; offer was: {offer}"))),
+                        Err(_) => Err(JoinError::local("the subscription is gone from its driver")),
+                    }
+                };
+                let r = match janus::subscribe_more(&session, handle, &feeds, answer) {
+                    Ok(()) => JobResult::Updated { tag },
+                    Err(e) => JobResult::SubFailed {
+                        tag,
+                        err: JoinError {
+                            body: format!("subscribe more: {}", e.body),
+                            ..e
+                        },
+                    },
+                };
+                let _ = tx.send(r);
             }
             Job::Keepalive(sessions) => {
                 for s in sessions {
@@ -995,6 +1017,9 @@ fn janus_publish(
             pub_handle: p.handle,
             sub_handle: None,
             sub_shared: None,
+            sub_feeds: Vec::new(),
+            sub_busy: false,
+            sub_dead: false,
         }),
     })
 }
@@ -1025,9 +1050,87 @@ fn absorb_result(
             if let Some(p) = joined.get_mut(&tag).and_then(|j| j.janus.as_mut()) {
                 p.sub_handle = Some(handle);
                 p.sub_shared = Some(shared);
+                p.sub_busy = false;
             }
         }
+        JobResult::Updated { tag } => {
+            if let Some(p) = joined.get_mut(&tag).and_then(|j| j.janus.as_mut()) {
+                p.sub_busy = false;
+            }
+        }
+        JobResult::SubFailed { tag, err } => {
+            if let Some(p) = joined.get_mut(&tag).and_then(|j| j.janus.as_mut()) {
+                p.sub_busy = false;
+                p.sub_dead |= p.sub_handle.is_none();
+            }
+            if failures.len() < 3 {
+                eprintln!("corelay-bench: participant {tag} failed: {err}");
+            }
+            failures.push((tag, err.status, err.body));
+        }
     }
+}
+
+/// Janus: the subscribe jobs due now. A participant subscribes once its own
+/// publisher is up, to the feeds of its room whose publishers are up (Janus
+/// knows a feed only then), and later publishers are added to that
+/// subscription as they come up. The bench knows who joined and who is
+/// connected, so it needs no `publishers` events from Janus. One job per
+/// participant at a time: feeds that come up while one is in flight wait
+/// and go in the next, together.
+fn janus_subscriptions(
+    joined: &mut HashMap<u64, Joined>,
+    rng: &mut fastrand::Rng,
+    sub_cfg: &dyn Fn(&str, u64, u64) -> Box<ParticipantConfig>,
+) -> Vec<Job> {
+    let mut up: HashMap<usize, Vec<(u64, u64)>> = HashMap::new();
+    for j in joined.values() {
+        let Some(p) = &j.janus else { continue };
+        if j.shared.lock().map(|s| s.connected).unwrap_or(false) {
+            up.entry(j.room).or_default().push((j.tag, p.feed));
+        }
+    }
+    let mut jobs = Vec::new();
+    for j in joined.values_mut() {
+        let Some(p) = j.janus.as_mut() else { continue };
+        if p.sub_busy || p.sub_dead {
+            continue;
+        }
+        let Some(room) = up.get(&j.room) else {
+            continue;
+        };
+        if !room.iter().any(|(t, _)| *t == j.tag) {
+            continue; // our own publisher is not up yet
+        }
+        let feeds: Vec<u64> = room
+            .iter()
+            .filter(|(t, f)| *t != j.tag && !p.sub_feeds.contains(f))
+            .map(|(_, f)| *f)
+            .collect();
+        if feeds.is_empty() {
+            continue;
+        }
+        p.sub_feeds.extend(&feeds);
+        p.sub_busy = true;
+        jobs.push(match p.sub_handle {
+            None => Job::Subscribe {
+                tag: j.tag,
+                session: p.session.clone(),
+                room: p.room,
+                feeds,
+                cfg: sub_cfg(&j.name, j.tag, rng.u64(..)),
+                driver: j.driver,
+            },
+            Some(handle) => Job::SubscribeMore {
+                tag: j.tag,
+                session: p.session.clone(),
+                handle,
+                feeds,
+                driver: j.driver,
+            },
+        });
+    }
+    jobs
 }
 
 fn progress_line(

@@ -1,10 +1,13 @@
 //! corelay-bench against Janus (`--dialect janus`): starts Debian's Janus
 //! with `scripts/janus` on a free loopback port when the `janus` binary is
-//! installed (this test installs nothing: without it, it prints
-//! `SKIPPED: janus not installed` and passes), runs one room of two
-//! participants for a few seconds and checks that media went through Janus
-//! intact and was measured: frames received, nothing corrupt, both pairs
-//! received, e2e latency and ICE RTT samples.
+//! installed (this test installs nothing: without it, each case prints
+//! `SKIPPED: janus not installed` and passes) and runs corelay-bench on it:
+//! one room of two participants for a few seconds, checking that media went
+//! through Janus intact and was measured (frames received, nothing corrupt,
+//! both pairs received, e2e latency and ICE RTT samples); and one room of
+//! three whose joins are staggered, so publishers come up after
+//! subscriptions exist and are added to them (Janus's `subscribe` and a
+//! renegotiation), checking that every pair receives.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -83,13 +86,15 @@ fn count(s: &Value, key: &str) -> u64 {
     s[key]["count"].as_u64().unwrap_or(0)
 }
 
-#[test]
-fn one_room_of_two_through_janus() {
+/// Runs corelay-bench `args` against a fresh Janus; its summary.json, or
+/// None when janus is not installed.
+fn run_bench(case: &str, args: &[&str]) -> Option<Value> {
     if !janus_installed() {
         println!("SKIPPED: janus not installed");
-        return;
+        return None;
     }
-    let tmp = std::env::temp_dir().join(format!("corelay-bench-janus-{}", std::process::id()));
+    let tmp =
+        std::env::temp_dir().join(format!("corelay-bench-janus-{case}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(&tmp).expect("temp dir");
     let port = free_tcp_port();
@@ -101,20 +106,10 @@ fn one_room_of_two_through_janus() {
         .arg("--out")
         .arg(&out)
         .args(["--server-pid", &janus.pid.to_string(), "--quiet"])
-        .args([
-            "rooms",
-            "--max-rooms",
-            "1",
-            "--room-size",
-            "2",
-            "--join-spread",
-            "1s",
-            "--duration",
-            "5s",
-        ])
+        .args(args)
         .spawn()
         .expect("run corelay-bench");
-    // Bounded: the run plans about 8 s; leave room for a slow machine.
+    // Bounded: the runs plan about 10 s; leave room for a slow machine.
     let deadline = Instant::now() + Duration::from_secs(90);
     let status = loop {
         if let Some(st) = child.try_wait().expect("wait for corelay-bench") {
@@ -126,9 +121,30 @@ fn one_room_of_two_through_janus() {
         }
         std::thread::sleep(Duration::from_millis(100));
     };
+    let text = std::fs::read_to_string(out.join("summary.json"));
+    drop(janus);
     assert!(status.success(), "corelay-bench failed: {status}");
-    let text = std::fs::read_to_string(out.join("summary.json")).expect("summary.json");
-    let s: Value = serde_json::from_str(&text).expect("summary.json parses");
+    let s: Value = serde_json::from_str(&text.expect("summary.json")).expect("summary.json parses");
+    let _ = std::fs::remove_dir_all(&tmp);
+    Some(s)
+}
+
+#[test]
+fn one_room_of_two_through_janus() {
+    let args = [
+        "rooms",
+        "--max-rooms",
+        "1",
+        "--room-size",
+        "2",
+        "--join-spread",
+        "1s",
+        "--duration",
+        "5s",
+    ];
+    let Some(s) = run_bench("two", &args) else {
+        return;
+    };
     assert_eq!(s["config"]["dialect"], "janus");
     assert_eq!(s["participants"]["joined"], 2, "{}", s["participants"]);
     assert_eq!(s["participants"]["failed"], 0, "{}", s["participants"]);
@@ -142,6 +158,37 @@ fn one_room_of_two_through_janus() {
     let max = s["e2e_latency_us"]["max"].as_u64().unwrap_or(u64::MAX);
     assert!(max < 1_000_000, "{}", s["e2e_latency_us"]);
     assert!(s["cpu"]["server_cores"].is_number(), "{}", s["cpu"]);
-    drop(janus);
-    let _ = std::fs::remove_dir_all(&tmp);
+}
+
+#[test]
+fn a_later_publisher_is_added_to_existing_subscriptions() {
+    // Joins spread over 6 s: with this seed the three publishers come up
+    // well apart, so the first two subscribe to each other before the third
+    // is up, and the third is added to both subscriptions.
+    let args = [
+        "--seed",
+        "7",
+        "rooms",
+        "--max-rooms",
+        "1",
+        "--room-size",
+        "3",
+        "--join-spread",
+        "6s",
+        "--duration",
+        "5s",
+    ];
+    let Some(s) = run_bench("later", &args) else {
+        return;
+    };
+    let p = &s["participants"];
+    assert_eq!(p["joined"], 3, "{p}");
+    assert_eq!(p["failed"], 0, "{p}");
+    assert!(p["subscription_updates"].as_u64().unwrap_or(0) >= 1, "{p}");
+    let rx = &s["received"];
+    assert_eq!(rx["corrupt"], 0, "{rx}");
+    assert_eq!(s["pairs"]["expected"], 6, "{}", s["pairs"]);
+    assert_eq!(s["pairs"]["ok"], 6, "{}", s["pairs"]);
+    assert_eq!(s["pairs"]["outage_count"], 0, "{}", s["pairs"]);
+    assert!(count(&s, "e2e_latency_us") > 0, "{}", s["e2e_latency_us"]);
 }
