@@ -1,16 +1,17 @@
-//! The harness does what the targets rely on, and the checked-in seeds are
-//! still what they claim to be (run: cargo test --manifest-path fuzz/Cargo.toml).
+//! The harness does what the targets rely on, and the checked-in seeds
+//! (fuzz/seeds) are still what they claim to be. Part of `cargo test
+//! --workspace`.
 
 use std::fs;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use corelay_core::offer::{accept_offer, check_renegotiation};
-use corelay_fuzz::{BASE_OFFER, Live, origin, server_addr, settings};
+use corelay_fuzz_harness::{BASE_OFFER, Live, origin, server_addr, settings};
 
 fn seeds(target: &str) -> Vec<(String, Vec<u8>)> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("seeds")
+        .join("../../fuzz/seeds")
         .join(target);
     let mut out: Vec<_> = fs::read_dir(dir)
         .unwrap()
@@ -113,7 +114,7 @@ fn renegotiation_seeds_pass_the_shadow_negotiation() {
 fn tolerated_panics_inside_the_fault_boundary_are_noted() {
     // SAFETY: no other test reads or writes the environment.
     unsafe { std::env::set_var("CORELAY_FUZZ_ISOLATED", "tolerate") };
-    corelay_fuzz::panic_policy();
+    corelay_fuzz_harness::panic_policy();
     let e = corelay_core::guard::isolate(|| -> u8 { panic!("inside") }).unwrap_err();
     assert_eq!(e.message, "inside");
     assert!(e.location.unwrap().contains("harness.rs"));

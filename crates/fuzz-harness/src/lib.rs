@@ -1,0 +1,461 @@
+//! The harness the fuzz targets share: an [`Engine`] with participants that
+//! are really connected (ICE, DTLS, SCTP done with str0m clients under a
+//! virtual clock, as corelay-sim does with real clients), plus the fixed
+//! offers of the offer and renegotiation targets.
+//!
+//! Reproducible: str0m draws ICE credentials and mids from fastrand's
+//! thread-local generator, which [`Live::connect`] seeds, so every session
+//! has the same ufrags, passwords and mids. A STUN request recorded in one
+//! session (fuzz/seeds/datagram) is valid, integrity included, in the next.
+//! Only DTLS keys differ (they come from the crypto provider).
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use corelay_core::offer::accept_offer;
+use corelay_core::room::{MemberInfo, RoomUpdate};
+use corelay_core::{Engine, ParticipantId, RoomId, RtcSettings, ShardEvent, VideoCodec};
+use str0m::change::{SdpAnswer, SdpPendingOffer};
+use str0m::channel::ChannelId;
+use str0m::media::{Direction, MediaKind, Mid};
+use str0m::net::{Protocol, Receive};
+use str0m::rtp::{Extension, ExtensionMap, RtpWrite, SeqNo};
+use str0m::{Candidate, Event, Input, Output, Rtc};
+
+/// The shard's socket as clients see it.
+pub const SERVER: &str = "127.0.0.1:3478";
+/// Where the fuzzed participants send from.
+pub const CLIENT_ADDRS: [&str; 2] = ["127.0.0.1:5001", "127.0.0.1:5002"];
+/// A source no participant uses.
+pub const STRANGER: &str = "192.0.2.7:40000";
+/// The seed of str0m's generator for every session the harness builds.
+pub const RNG_SEED: u64 = 0xC0DE_1A7E;
+/// A str0m client's offer (video+audio sendonly, one video slot, data
+/// channel): the first offer of the renegotiation target.
+pub const BASE_OFFER: &str = include_str!("../../../fuzz/fixtures/base-offer.sdp");
+
+/// Virtual time that one fuzz input takes.
+pub const STEP: Duration = Duration::from_millis(2);
+/// Inputs one session takes before [`with_session`] builds a fresh one
+/// (100 virtual seconds): what an input can leave behind stays bounded, and
+/// the handshake costs under 1% of the time.
+pub const INPUTS_PER_SESSION: u64 = 50_000;
+
+/// Settings of a server forwarding H.264 only (`--video-codecs h264`,
+/// default limits): what the control thread accepts offers with.
+pub fn settings() -> RtcSettings {
+    RtcSettings {
+        video_codecs: vec![VideoCodec::H264],
+        ..RtcSettings::default()
+    }
+}
+
+/// The live session's engine settings: the defaults, but a data-channel
+/// request budget that a fuzz input every 2 virtual ms never exhausts, so
+/// that every request reaches the engine's handling.
+pub fn live_settings() -> RtcSettings {
+    let mut s = settings();
+    s.participant.requests_per_second = 1_000_000;
+    if std::env::var_os("CORELAY_FUZZ_NO_BWE").is_some() {
+        s.bwe_initial_bps = None;
+    }
+    s
+}
+
+/// How panics inside corelay's fault boundary (`corelay_core::guard`, which
+/// turns them into a refused offer or an evicted participant) are treated.
+/// By default like any panic: a crash, libFuzzer stops and saves the input.
+/// With `CORELAY_FUZZ_ISOLATED=tolerate` they are reported on stderr (once
+/// per source location) and fuzzing goes on; a panic outside the boundary
+/// is a crash either way. Call at the start of every input (cheap).
+pub fn panic_policy() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if std::env::var("CORELAY_FUZZ_ISOLATED").as_deref() != Ok("tolerate") {
+            return;
+        }
+        let seen = std::sync::Mutex::new(std::collections::HashSet::<String>::new());
+        // libFuzzer's hook (installed before the first input) aborts.
+        let crash = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !corelay_core::guard::active() {
+                return crash(info);
+            }
+            let at = info.location().map(|l| l.to_string()).unwrap_or_default();
+            corelay_core::guard::note_location(at.clone());
+            let mut seen = seen.lock().unwrap_or_else(|e| e.into_inner());
+            if seen.insert(at.clone()) {
+                eprintln!("corelay-fuzz: isolated panic (tolerated) at {at}: {info}");
+            }
+        }));
+    });
+}
+
+pub fn server_addr() -> SocketAddr {
+    SERVER.parse().expect("literal address")
+}
+
+pub fn stranger_addr() -> SocketAddr {
+    STRANGER.parse().expect("literal address")
+}
+
+/// The clock origin of every target: one process-wide `Instant`.
+pub fn origin() -> Instant {
+    static ORIGIN: OnceLock<Instant> = OnceLock::new();
+    *ORIGIN.get_or_init(Instant::now)
+}
+
+/// A roster of one room with `members`, all on shard 0.
+pub fn roster(room: RoomId, members: &[MemberInfo]) -> RoomUpdate {
+    RoomUpdate {
+        room,
+        name: "fuzz".into(),
+        members: members.to_vec(),
+    }
+}
+
+/// Empties everything the engine produced (the shard would send it away).
+pub fn discard_outputs(engine: &mut Engine) {
+    let out = engine.outputs();
+    out.transmits.clear();
+    out.forwarded.clear();
+    out.peers.clear();
+    out.control.clear();
+}
+
+/// A plain str0m client with what a corelay participant offers: published
+/// video and audio, one video receive slot, the "events" data channel.
+pub struct ClientOffer {
+    pub rtc: Rtc,
+    pub offer: String,
+    pub pending: SdpPendingOffer,
+    pub video_mid: Mid,
+    pub audio_mid: Mid,
+    pub slot_mid: Mid,
+}
+
+pub fn client_offer(addr: SocketAddr, now: Instant) -> ClientOffer {
+    let cfg = Rtc::builder()
+        .set_rtp_mode(true)
+        .clear_codecs()
+        .enable_opus(true, false)
+        .enable_h264(true);
+    let mut exts = ExtensionMap::standard();
+    exts.set(9, Extension::AbsoluteCaptureTime);
+    let mut rtc = cfg.set_extension_map(exts).build(now);
+    rtc.add_local_candidate(Candidate::host(addr, "udp").expect("host candidate"));
+    let mut api = rtc.sdp_api();
+    let video_mid = api.add_media(MediaKind::Video, Direction::SendOnly, None, None, None);
+    let audio_mid = api.add_media(MediaKind::Audio, Direction::SendOnly, None, None, None);
+    let slot_mid = api.add_media(MediaKind::Video, Direction::RecvOnly, None, None, None);
+    api.add_channel("events".into());
+    let (offer, pending) = api.apply().expect("the client has changes to offer");
+    ClientOffer {
+        rtc,
+        offer: offer.to_sdp_string(),
+        pending,
+        video_mid,
+        audio_mid,
+        slot_mid,
+    }
+}
+
+/// One connected participant's client side.
+pub struct Client {
+    pub id: ParticipantId,
+    pub addr: SocketAddr,
+    pub rtc: Rtc,
+    pub video_mid: Mid,
+    pub audio_mid: Mid,
+    pub slot_mid: Mid,
+    pub channel: Option<ChannelId>,
+    pub connected: bool,
+    /// The engine's welcome arrived on the data channel.
+    pub welcomed: bool,
+    pub rtp_received: u64,
+    pub messages_received: u64,
+    timeout: Option<Instant>,
+    inbox: VecDeque<Vec<u8>>,
+}
+
+/// An engine with two connected participants in one room, under a virtual
+/// clock. Participant 0 is the one the targets feed; participant 1 publishes
+/// to it and subscribes to it, so that its traffic has somewhere to go.
+pub struct Live {
+    pub engine: Engine,
+    pub clients: Vec<Client>,
+    pub now: Instant,
+    pub room: RoomId,
+    pub members: Vec<MemberInfo>,
+    /// A participant left, a client failed: rebuild before the next input.
+    pub broken: bool,
+    /// Every datagram a client sent, when recording (the seed generator).
+    pub recording: Option<Vec<(usize, Vec<u8>)>>,
+    /// Fuzz inputs fed to this session.
+    pub inputs: u64,
+    server: SocketAddr,
+}
+
+/// Runs `f` on this thread's live session: built on first use, and built
+/// again when the last input broke it or it has taken
+/// [`INPUTS_PER_SESSION`] inputs.
+pub fn with_session(f: impl FnOnce(&mut Live)) {
+    thread_local! {
+        static LIVE: std::cell::RefCell<Option<Live>> = const { std::cell::RefCell::new(None) };
+    }
+    LIVE.with(|cell| {
+        let mut live = cell.borrow_mut();
+        let live = match live.as_mut() {
+            Some(l) if l.healthy() && l.inputs < INPUTS_PER_SESSION => l,
+            _ => live.insert(Live::connect()),
+        };
+        live.inputs += 1;
+        f(live);
+    });
+}
+
+impl Live {
+    /// Builds the session and runs it until both participants are connected
+    /// and welcomed on their data channels. Panics if that fails: a harness
+    /// that cannot connect would fuzz nothing.
+    pub fn connect() -> Live {
+        Self::connect_with(false)
+    }
+
+    /// As [`Live::connect`], recording every client datagram.
+    pub fn connect_recording() -> Live {
+        Self::connect_with(true)
+    }
+
+    fn connect_with(record: bool) -> Live {
+        fastrand::seed(RNG_SEED);
+        let start = origin();
+        let server = server_addr();
+        let settings = live_settings();
+        let mut engine = Engine::new(corelay_core::ShardId(0), settings.clone());
+        let room = RoomId(1);
+        let mut members = Vec::new();
+        let mut clients = Vec::new();
+        for (i, addr) in CLIENT_ADDRS.iter().enumerate() {
+            let addr: SocketAddr = addr.parse().expect("literal address");
+            let mut c = client_offer(addr, start);
+            let acc = accept_offer(&settings, start, &c.offer, server, None)
+                .expect("the harness's offer is accepted");
+            let answer = SdpAnswer::from_sdp_string(&acc.answer).expect("the answer parses");
+            c.rtc
+                .sdp_api()
+                .accept_answer(c.pending, answer)
+                .expect("the client accepts the answer");
+            let id = ParticipantId(i as u64 + 1);
+            let name = format!("fuzz{i}");
+            members.push(MemberInfo {
+                id,
+                name: name.clone(),
+                shard: corelay_core::ShardId(0),
+                tracks: acc.tracks.clone(),
+                viewer: false,
+            });
+            engine.add_participant(start, id, room, name, acc, roster(room, &members));
+            clients.push(Client {
+                id,
+                addr,
+                rtc: c.rtc,
+                video_mid: c.video_mid,
+                audio_mid: c.audio_mid,
+                slot_mid: c.slot_mid,
+                channel: None,
+                connected: false,
+                welcomed: false,
+                rtp_received: 0,
+                messages_received: 0,
+                timeout: None,
+                inbox: VecDeque::new(),
+            });
+        }
+        let mut live = Live {
+            engine,
+            clients,
+            now: start,
+            room,
+            members,
+            broken: false,
+            recording: record.then(Vec::new),
+            inputs: 0,
+            server,
+        };
+        for _ in 0..10_000 {
+            if live.clients.iter().all(|c| c.connected && c.welcomed) {
+                break;
+            }
+            live.advance(Duration::from_millis(1));
+        }
+        assert!(
+            live.healthy(),
+            "the harness's participants did not connect (broken: {})",
+            live.broken
+        );
+        live
+    }
+
+    /// Both participants are on the engine, connected, with open channels.
+    pub fn healthy(&self) -> bool {
+        !self.broken
+            && self.engine.participant_count() == self.clients.len()
+            && self
+                .clients
+                .iter()
+                .all(|c| c.connected && c.welcomed && c.rtc.is_alive())
+    }
+
+    /// Moves the clock by `dt`, runs due timers on every side, and exchanges
+    /// datagrams until nobody has anything left to say.
+    pub fn advance(&mut self, dt: Duration) {
+        self.now += dt;
+        let now = self.now;
+        if self.engine.poll_timeout().is_some_and(|t| t <= now) {
+            self.engine.handle_timeout(now);
+        }
+        for c in self.clients.iter_mut() {
+            if c.timeout.is_none_or(|t| t <= now)
+                && c.rtc.handle_input(Input::Timeout(now)).is_err()
+            {
+                self.broken = true;
+            }
+        }
+        self.pump();
+    }
+
+    /// Exchanges datagrams between the engine and the clients until quiet.
+    pub fn pump(&mut self) {
+        let now = self.now;
+        let server = self.server;
+        for _ in 0..1_000 {
+            let mut moved = false;
+            let out = self.engine.outputs();
+            for t in out.transmits.drain(..) {
+                if let Some(c) = self.clients.iter_mut().find(|c| c.addr == t.destination) {
+                    c.inbox.push_back(t.contents.to_vec());
+                }
+            }
+            for ev in out.control.drain(..) {
+                if let ShardEvent::Left { .. } = ev {
+                    self.broken = true;
+                }
+            }
+            out.forwarded.clear();
+            out.peers.clear();
+            for i in 0..self.clients.len() {
+                let Some(c) = self.clients.get_mut(i) else {
+                    continue;
+                };
+                while let Some(d) = c.inbox.pop_front() {
+                    moved = true;
+                    let Ok(contents) = d.as_slice().try_into() else {
+                        continue;
+                    };
+                    let input = Input::Receive(
+                        now,
+                        Receive {
+                            proto: Protocol::Udp,
+                            source: server,
+                            destination: c.addr,
+                            contents,
+                        },
+                    );
+                    // A client that refuses what the engine sent is not the
+                    // engine's failure; a dead one is, and `healthy` sees it.
+                    let _ = c.rtc.handle_input(input);
+                }
+                loop {
+                    match c.rtc.poll_output() {
+                        Ok(Output::Timeout(t)) => {
+                            c.timeout = Some(t);
+                            break;
+                        }
+                        Ok(Output::Transmit(t)) => {
+                            moved = true;
+                            if let Some(rec) = self.recording.as_mut() {
+                                rec.push((i, t.contents.to_vec()));
+                            }
+                            self.engine
+                                .handle_datagram(now, None, c.addr, server, &t.contents);
+                        }
+                        Ok(Output::Event(e)) => match e {
+                            Event::Connected => c.connected = true,
+                            Event::ChannelOpen(cid, _) => c.channel = Some(cid),
+                            Event::ChannelData(d) => {
+                                c.messages_received += 1;
+                                if d.data.windows(9).any(|w| w == b"\"welcome\"") {
+                                    c.welcomed = true;
+                                }
+                            }
+                            Event::RtpPacket(_) => c.rtp_received += 1,
+                            _ => {}
+                        },
+                        Err(_) => {
+                            self.broken = true;
+                            break;
+                        }
+                    }
+                }
+            }
+            if !moved {
+                break;
+            }
+        }
+    }
+
+    /// One fuzz input as a datagram to the shard's socket, from participant
+    /// 0's own address and from a stranger's, then one step of the clock.
+    pub fn feed_datagram(&mut self, data: &[u8]) {
+        let now = self.now;
+        let server = self.server;
+        let own = self.clients.first().map(|c| c.addr).unwrap_or(server);
+        // A kernel receive stamp as the shard passes it for media packets.
+        let stamp = Some(Duration::from_secs(1_700_000_000));
+        self.engine.handle_datagram(now, stamp, own, server, data);
+        self.engine
+            .handle_datagram(now, None, stranger_addr(), server, data);
+        self.advance(STEP);
+    }
+
+    /// One fuzz input as a text message participant 0 sends on its data
+    /// channel, then one step of the clock (the engine gets it via SCTP).
+    pub fn send_on_channel(&mut self, data: &[u8]) {
+        if let Some(c) = self.clients.first_mut()
+            && let Some(cid) = c.channel
+            && let Some(mut ch) = c.rtc.channel(cid)
+        {
+            let _ = ch.write(false, data);
+        }
+        self.advance(STEP);
+    }
+
+    /// Participant `i` publishes one RTP packet on its video (or audio)
+    /// m-line: valid SRTP, what the seed generator records.
+    pub fn publish(&mut self, i: usize, video: bool, seq: u64, payload: Vec<u8>) {
+        let now = self.now;
+        let Some(c) = self.clients.get_mut(i) else {
+            return;
+        };
+        let mid = if video { c.video_mid } else { c.audio_mid };
+        let Some(pt) = c
+            .rtc
+            .media(mid)
+            .and_then(|m| m.remote_pts().first().copied())
+        else {
+            return;
+        };
+        let clock = if video { 3000 } else { 960 };
+        let mut api = c.rtc.direct_api();
+        if let Some(tx) = api.stream_tx_by_mid(mid, None) {
+            tx.write_rtp(
+                RtpWrite::new(pt, SeqNo::from(seq), (seq * clock) as u32, now, payload)
+                    .marker(true),
+            );
+        }
+        self.pump();
+    }
+}
