@@ -64,6 +64,45 @@ const PEER_BUDGET: usize = 4096;
 /// How often a shard reports its figures to the control thread.
 const REPORT_INTERVAL: Duration = Duration::from_millis(250);
 
+/// Sends the UDP datagrams of one engine step in one `sendmmsg` batch, then
+/// records each forwarded packet's latency (kernel receive to this send) in
+/// `forward[0]` (same shard) or `forward[1]` (cross-shard) when
+/// `packet_metrics` is on. What the socket refused, plus `dropped_elsewhere`
+/// (the caller's TCP sends), counts in `dropped_send`. The send step of the
+/// shard loop and of the work-stealing tasks alike.
+pub(crate) fn send_datagrams(
+    engine: &mut Engine,
+    send: &mut SendBatch,
+    socket: &impl std::os::fd::AsRawFd,
+    packet_metrics: bool,
+    forward: [&mut LatencyHistogram; 2],
+    dropped_elsewhere: u64,
+) {
+    let out = engine.outputs();
+    if !out.transmits.is_empty() {
+        let res = send.send(
+            socket,
+            out.transmits
+                .iter()
+                .filter(|t| t.proto == Protocol::Udp)
+                .map(|t| (&t.destination, &t.contents[..])),
+        );
+        out.transmits.clear();
+        let sent_at = if packet_metrics && !out.forwarded.is_empty() {
+            realtime()
+        } else {
+            Duration::ZERO
+        };
+        let [local, cross] = forward;
+        for (rx, is_cross) in out.forwarded.drain(..) {
+            let h = if is_cross { &mut *cross } else { &mut *local };
+            h.record_us(micros(sent_at.saturating_sub(rx)));
+        }
+        engine.counters_mut().dropped_send += res.dropped as u64 + dropped_elsewhere;
+    }
+    engine.outputs().forwarded.clear();
+}
+
 /// Test-only fault injection (`--test-fail-shard-room`): the shard (or the
 /// work-stealing hub) panics outside any participant when a join for that
 /// room reaches it.
@@ -250,7 +289,8 @@ struct ShardLoop {
     fail_on_room: Option<String>,
 }
 
-fn micros(d: Duration) -> u64 {
+/// A duration in whole microseconds, saturating (histogram samples).
+pub(crate) fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
@@ -478,40 +518,23 @@ impl ShardLoop {
     /// with one wake-up per touched peer, events to the control thread.
     fn flush(&mut self, socket: &tokio::net::UdpSocket) {
         let out = self.engine.outputs();
-        if !out.transmits.is_empty() {
-            let mut dropped_tcp = 0;
-            if !self.tcp.is_empty() {
-                self.tcp.flush_waiting();
-                for t in out.transmits.iter().filter(|t| t.proto == Protocol::Tcp) {
-                    if !self.tcp.send(&t.destination, &t.contents) {
-                        dropped_tcp += 1;
-                    }
+        let mut dropped_tcp = 0;
+        if !out.transmits.is_empty() && !self.tcp.is_empty() {
+            self.tcp.flush_waiting();
+            for t in out.transmits.iter().filter(|t| t.proto == Protocol::Tcp) {
+                if !self.tcp.send(&t.destination, &t.contents) {
+                    dropped_tcp += 1;
                 }
             }
-            let res = self.send.send(
-                socket,
-                out.transmits
-                    .iter()
-                    .filter(|t| t.proto == Protocol::Udp)
-                    .map(|t| (&t.destination, &t.contents[..])),
-            );
-            out.transmits.clear();
-            let sent_at = if self.packet_metrics && !out.forwarded.is_empty() {
-                realtime()
-            } else {
-                Duration::ZERO
-            };
-            for (rx, cross) in out.forwarded.drain(..) {
-                let h = if cross {
-                    &mut self.forward_cross
-                } else {
-                    &mut self.forward_local
-                };
-                h.record_us(micros(sent_at.saturating_sub(rx)));
-            }
-            self.engine.counters_mut().dropped_send += res.dropped as u64 + dropped_tcp;
         }
-        self.engine.outputs().forwarded.clear();
+        send_datagrams(
+            &mut self.engine,
+            &mut self.send,
+            socket,
+            self.packet_metrics,
+            [&mut self.forward_local, &mut self.forward_cross],
+            dropped_tcp,
+        );
         let out = self.engine.outputs();
         let mut dropped = 0;
         if !out.peers.is_empty() {

@@ -61,13 +61,14 @@ use corelay_core::{
 };
 use corelay_udp::{RecvBatch, SendBatch, realtime};
 use str0m::change::SdpOffer;
-use str0m::net::Protocol;
 use tokio::io::Interest;
 use tokio::net::UdpSocket;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 
-use crate::shard::{ShardCommand, ShardHandle, ShardReport, ToControl, fail_if_injected};
+use crate::shard::{
+    ShardCommand, ShardHandle, ShardReport, ToControl, fail_if_injected, micros, send_datagrams,
+};
 
 /// Datagrams queued for one participant task (lossy on full).
 const NET_INBOX: usize = 1024;
@@ -222,10 +223,6 @@ fn panic_text(e: tokio::task::JoinError) -> String {
         .map(|s| (*s).to_string())
         .or_else(|| payload.downcast_ref::<String>().cloned())
         .unwrap_or_default()
-}
-
-fn micros(d: Duration) -> u64 {
-    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 /// The CPU clocks of the runtime's threads, registered as each starts, so
@@ -737,33 +734,18 @@ impl Task {
     /// Sends what the engine produced: datagrams in one batch, peer messages
     /// into the other tasks' channels (lossy), events to the control thread.
     fn flush(&mut self) {
+        send_datagrams(
+            &mut self.engine,
+            &mut self.send,
+            &*self.socket,
+            self.packet_metrics,
+            [
+                &mut self.figures.forward_local,
+                &mut self.figures.forward_cross,
+            ],
+            0,
+        );
         let out = self.engine.outputs();
-        if !out.transmits.is_empty() {
-            let res = self.send.send(
-                &*self.socket,
-                out.transmits
-                    .iter()
-                    .filter(|t| t.proto == Protocol::Udp)
-                    .map(|t| (&t.destination, &t.contents[..])),
-            );
-            out.transmits.clear();
-            let sent_at = if self.packet_metrics && !out.forwarded.is_empty() {
-                realtime()
-            } else {
-                Duration::ZERO
-            };
-            for (rx, cross) in out.forwarded.drain(..) {
-                let h = if cross {
-                    &mut self.figures.forward_cross
-                } else {
-                    &mut self.figures.forward_local
-                };
-                h.record_us(micros(sent_at.saturating_sub(rx)));
-            }
-            self.engine.counters_mut().dropped_send += res.dropped as u64;
-        }
-        let out = self.engine.outputs();
-        out.forwarded.clear();
         let mut dropped = 0;
         for (to, msg) in out.peers.drain(..) {
             let sent = self
