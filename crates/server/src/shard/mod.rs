@@ -66,8 +66,8 @@ const REPORT_INTERVAL: Duration = Duration::from_millis(250);
 
 /// Sends the UDP datagrams of one engine step in one `sendmmsg` batch, then
 /// records each forwarded packet's latency (kernel receive to this send) in
-/// `forward[0]` (same shard) or `forward[1]` (cross-shard) when
-/// `packet_metrics` is on. What the socket refused, plus `dropped_elsewhere`
+/// `forward_local` (same shard) or `forward_cross` when `packet_metrics` is
+/// on. What the socket refused, plus `dropped_elsewhere`
 /// (the caller's TCP sends), counts in `dropped_send`. The send step of the
 /// shard loop and of the work-stealing tasks alike.
 pub(crate) fn send_datagrams(
@@ -75,7 +75,8 @@ pub(crate) fn send_datagrams(
     send: &mut SendBatch,
     socket: &impl std::os::fd::AsRawFd,
     packet_metrics: bool,
-    forward: [&mut LatencyHistogram; 2],
+    forward_local: &mut LatencyHistogram,
+    forward_cross: &mut LatencyHistogram,
     dropped_elsewhere: u64,
 ) {
     let out = engine.outputs();
@@ -93,9 +94,12 @@ pub(crate) fn send_datagrams(
         } else {
             Duration::ZERO
         };
-        let [local, cross] = forward;
-        for (rx, is_cross) in out.forwarded.drain(..) {
-            let h = if is_cross { &mut *cross } else { &mut *local };
+        for (rx, cross) in out.forwarded.drain(..) {
+            let h = if cross {
+                &mut *forward_cross
+            } else {
+                &mut *forward_local
+            };
             h.record_us(micros(sent_at.saturating_sub(rx)));
         }
         engine.counters_mut().dropped_send += res.dropped as u64 + dropped_elsewhere;
@@ -532,7 +536,8 @@ impl ShardLoop {
             &mut self.send,
             socket,
             self.packet_metrics,
-            [&mut self.forward_local, &mut self.forward_cross],
+            &mut self.forward_local,
+            &mut self.forward_cross,
             dropped_tcp,
         );
         let out = self.engine.outputs();

@@ -739,10 +739,8 @@ impl Task {
             &mut self.send,
             &*self.socket,
             self.packet_metrics,
-            [
-                &mut self.figures.forward_local,
-                &mut self.figures.forward_cross,
-            ],
+            &mut self.figures.forward_local,
+            &mut self.figures.forward_cross,
             0,
         );
         let out = self.engine.outputs();
