@@ -1,0 +1,7 @@
+mod cluster;
+mod control;
+mod estimator;
+
+pub use cluster::{ProbeClusterConfig, ProbeClusterState, ProbeKind};
+pub use control::{BandwidthLimitedCause, ProbeControl};
+pub use estimator::ProbeEstimator;
