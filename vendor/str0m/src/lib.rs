@@ -2033,6 +2033,17 @@ impl Rtc {
 
         // The handlers below each arm their own `Wake`; nothing to do here.
         match input {
+            // corelay patch (PATCHES.md, 4): before the deadline the last `poll_output` gave,
+            // with nothing changed since (`readiness` is armed by every mutation: input, API
+            // call), the walk would find nothing due: only the clock moves. A driver that
+            // feeds the time before writing (so sends are stamped now) pays no walk for it.
+            Input::Timeout(now)
+                if !self.readiness.wants_events()
+                    && !self.readiness.wants_timeout()
+                    && now < self.cached_timeout =>
+            {
+                self.advance_time(now)
+            }
             Input::Timeout(now) => self.do_handle_timeout(now)?,
             Input::Receive(recv_time, r) => {
                 // corelay patch (PATCHES.md, 2): an RTP packet in RTP mode only moves the

@@ -11,6 +11,7 @@
 
 use std::time::{Duration, Instant};
 
+use str0m::Input;
 use str0m::format::Codec;
 use str0m::media::MediaKind;
 use str0m::rtp::{RtpPacket, RtpWrite, SeqNo, Vp8Descriptor};
@@ -215,7 +216,16 @@ impl Engine {
                     continue;
                 };
                 let patch = media.vp8.as_ref().and_then(|d| slot.pictures.patch(d));
-                let written = guarded(&mut self.io, sub, poisoned, |_| {
+                let written = guarded(&mut self.io, sub, poisoned, |io| {
+                    // The subscriber's clock to now first: str0m stamps the
+                    // send (TWCC send time, pacer debt, RTX cache) with its
+                    // own clock, which only inputs move, and the delay-based
+                    // estimate reads a stale stamp as queueing. Before its
+                    // deadline this moves the clock only (str0m patch 4).
+                    if let Err(e) = rtc.handle_input(Input::Timeout(now)) {
+                        tracing::debug!(participant = %sub, "str0m timeout: {e}");
+                        io.counters.rtc_errors += 1;
+                    }
                     let mut api = rtc.direct_api();
                     let Some(tx) = api.stream_tx_by_mid(slot.mid, None) else {
                         return false;
