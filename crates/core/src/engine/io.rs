@@ -114,9 +114,10 @@ fn drain_unguarded(
     id: ParticipantId,
     rtc: &mut str0m::Rtc,
 ) {
-    // str0m asks for a timeout that is already due when it has queued media
-    // (its pacer releases packets on the next timeout): feed it right away so
-    // that forwarded packets leave in this same synchronous pass.
+    // str0m asks for a timeout that is already due when it has work that
+    // only a timeout walk releases (paced media, padding, a due timer): feed
+    // it right away so that it leaves in this same synchronous pass. An
+    // unpaced forwarded packet needs none (vendor/str0m/PATCHES.md, 1).
     let mut refeeds = 0;
     for _ in 0..MAX_DRAIN {
         match rtc.poll_output() {
