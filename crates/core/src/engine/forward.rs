@@ -11,12 +11,11 @@
 
 use std::time::{Duration, Instant};
 
-use str0m::Input;
 use str0m::format::Codec;
 use str0m::media::MediaKind;
 use str0m::rtp::{RtpPacket, RtpWrite, SeqNo, Vp8Descriptor};
 
-use super::io::{drain_rtc, guarded};
+use super::io::{drain_rtc, feed_time, guarded};
 use super::participant::Participant;
 use super::slot::Admit;
 use super::{Engine, PeerMsg};
@@ -222,10 +221,7 @@ impl Engine {
                     // own clock, which only inputs move, and the delay-based
                     // estimate reads a stale stamp as queueing. Before its
                     // deadline this moves the clock only (str0m patch 4).
-                    if let Err(e) = rtc.handle_input(Input::Timeout(now)) {
-                        tracing::debug!(participant = %sub, "str0m timeout: {e}");
-                        io.counters.rtc_errors += 1;
-                    }
+                    feed_time(io, sub, rtc, now);
                     let mut api = rtc.direct_api();
                     let Some(tx) = api.stream_tx_by_mid(slot.mid, None) else {
                         return false;

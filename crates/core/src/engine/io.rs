@@ -3,11 +3,12 @@
 //! events waiting to be handled, the deadlines, the counters, and the work
 //! left for the end of the step (evictions, slot notices, keyframe requests).
 //!
-//! Also the two ways into a participant's `Rtc` that every other engine
-//! module uses: [`guarded`] (the fault boundary) and [`drain_rtc`] (str0m's
-//! drain-after-every-mutation rule), and [`describe`], which puts a str0m
-//! error in an operator's words for the eviction report. Must not: decide
-//! anything about rooms, slots or forwarding.
+//! Also the ways into a participant's `Rtc` that every other engine module
+//! uses: [`guarded`] (the fault boundary), [`feed_time`] (a timeout input,
+//! its error counted) and [`drain_rtc`] (str0m's drain-after-every-mutation
+//! rule), and [`describe`], which puts a str0m error in an operator's words
+//! for the eviction report. Must not: decide anything about rooms, slots or
+//! forwarding.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -124,10 +125,7 @@ fn drain_unguarded(
             Ok(Output::Timeout(t)) => {
                 if t <= now && refeeds < MAX_REFEEDS {
                     refeeds += 1;
-                    if let Err(e) = rtc.handle_input(Input::Timeout(now)) {
-                        tracing::debug!(participant = %id, "str0m timeout: {e}");
-                        io.counters.rtc_errors += 1;
-                    }
+                    feed_time(io, id, rtc, now);
                     continue;
                 }
                 // Still due after the refeeds: some of str0m's timers (its
@@ -160,6 +158,15 @@ fn drain_unguarded(
     }
     if !rtc.is_alive() {
         io.doomed.push((id, LeaveReason::Closed, None));
+    }
+}
+
+/// Hands str0m the time (`Input::Timeout`); an error is counted and
+/// logged, and the drain that follows finds the `Rtc` dead if it is.
+pub(super) fn feed_time(io: &mut Io, id: ParticipantId, rtc: &mut str0m::Rtc, now: Instant) {
+    if let Err(e) = rtc.handle_input(Input::Timeout(now)) {
+        tracing::debug!(participant = %id, "str0m timeout: {e}");
+        io.counters.rtc_errors += 1;
     }
 }
 

@@ -65,7 +65,7 @@ use str0m::net::{DatagramRecv, Protocol, Receive, Transmit};
 use str0m::{Event, IceConnectionState, Input};
 
 use self::demux::{Demux, Route};
-use self::io::{Io, MAX_DRAIN, Queued, drain_rtc, guarded};
+use self::io::{Io, MAX_DRAIN, Queued, drain_rtc, feed_time, guarded};
 use self::keyframes::Keyframes;
 use self::participant::Participant;
 use crate::events::RoomEvent;
@@ -510,13 +510,9 @@ impl Engine {
             let Some(p) = self.participants.get_mut(&id) else {
                 continue;
             };
-            let r = guarded(&mut self.io, id, &mut p.poisoned, |_| {
-                p.rtc.handle_input(Input::Timeout(now))
+            guarded(&mut self.io, id, &mut p.poisoned, |io| {
+                feed_time(io, id, &mut p.rtc, now)
             });
-            if let Some(Err(e)) = r {
-                tracing::debug!(participant = %id, "str0m timeout: {e}");
-                self.io.counters.rtc_errors += 1;
-            }
             self.drain(now, None, id);
         }
         while let Some(id) = self.io.timers.pop_connect_due(now) {
