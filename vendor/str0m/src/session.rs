@@ -1239,12 +1239,15 @@ impl Session {
         // (`PacerReason::Unpaced`), but only from a snapshot taken in `handle_timeout`, and it
         // gates every release behind another one: two full `handle_timeout` walks per packet.
         // Accounting is unchanged: `register_send`, TWCC and the BWE see the packet below.
+        // Not while a probe runs: then the pacer releases media at the probe's rate and tags
+        // it with the cluster, which the probe's measurement needs, as upstream does.
         let (midrid, cluster_id) = match self.pacer.poll_queue() {
             Some(v) => v,
-            None => {
+            None if self.pacer.active_cluster().is_none() => {
                 let all_unpaced = matches!(self.pacer, PacerImpl::Null(_));
                 (self.streams.direct_send(now, all_unpaced)?, None)
             }
+            None => return None,
         };
         let stream = self.streams.stream_tx_by_midrid(midrid)?;
         let Some(media) = self.medias.iter().find(|m| m.mid() == stream.mid()) else {
