@@ -1,6 +1,7 @@
 //! The I/O side: one OS thread drives many participants over non-blocking
 //! UDP sockets with epoll (read in `recvmmsg` batches, each datagram at its
-//! kernel receive time: [`corelay_udp`]), a timer heap keyed by each participant's next
+//! kernel receive time: [`corelay_udp`]; one str0m drain per participant
+//! per batch), a timer heap keyed by each participant's next
 //! wake-up, and an eventfd for commands. Thread-per-core on the client too:
 //! the load generator starts one driver per core; `join()` starts one for a
 //! single participant.
@@ -469,6 +470,8 @@ impl Loop {
             // kernel receive time, mapped onto `Instant` (CLOCK_MONOTONIC)
             // through one pair of clock reads taken after the batch.
             let clock = RxClock::sample();
+            // The receive time of the last datagram fed and not yet drained.
+            let mut undrained: Option<Instant> = None;
             for i in 0..n {
                 let Some(d) = self.batch.get(i) else {
                     continue;
@@ -502,9 +505,13 @@ impl Loop {
                 }
                 let now = e.fed(now);
                 e.p.handle_datagram(now, d.source, d.data, &mut *self.obs);
-                // Drain after every datagram: str0m (RTP mode) holds one
-                // received packet until polled, and events carry this
-                // datagram's receive time.
+                undrained = Some(now);
+            }
+            // One drain per batch, not per datagram: str0m (patched, see
+            // vendor/str0m/PATCHES.md 5) queues the batch's RTP packets,
+            // each stamped with its own receive time, and one walk of its
+            // outputs and timers serves them all.
+            if let Some(now) = undrained {
                 flush(
                     e,
                     now,

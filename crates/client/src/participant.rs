@@ -191,7 +191,6 @@ pub struct Participant {
     connected: bool,
     dead: bool,
     saw_media: bool,
-    rx_ns: u64,
     sizes: Vec<usize>,
     buf: Vec<u8>,
     nacks: Vec<(Mid, u64)>,
@@ -361,7 +360,6 @@ impl Participant {
                 connected: false,
                 dead: false,
                 saw_media: false,
-                rx_ns: 0,
                 sizes: Vec::with_capacity(16),
                 buf: Vec::with_capacity(1500),
                 nacks: Vec::new(),
@@ -421,7 +419,6 @@ impl Participant {
                 connected: false,
                 dead: false,
                 saw_media: false,
-                rx_ns: 0,
                 sizes: Vec::with_capacity(16),
                 buf: Vec::with_capacity(1500),
                 nacks: Vec::new(),
@@ -619,7 +616,10 @@ impl Participant {
     }
 
     /// Feed one received datagram that arrived at `now` (its receive time
-    /// for latency and ICE RTT, through the config's [`Clock`]).
+    /// for latency and ICE RTT, through the config's [`Clock`]). A driver
+    /// may feed a batch before it calls [`poll_output`](Self::poll_output):
+    /// str0m (patched) holds up to 64 received RTP packets, each with its
+    /// own receive time.
     pub fn handle_datagram(
         &mut self,
         now: Instant,
@@ -639,7 +639,6 @@ impl Participant {
                 s.ice_rtt_us.push(us);
             }
         }
-        self.rx_ns = rx_ns;
         let recv = match Receive::new(Protocol::Udp, source, self.local, data) {
             Ok(r) => r,
             Err(_) => {
@@ -880,7 +879,10 @@ impl Participant {
     }
 
     fn on_rtp(&mut self, p: RtpPacket, obs: &mut dyn Observer) {
-        let rx_ns = self.rx_ns;
+        // Its receive time: str0m stamps each packet with the time of the
+        // datagram that carried it (a driver may feed several before it
+        // polls).
+        let rx_ns = self.cfg.clock.ns(p.timestamp);
         let Some(i) = self.slot_of(&p) else {
             self.snap.unknown_packets += 1;
             return;

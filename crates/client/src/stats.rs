@@ -266,23 +266,45 @@ fn extend_from<T: Clone + PartialEq>(dst: &mut Vec<T>, src: &[T]) {
 
 impl SlotStats {
     /// Copy `src` into `self`, appending to the append-only sample list.
+    /// In the steady state (same sources, same publishers) nothing is
+    /// allocated: strings, lists and map values are copied into the
+    /// buffers `self` already has. A driver does this for every slot of
+    /// every participant each publish interval.
     fn update_from(&mut self, src: &SlotStats) {
-        let mut latency_us = std::mem::take(&mut self.latency_us);
-        extend_from(&mut latency_us, &src.latency_us);
-        // The rest is small; the struct update copies the plain numbers
-        // (and fails to compile if a field that is not `Copy` is added
-        // without being named here).
+        extend_from(&mut self.latency_us, &src.latency_us);
+        self.kind.clone_from(&src.kind);
+        self.sources.clone_from(&src.sources);
+        sync_map(&mut self.frames_by_source, &src.frames_by_source);
+        sync_map(&mut self.reception, &src.reception);
+        self.ssrcs.clone_from(&src.ssrcs);
+        self.last_source.clone_from(&src.last_source);
+        self.last_frame.clone_from(&src.last_frame);
+        // The rest is plain numbers; the struct update copies them (and
+        // fails to compile if a field that is not `Copy` is added without
+        // being named here).
         *self = SlotStats {
-            kind: src.kind.clone(),
-            sources: src.sources.clone(),
-            frames_by_source: src.frames_by_source.clone(),
-            reception: src.reception.clone(),
-            ssrcs: src.ssrcs.clone(),
-            last_source: src.last_source.clone(),
-            last_frame: src.last_frame.clone(),
-            latency_us,
+            kind: std::mem::take(&mut self.kind),
+            sources: std::mem::take(&mut self.sources),
+            frames_by_source: std::mem::take(&mut self.frames_by_source),
+            reception: std::mem::take(&mut self.reception),
+            ssrcs: std::mem::take(&mut self.ssrcs),
+            last_source: self.last_source.take(),
+            last_frame: self.last_frame.take(),
+            latency_us: std::mem::take(&mut self.latency_us),
             ..*src
         };
+    }
+}
+
+/// Make `dst` equal to `src`, value by value when both have the same keys
+/// (no allocation unless a value needs one), by a fresh copy otherwise.
+fn sync_map<V: Clone>(dst: &mut BTreeMap<String, V>, src: &BTreeMap<String, V>) {
+    if dst.len() == src.len() && dst.keys().eq(src.keys()) {
+        for (d, s) in dst.values_mut().zip(src.values()) {
+            d.clone_from(s);
+        }
+    } else {
+        dst.clone_from(src);
     }
 }
 
@@ -514,12 +536,31 @@ mod tests {
             slot.latency_us.push(i);
             slot.sources.push(format!("s{i}"));
             slot.last_seq = Some(i);
+            // Map values change in place; a key is added now and then.
+            *slot
+                .frames_by_source
+                .entry(format!("p{}", i % 2))
+                .or_default() += 1;
+            if i % 11 == 0 {
+                slot.frames_by_source.insert(format!("q{i}"), i);
+            }
+            slot.reception
+                .entry(format!("p{}", i % 2))
+                .or_insert_with(|| Reception::new_at(i))
+                .frame(i * RECEPTION_GAP_NS);
+            slot.last_frame = Some((format!("p{}", i % 2), i as u32));
             src.sent_packets = i;
             src.failed = (i == 40).then(|| "x".to_string());
             if i % 7 == 0 {
                 dst.update_from(&src);
                 assert_eq!(dst, src);
             }
+        }
+        dst.update_from(&src);
+        assert_eq!(dst, src);
+        // A map with fewer keys than the copy's: replaced, not merged.
+        for slot in src.slots.values_mut() {
+            slot.frames_by_source.retain(|k, _| k.starts_with('p'));
         }
         dst.update_from(&src);
         assert_eq!(dst, src);

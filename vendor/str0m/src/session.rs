@@ -50,6 +50,10 @@ const NACK_MIN_INTERVAL: Duration = Duration::from_millis(33);
 /// Delay between reports of TWCC. This is deliberately very low.
 const TWCC_INTERVAL: Duration = Duration::from_millis(50);
 
+/// corelay patch (PATCHES.md, 5): received RTP packets held for
+/// `Event::RtpPacket` until polled (upstream holds one).
+const MAX_PENDING_PACKETS: usize = 64;
+
 /// Maximum number of pending RRTR entries before oldest are dropped.
 const MAX_PENDING_RRTRS: usize = 300;
 
@@ -109,8 +113,10 @@ pub(crate) struct Session {
     // temporary buffer when getting the next (unencrypted) RTP packet from Media line.
     poll_packet_buf: Vec<u8>,
 
-    // Next packet for RtpPacket event.
-    pending_packet: Option<RtpPacket>,
+    // Next packets for RtpPacket events, oldest first. corelay patch
+    // (PATCHES.md, 5): a queue (at most MAX_PENDING_PACKETS) where upstream
+    // holds one, so a driver can feed a batch of datagrams before it polls.
+    pending_packets: VecDeque<RtpPacket>,
 
     // Total RTP payload bytes for media, including retransmissions.
     media_bytes_rx: u64,
@@ -208,7 +214,7 @@ impl Session {
             pacer,
             pacer_control: PacerControl::new(),
             poll_packet_buf: vec![0; 2000],
-            pending_packet: None,
+            pending_packets: VecDeque::new(),
             media_bytes_rx: 0,
             media_bytes_tx: 0,
             ice_lite: config.ice_lite,
@@ -858,7 +864,13 @@ impl Session {
             // However only if this is a packet not seen before. This filters out spurious
             // resends for padding.
             if receipt.is_new_packet {
-                self.pending_packet = Some(packet);
+                // corelay patch (PATCHES.md, 5): queue it. Full means the
+                // driver is not polling; the oldest goes, as upstream's
+                // single slot would have lost it.
+                if self.pending_packets.len() >= MAX_PENDING_PACKETS {
+                    self.pending_packets.pop_front();
+                }
+                self.pending_packets.push_back(packet);
             }
         } else {
             // In non-RTP mode, we let the Media use a Depayloader.
@@ -1052,14 +1064,14 @@ impl Session {
             return Some(Event::AppSpecificFeedback(feedback));
         }
 
-        // This must be before pending_packet.take() since we need to emit the unpaused event
+        // This must be before pending_packets.pop_front() since we need to emit the unpaused event
         // before the first packet causing the unpause.
         if let Some(paused) = self.streams.poll_stream_paused() {
             return Some(Event::StreamPaused(paused));
         }
 
         if self.rtp_mode {
-            if let Some(packet) = self.pending_packet.take() {
+            if let Some(packet) = self.pending_packets.pop_front() {
                 return Some(Event::RtpPacket(packet));
             }
         }
