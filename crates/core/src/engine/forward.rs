@@ -7,7 +7,9 @@
 //! Owns the per-packet path. Must not: change slot assignments or choose
 //! layers (it only asks for a keyframe when a slot waits for one, and
 //! switches a slot to its target layer on that layer's keyframe), or
-//! allocate per subscriber beyond what str0m's `write_rtp` takes.
+//! allocate per subscriber beyond what str0m's `write_rtp` takes. A
+//! subscriber written to is drained once at the end of the batch
+//! ([`Engine::drain_pending`]), not after each packet.
 
 use std::time::{Duration, Instant};
 
@@ -15,7 +17,7 @@ use str0m::format::Codec;
 use str0m::media::MediaKind;
 use str0m::rtp::{RtpPacket, RtpWrite, SeqNo, Vp8Descriptor};
 
-use super::io::{drain_rtc, feed_time, guarded};
+use super::io::{feed_time, guarded};
 use super::participant::Participant;
 use super::slot::Admit;
 use super::{Engine, PeerMsg};
@@ -127,6 +129,10 @@ impl Engine {
                 self.sources.note_width(media.track, media.layer, w);
             }
         }
+        if self.io.pending_at.is_some_and(|t| t != now) {
+            // Deferred drains share one instant (each subscriber's clock).
+            self.drain_pending();
+        }
         let Some(room) = self.rooms.get_mut(&room_id) else {
             return;
         };
@@ -163,6 +169,7 @@ impl Engine {
                 slots,
                 rtc,
                 poisoned,
+                undrained,
                 ..
             } = p;
             if *poisoned {
@@ -215,13 +222,18 @@ impl Engine {
                     continue;
                 };
                 let patch = media.vp8.as_ref().and_then(|d| slot.pictures.patch(d));
+                let fed = *undrained;
                 let written = guarded(&mut self.io, sub, poisoned, |io| {
                     // The subscriber's clock to now first: str0m stamps the
                     // send (TWCC send time, pacer debt, RTX cache) with its
                     // own clock, which only inputs move, and the delay-based
                     // estimate reads a stale stamp as queueing. Before its
                     // deadline this moves the clock only (str0m patch 4).
-                    feed_time(io, sub, rtc, now);
+                    // A subscriber written to earlier in this batch is at
+                    // `now` already.
+                    if !fed {
+                        feed_time(io, sub, rtc, now);
+                    }
                     let mut api = rtc.direct_api();
                     let Some(tx) = api.stream_tx_by_mid(slot.mid, None) else {
                         return false;
@@ -247,8 +259,14 @@ impl Engine {
                 }
                 self.io.counters.forwarded += 1;
                 reached = true;
-                // str0m: drain after every mutation, before the next one.
-                drain_rtc(&mut self.io, now, None, sub, rtc, poisoned);
+                // str0m: drain after a mutation, before the next input. The
+                // drain waits for the end of the batch (`drain_pending`), so
+                // a frame's packets cost one walk of the subscriber's `Rtc`.
+                if !*undrained {
+                    *undrained = true;
+                    self.io.pending.push(sub);
+                    self.io.pending_at = Some(now);
+                }
             }
         }
         if let (true, Some(rx)) = (reached, media.kernel_rx) {

@@ -5,8 +5,9 @@
 //!
 //! Also the ways into a participant's `Rtc` that every other engine module
 //! uses: [`guarded`] (the fault boundary), [`feed_time`] (a timeout input,
-//! its error counted) and [`drain_rtc`] (str0m's drain-after-every-mutation
-//! rule), and [`describe`], which puts a str0m error in an operator's words
+//! its error counted) and [`drain_rtc`] (str0m's drain-before-the-next-input
+//! rule; forwarding defers its drains to the end of a batch, see
+//! [`Io::pending`]), and [`describe`], which puts a str0m error in an operator's words
 //! for the eviction report. Must not: decide anything about rooms, slots or
 //! forwarding.
 
@@ -54,6 +55,13 @@ pub(super) struct Io {
     /// Subscribers whose layers must be allocated again at the end of the
     /// step (their slots or estimate changed).
     pub(super) realloc: Vec<ParticipantId>,
+    /// Subscribers that forwarded media was written into and whose `Rtc`
+    /// has not been drained since (each with `undrained` set). One drain
+    /// after every packet of a receive batch, not one per packet: a video
+    /// frame's packets arrive together and go to the same subscribers.
+    pub(super) pending: Vec<ParticipantId>,
+    /// The instant every pending subscriber's clock was fed (all share it).
+    pub(super) pending_at: Option<Instant>,
 }
 
 impl Io {

@@ -237,16 +237,24 @@ impl Engine {
 
     /// What accumulated since the shard last emptied it; the shard drains
     /// each vector (the engine only appends).
+    /// Subscribers whose drain forwarding deferred are drained first, so
+    /// what a batch produced is all here.
     pub fn outputs(&mut self) -> &mut Outputs {
+        self.drain_pending();
         &mut self.io.out
     }
 
-    /// When the engine next needs `handle_timeout`.
+    /// When the engine next needs `handle_timeout` (at once while a
+    /// deferred drain waits and nobody asked for the outputs).
     pub fn poll_timeout(&self) -> Option<Instant> {
-        [self.io.timers.next(), self.keyframes.next()]
-            .into_iter()
-            .flatten()
-            .min()
+        [
+            self.io.timers.next(),
+            self.keyframes.next(),
+            self.io.pending_at,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     // ---------------------------------------------------------------- control
@@ -261,6 +269,7 @@ impl Engine {
         accepted: Accepted,
         roster: RoomUpdate,
     ) {
+        self.drain_pending();
         let Accepted {
             rtc,
             ufrag,
@@ -284,6 +293,7 @@ impl Engine {
 
     /// Removes a participant (DELETE from the API). Sends DTLS close_notify.
     pub fn remove_participant(&mut self, now: Instant, id: ParticipantId) -> bool {
+        self.drain_pending();
         let existed = self.participants.contains_key(&id);
         self.io.doomed.push((id, LeaveReason::Removed, None));
         self.settle(now);
@@ -292,6 +302,7 @@ impl Engine {
 
     /// A new roster for a room with members on this shard.
     pub fn apply_room(&mut self, now: Instant, update: RoomUpdate) {
+        self.drain_pending();
         let id = update.room;
         let shard = self.shard;
         let view = self
@@ -319,6 +330,7 @@ impl Engine {
         id: ParticipantId,
         offer: SdpOffer,
     ) -> Result<String, OfferError> {
+        self.drain_pending();
         let Some(p) = self.participants.get_mut(&id) else {
             return Err(OfferError::UnknownParticipant(id));
         };
@@ -350,6 +362,7 @@ impl Engine {
 
     /// Closes every connection (shutdown): DTLS close_notify to each participant.
     pub fn close_all(&mut self, now: Instant) {
+        self.drain_pending();
         let ids: Vec<ParticipantId> = self.participants.keys().copied().collect();
         for id in ids {
             self.io.doomed.push((id, LeaveReason::Shutdown, None));
@@ -398,6 +411,10 @@ impl Engine {
     ) {
         self.io.counters.rx_packets += 1;
         self.io.counters.rx_bytes += data.len() as u64;
+        if self.io.pending_at.is_some_and(|t| t != now) {
+            // Deferred drains share one instant; a new one ends the batch.
+            self.drain_pending();
+        }
         if !plausible(data) {
             self.io.counters.dropped_malformed += 1;
             return;
@@ -442,6 +459,11 @@ impl Engine {
                 contents,
             },
         );
+        if p.undrained {
+            // Media forwarded to it this batch: drained before its input.
+            p.undrained = false;
+            drain_rtc(&mut self.io, now, None, id, &mut p.rtc, &mut p.poisoned);
+        }
         let fault = p.connected
             && self.settings.participant.fault_injection_name.as_deref() == Some(p.name.as_str());
         let events_before = self.io.events.len();
@@ -506,6 +528,7 @@ impl Engine {
     /// Timers due at `now`: str0m timeouts, connect deadlines, deferred
     /// keyframe requests and the room tick.
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.drain_pending();
         while let Some(id) = self.io.timers.pop_rtc_due(now) {
             let Some(p) = self.participants.get_mut(&id) else {
                 continue;
@@ -564,6 +587,33 @@ impl Engine {
                 &mut p.rtc,
                 &mut p.poisoned,
             );
+        }
+    }
+
+    /// Drains every subscriber forwarding wrote into since its last drain
+    /// (at the instant their clocks were fed), then settles what that
+    /// produced. Bounded: settling can forward again only from events
+    /// already queued, so a few rounds empty the list; what a last round
+    /// leaves waits for the next call (`poll_timeout` says it is due).
+    fn drain_pending(&mut self) {
+        for _ in 0..4 {
+            let Some(at) = self.io.pending_at.take() else {
+                return;
+            };
+            let mut ids = std::mem::take(&mut self.io.pending);
+            for id in ids.drain(..) {
+                let Some(p) = self.participants.get_mut(&id) else {
+                    continue;
+                };
+                if std::mem::take(&mut p.undrained) {
+                    drain_rtc(&mut self.io, at, None, id, &mut p.rtc, &mut p.poisoned);
+                }
+            }
+            // The list's allocation is kept for the next batch.
+            if self.io.pending.is_empty() {
+                self.io.pending = ids;
+            }
+            self.settle(at);
         }
     }
 

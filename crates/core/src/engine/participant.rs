@@ -73,6 +73,9 @@ pub(super) struct Participant {
     /// A panic happened inside this participant's handling: its `Rtc` may be
     /// inconsistent, so nothing calls into it again; it is being evicted.
     pub(super) poisoned: bool,
+    /// Forwarded media was written into its `Rtc` and not drained yet: it is
+    /// in [`super::io::Io::pending`], its clock already at `pending_at`.
+    pub(super) undrained: bool,
     /// ICE and DTLS came up (the connect deadline no longer applies).
     pub(super) connected: bool,
     /// What its connection did, so that an eviction can say why.
@@ -110,6 +113,7 @@ impl Participant {
             slots: Vec::new(),
             channel: None,
             poisoned: false,
+            undrained: false,
             connected: false,
             trail: Trail::default(),
             request_tokens: 0.0,
