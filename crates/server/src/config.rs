@@ -59,7 +59,9 @@ pub struct Config {
     pub max_participants_per_shard: usize,
 
     /// Admission control: a shard busier than this fraction of its time
-    /// (measured over the last 250 ms) takes no new participants.
+    /// (measured over the last 250 ms) takes no new participants. Under a
+    /// cgroup CPU quota (a container's CPU limit) the fraction is of the
+    /// shard's share of the quota, not of a whole core.
     #[arg(long, env = "CORELAY_MAX_SHARD_LOAD", default_value_t = 0.85)]
     pub max_shard_load: f64,
 

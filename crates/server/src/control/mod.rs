@@ -16,7 +16,8 @@
 //!   and turn `/healthz` to 503.
 //! - [`http`]: the API's handlers (parse, call, map errors to statuses);
 //!   [`views`]: the JSON documents it returns; [`auth`]: who may call what;
-//!   [`serve`]: connections; [`metrics`]: the Prometheus rendering.
+//!   [`serve`]: connections; [`metrics`]: the Prometheus rendering;
+//!   [`budget`]: the cgroup CPU quota that shard load is judged against.
 //!
 //! The state sits behind one `Mutex` that only this thread's tasks (HTTP
 //! handlers and the shard-event pump) take, never across an await and never
@@ -34,6 +35,7 @@
 
 pub mod assets;
 pub mod auth;
+pub mod budget;
 pub mod http;
 pub mod metrics;
 pub mod rooms;
@@ -76,6 +78,8 @@ pub struct State {
     rooms: Rooms,
     /// Latest per-participant transport figures from the shards.
     detail: HashMap<ParticipantId, ParticipantStats>,
+    /// The process's CPU quota, which shard load is judged against.
+    budget: budget::CpuBudget,
 }
 
 pub type Shared = Arc<Mutex<State>>;
@@ -105,6 +109,7 @@ impl State {
                 })
                 .collect(),
             detail: HashMap::new(),
+            budget: budget::CpuBudget::default(),
         }
     }
 
@@ -217,6 +222,12 @@ impl State {
                         }
                     }
                 }
+                // Busy of what the shard may use: under a cgroup CPU quota
+                // its share of the quota, not a whole core.
+                let share = self
+                    .budget
+                    .per_shard(std::time::Instant::now(), self.shards.len());
+                r.busy = (r.busy / share).min(1.0);
                 self.rooms.set_busy(r.shard, r.busy);
                 if let Some(s) = self.shards.get_mut(r.shard.0) {
                     s.last = *r;
