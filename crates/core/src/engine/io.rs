@@ -7,8 +7,8 @@
 //! uses: [`guarded`] (the fault boundary), [`feed_time`] (a timeout input,
 //! its error counted) and [`drain_rtc`] (str0m's drain-before-the-next-input
 //! rule; forwarding defers its drains to the end of a batch, see
-//! [`Io::pending`]), and [`describe`], which puts a str0m error in an operator's words
-//! for the eviction report. Must not: decide anything about rooms, slots or
+//! [`Io::pending`]), and [`describe`], which puts a str0m error in an
+//! operator's words for the eviction report. Must not: decide anything about rooms, slots or
 //! forwarding.
 
 use std::collections::VecDeque;
@@ -56,8 +56,8 @@ pub(super) struct Io {
     /// step (their slots or estimate changed).
     pub(super) realloc: Vec<ParticipantId>,
     /// Subscribers that forwarded media was written into and whose `Rtc`
-    /// has not been drained since (each with `undrained` set). One drain
-    /// after every packet of a receive batch, not one per packet: a video
+    /// has not been drained since (each with `undrained` set): one drain per
+    /// subscriber per receive batch, not one per packet, since a video
     /// frame's packets arrive together and go to the same subscribers.
     pub(super) pending: Vec<ParticipantId>,
     /// The instant every pending subscriber's clock was fed (all share it).

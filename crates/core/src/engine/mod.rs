@@ -237,6 +237,7 @@ impl Engine {
 
     /// What accumulated since the shard last emptied it; the shard drains
     /// each vector (the engine only appends).
+    ///
     /// Subscribers whose drain forwarding deferred are drained first, so
     /// what a batch produced is all here.
     pub fn outputs(&mut self) -> &mut Outputs {
