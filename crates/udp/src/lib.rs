@@ -593,12 +593,34 @@ mod tests {
         }
     }
 
+    /// Linux turns receive timestamping on for the whole stack in a
+    /// deferred work item when the first socket asks for it; until that has
+    /// run, a datagram gets its time when it is read. Wait (bounded) until a
+    /// datagram that waited 5 ms shows it, so that the test below measures
+    /// the mapping and not how busy the machine was when it started.
+    fn until_kernel_stamps_on_arrival(rx: &UdpSocket, tx: &UdpSocket) {
+        let mut rb = RecvBatch::new();
+        for _ in 0..200 {
+            tx.send_to(&[0xff], rx.local_addr().unwrap()).unwrap();
+            std::thread::sleep(Duration::from_millis(5));
+            if rb.recv(rx).unwrap() == 1 {
+                let clock = RxClock::sample();
+                let at = clock.at(rb.get(0).unwrap().kernel_rx);
+                if at + Duration::from_millis(3) <= clock.now {
+                    return;
+                }
+            }
+        }
+        panic!("no kernel receive timestamps on arrival after 200 tries");
+    }
+
     #[test]
     fn recv_max_reads_no_more_than_asked_and_times_map_to_instants() {
         let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
         rx.set_nonblocking(true).unwrap();
         enable_rx_timestamps(&rx).unwrap();
         let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        until_kernel_stamps_on_arrival(&rx, &tx);
         let before = Instant::now();
         for i in 0..5u8 {
             tx.send_to(&[i], rx.local_addr().unwrap()).unwrap();
