@@ -60,14 +60,14 @@ fn share(cores: Option<f64>, shards: usize) -> f64 {
 }
 
 /// This process's CPU quota in cores, if its cgroup (or one above it) has one.
-pub fn quota_cores() -> Option<f64> {
+fn quota_cores() -> Option<f64> {
     let cgroups = std::fs::read_to_string("/proc/self/cgroup").ok()?;
     let mut best: Option<f64> = None;
-    for (dir, v2) in cgroup_dirs(&cgroups) {
-        let mut d: Option<&Path> = Some(dir.as_path());
-        // From the process's cgroup up to the mount point.
-        while let Some(p) = d {
-            let q = if v2 {
+    for g in cgroup_dirs(&cgroups) {
+        // From the process's cgroup up to the hierarchy's mount point.
+        let mut dir = Some(g.dir.as_path());
+        while let Some(p) = dir.filter(|p| p.starts_with(&g.mount)) {
+            let q = if g.v2 {
                 std::fs::read_to_string(p.join("cpu.max"))
                     .ok()
                     .and_then(|s| parse_cpu_max(&s))
@@ -79,19 +79,24 @@ pub fn quota_cores() -> Option<f64> {
             if let Some(q) = q {
                 best = Some(best.map_or(q, |b| b.min(q)));
             }
-            if p == Path::new("/sys/fs/cgroup") || p.parent() == Some(Path::new("/sys/fs/cgroup")) {
-                break;
-            }
-            d = p.parent();
+            dir = p.parent();
         }
     }
     best
 }
 
-/// The directories of the cgroups in `/proc/self/cgroup` that can hold a
-/// CPU quota: the v2 one (`0::/path`) and the v1 `cpu` controller's; true
-/// for v2.
-fn cgroup_dirs(proc_cgroup: &str) -> Vec<(PathBuf, bool)> {
+/// A cgroup that can hold a CPU quota: its directory, the mount point of
+/// its hierarchy, and whether that is cgroup v2.
+#[derive(Debug, PartialEq)]
+struct Cgroup {
+    dir: PathBuf,
+    mount: PathBuf,
+    v2: bool,
+}
+
+/// The cgroups in `/proc/self/cgroup` that can hold a CPU quota: the v2
+/// one (`0::/path`) and the v1 `cpu` controller's.
+fn cgroup_dirs(proc_cgroup: &str) -> Vec<Cgroup> {
     let mut out = Vec::new();
     for line in proc_cgroup.lines() {
         let mut parts = line.splitn(3, ':');
@@ -99,16 +104,25 @@ fn cgroup_dirs(proc_cgroup: &str) -> Vec<(PathBuf, bool)> {
             continue;
         };
         let rel = path.trim_start_matches('/');
-        if id == "0" && ctrls.is_empty() {
-            out.push((Path::new("/sys/fs/cgroup").join(rel), true));
+        let (mount, v2) = if id == "0" && ctrls.is_empty() {
+            (Path::new("/sys/fs/cgroup"), true)
         } else if ctrls.split(',').any(|c| c == "cpu") {
-            for mount in ["/sys/fs/cgroup/cpu,cpuacct", "/sys/fs/cgroup/cpu"] {
-                if Path::new(mount).is_dir() {
-                    out.push((Path::new(mount).join(rel), false));
-                    break;
-                }
-            }
-        }
+            let Some(m) = ["/sys/fs/cgroup/cpu,cpuacct", "/sys/fs/cgroup/cpu"]
+                .into_iter()
+                .map(Path::new)
+                .find(|m| m.is_dir())
+            else {
+                continue;
+            };
+            (m, false)
+        } else {
+            continue;
+        };
+        out.push(Cgroup {
+            dir: mount.join(rel),
+            mount: mount.to_path_buf(),
+            v2,
+        });
     }
     out
 }
@@ -155,10 +169,11 @@ mod tests {
         let v2 = cgroup_dirs("0::/system.slice/corelay.service\n");
         assert_eq!(
             v2,
-            vec![(
-                PathBuf::from("/sys/fs/cgroup/system.slice/corelay.service"),
-                true
-            )]
+            vec![Cgroup {
+                dir: PathBuf::from("/sys/fs/cgroup/system.slice/corelay.service"),
+                mount: PathBuf::from("/sys/fs/cgroup"),
+                v2: true,
+            }]
         );
         // v1 lines without the cpu controller are not read.
         let v1 = cgroup_dirs("12:memory:/x\n3:pids:/y\n");
