@@ -129,10 +129,7 @@ impl Engine {
                 self.sources.note_width(media.track, media.layer, w);
             }
         }
-        if self.io.pending_at.is_some_and(|t| t != now) {
-            // Deferred drains share one instant (each subscriber's clock).
-            self.drain_pending();
-        }
+        self.end_batch_unless_at(now);
         let Some(room) = self.rooms.get_mut(&room_id) else {
             return;
         };

@@ -412,10 +412,7 @@ impl Engine {
     ) {
         self.io.counters.rx_packets += 1;
         self.io.counters.rx_bytes += data.len() as u64;
-        if self.io.pending_at.is_some_and(|t| t != now) {
-            // Deferred drains share one instant; a new one ends the batch.
-            self.drain_pending();
-        }
+        self.end_batch_unless_at(now);
         if !plausible(data) {
             self.io.counters.dropped_malformed += 1;
             return;
@@ -615,6 +612,14 @@ impl Engine {
                 self.io.pending = ids;
             }
             self.settle(at);
+        }
+    }
+
+    /// Deferred drains share one instant (each pending subscriber's clock
+    /// was fed with it): work at another instant ends the batch first.
+    fn end_batch_unless_at(&mut self, now: Instant) {
+        if self.io.pending_at.is_some_and(|t| t != now) {
+            self.drain_pending();
         }
     }
 
