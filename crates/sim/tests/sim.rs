@@ -581,6 +581,49 @@ fn sim_late_joiner_gets_keyframe_and_roster() {
     let _ = a;
 }
 
+/// A subscriber whose handshake is held up (its link cut for 1.5 s after
+/// joining) gets nothing forwarded before it is connected: its video starts
+/// at a keyframe sent after it connected, not with a burst of the frames
+/// str0m would have queued for it meanwhile.
+#[test]
+fn sim_nothing_is_forwarded_before_the_subscriber_is_connected() {
+    let mut s = sim(14, 1);
+    let mut cfg = publisher("a");
+    cfg.video = corelay_sim::corelay_client::VideoSource::Synthetic {
+        bitrate_bps: 400_000,
+        fps: 30,
+        keyframe_interval: 100_000,
+    };
+    let a = s.join("r", cfg, 0);
+    s.run_for(Duration::from_secs(2));
+    let v = s.join("r", viewer("v", 1), 0);
+    s.cut(v, true);
+    s.run_for(Duration::from_millis(1500));
+    assert!(!s.snapshot(v).connected);
+    s.cut(v, false);
+    assert!(
+        s.run_until(Duration::from_secs(10), |s| s.snapshot(v).connected),
+        "v never connected"
+    );
+    let connected = s.now;
+    s.run_for(Duration::from_secs(2));
+    let pk = video_packets(&s, v);
+    assert!(!pk.is_empty());
+    assert!(pk[0].keyframe, "first packet is not a keyframe");
+    assert!(pk[0].at >= connected - 20 * MS);
+    assert_continuous(&pk);
+    for st in s.snapshot(v).slots.values() {
+        // Two 5 ms hops, as for everyone else; a queued burst would show
+        // the 1.5 s the handshake waited.
+        assert!(
+            st.latency_us.iter().all(|&l| l < 50_000),
+            "{:?}",
+            st.latency_us
+        );
+    }
+    let _ = a;
+}
+
 /// (13) An audio-only participant next to a video one: audio slots carry its
 /// audio, video slots only the video publisher, nothing mismatched.
 #[test]

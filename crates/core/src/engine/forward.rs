@@ -167,9 +167,13 @@ impl Engine {
                 rtc,
                 poisoned,
                 undrained,
+                connected,
                 ..
             } = p;
-            if *poisoned {
+            // Not before its DTLS handshake is done: str0m would queue the
+            // packets, without a bound, until it is, then send them as one
+            // stale burst. A slot starts at the first keyframe after it.
+            if *poisoned || !*connected {
                 continue;
             }
             for slot in slots.iter_mut().filter(|s| s.source == Some(media.track)) {
