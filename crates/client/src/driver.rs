@@ -345,6 +345,12 @@ fn flush(
     schedule(e, next, heap, idx);
 }
 
+/// RTP or RTCP by its first byte (RFC 7983: 128 to 191); STUN and DTLS
+/// are below.
+fn is_rtp_or_rtcp(data: &[u8]) -> bool {
+    data.first().is_some_and(|b| (128..=191).contains(b))
+}
+
 fn schedule(
     e: &mut Entry,
     at: Instant,
@@ -505,7 +511,24 @@ impl Loop {
                 }
                 let now = e.fed(now);
                 e.p.handle_datagram(now, d.source, d.data, &mut *self.obs);
-                undrained = Some(now);
+                if is_rtp_or_rtcp(d.data) {
+                    undrained = Some(now);
+                } else {
+                    // STUN or DTLS: drained at once. str0m takes up what
+                    // they lead to (the SRTP keys of a finished handshake,
+                    // a nomination) only in its next poll, and an SRTP
+                    // packet it is handed before that is dropped.
+                    flush(
+                        e,
+                        now,
+                        &mut *self.obs,
+                        &mut self.heap,
+                        idx,
+                        &self.stats,
+                        &mut self.tx,
+                    );
+                    undrained = None;
+                }
             }
             // One drain per batch, not per datagram: str0m (patched, see
             // vendor/str0m/PATCHES.md 5) queues the batch's RTP packets,
