@@ -1,10 +1,10 @@
 //! The I/O side: one OS thread drives many participants over non-blocking
 //! UDP sockets with epoll (read in `recvmmsg` batches, each datagram at its
 //! kernel receive time: [`corelay_udp`]; one str0m drain per participant
-//! per batch), a timer heap keyed by each participant's next
-//! wake-up, and an eventfd for commands. Thread-per-core on the client too:
-//! the load generator starts one driver per core; `join()` starts one for a
-//! single participant.
+//! per batch of RTP and RTCP, at once after STUN or DTLS), a timer heap
+//! keyed by each participant's next wake-up, and an eventfd for commands.
+//! Thread-per-core on the client too: the load generator starts one driver
+//! per core; `join()` starts one for a single participant.
 //!
 //! A participant whose config has a `downlink_limit_bps` receives through
 //! an emulated bottleneck ([`crate::shaper`]): datagrams read from its
