@@ -25,6 +25,18 @@ fn publisher(name: &str) -> ParticipantConfig {
     c
 }
 
+/// A [`publisher`] of synthetic video whose only keyframes are its first
+/// and the ones it is asked for (no periodic keyframe within a test).
+fn keyframe_once(name: &str) -> ParticipantConfig {
+    let mut c = publisher(name);
+    c.video = VideoSource::Synthetic {
+        bitrate_bps: 400_000,
+        fps: 30,
+        keyframe_interval: 100_000,
+    };
+    c
+}
+
 /// Publishes nothing, `video` video slots and one audio slot.
 fn viewer(name: &str, video: usize) -> ParticipantConfig {
     let mut c = ParticipantConfig::new(name);
@@ -537,14 +549,7 @@ fn sim_loss_jitter_reordering_nack_recovers() {
 #[test]
 fn sim_late_joiner_gets_keyframe_and_roster() {
     let mut s = sim(12, 1);
-    let mut cfg = publisher("a");
-    cfg.video = corelay_sim::corelay_client::VideoSource::Synthetic {
-        bitrate_bps: 400_000,
-        fps: 30,
-        // No periodic keyframe within the test.
-        keyframe_interval: 100_000,
-    };
-    let a = s.join("r", cfg, 0);
+    let a = s.join("r", keyframe_once("a"), 0);
     let mut w = viewer("w", 1);
     w.data_channel = true;
     let w = s.join("r", w, 0);
@@ -588,13 +593,7 @@ fn sim_late_joiner_gets_keyframe_and_roster() {
 #[test]
 fn sim_nothing_is_forwarded_before_the_subscriber_is_connected() {
     let mut s = sim(14, 1);
-    let mut cfg = publisher("a");
-    cfg.video = corelay_sim::corelay_client::VideoSource::Synthetic {
-        bitrate_bps: 400_000,
-        fps: 30,
-        keyframe_interval: 100_000,
-    };
-    let a = s.join("r", cfg, 0);
+    let a = s.join("r", keyframe_once("a"), 0);
     s.run_for(Duration::from_secs(2));
     let v = s.join("r", viewer("v", 1), 0);
     s.cut(v, true);
