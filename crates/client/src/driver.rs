@@ -169,6 +169,24 @@ pub fn thread_cpu_ns() -> u64 {
 /// Pin the calling thread to one CPU (best effort).
 pub use corelay_thread::pin_to_cpu;
 
+/// Whether driver threads send a poll's runs of equal datagrams (a video
+/// frame's packets) as UDP GSO messages: where the kernel supports it,
+/// unless `CORELAY_CLIENT_NO_UDP_OFFLOAD` is set (to measure what GSO and
+/// GRO save).
+fn client_gso() -> bool {
+    std::env::var_os("CORELAY_CLIENT_NO_UDP_OFFLOAD").is_none()
+        && std::net::UdpSocket::bind((std::net::Ipv4Addr::LOCALHOST, 0))
+            .is_ok_and(|s| udp::gso_supported(&s))
+}
+
+/// Whether participants' sockets take runs of equal datagrams from one
+/// sender (the server's GSO messages: a video frame's packets) as one
+/// message, one wake-up instead of one per datagram: unless
+/// `CORELAY_CLIENT_NO_UDP_OFFLOAD` is set.
+fn client_gro() -> bool {
+    std::env::var_os("CORELAY_CLIENT_NO_UDP_OFFLOAD").is_none()
+}
+
 /// A running driver thread.
 pub struct Driver {
     tx: Sender<Command>,
@@ -197,6 +215,7 @@ impl Driver {
                 if let Some(cpu) = pin {
                     pin_to_cpu(cpu);
                 }
+                let gro = client_gro();
                 let mut l = Loop {
                     epoll,
                     wake: wk,
@@ -207,9 +226,15 @@ impl Driver {
                     by_id: HashMap::new(),
                     heap: BinaryHeap::new(),
                     stats: st,
-                    batch: RecvBatch::new(),
+                    batch: if gro {
+                        RecvBatch::with_gro()
+                    } else {
+                        RecvBatch::new()
+                    },
+                    gro,
                     tx: CopyBatch::new(),
                 };
+                l.tx.set_gso(client_gso());
                 l.run();
             })?;
         Ok(Driver {
@@ -308,6 +333,8 @@ struct Loop {
     heap: BinaryHeap<Reverse<(Instant, usize)>>,
     stats: Arc<DriverStats>,
     batch: RecvBatch,
+    /// `UDP_GRO` on for every participant's socket (`batch` sized for it).
+    gro: bool,
     tx: CopyBatch,
 }
 
@@ -478,10 +505,9 @@ impl Loop {
             let clock = RxClock::sample();
             // The receive time of the last datagram fed and not yet drained.
             let mut undrained: Option<Instant> = None;
-            for i in 0..n {
-                let Some(d) = self.batch.get(i) else {
-                    continue;
-                };
+            // `n` counts messages, against the read budget; with GRO one
+            // message may be several datagrams.
+            for d in self.batch.iter() {
                 got += 1;
                 let now = clock.at(d.kernel_rx);
                 if e.shaper.is_some() {
@@ -632,6 +658,11 @@ impl Loop {
         }
         // Without kernel receive times datagrams get the time they are read.
         let _ = udp::enable_rx_timestamps(&sock);
+        if self.gro && udp::enable_gro(&sock).is_err() {
+            // This kernel has no UDP GRO: the batch's large buffers only
+            // ever hold one datagram each.
+            self.gro = false;
+        }
         let idx = match self.free.pop() {
             Some(i) => i,
             None => {

@@ -89,6 +89,14 @@ pub struct Config {
     #[arg(long, env = "CORELAY_NO_PACKET_METRICS")]
     pub no_packet_metrics: bool,
 
+    /// Send and read every datagram on its own. By default a subscriber's
+    /// consecutive datagrams of one size (a video frame's packets) leave in
+    /// one UDP GSO message, and a sender's runs of them are read as one
+    /// (UDP GRO), where the kernel supports it (Linux 5.0+); a device that
+    /// refuses GSO gets the datagrams one by one.
+    #[arg(long, env = "CORELAY_NO_UDP_OFFLOAD")]
+    pub no_udp_offload: bool,
+
     /// Testing only: stall a shard's loop every N datagrams (see --test-stall-ms).
     #[arg(long, env = "CORELAY_TEST_STALL_EVERY", hide = true)]
     pub test_stall_every: Option<u64>,

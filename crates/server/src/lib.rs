@@ -80,6 +80,7 @@ pub fn run(cfg: Config) -> Result<(), Box<dyn std::error::Error>> {
             to_control: to_control.clone(),
             workers: n,
             packet_metrics: !cfg.no_packet_metrics,
+            offload: !cfg.no_udp_offload,
             stall: cfg
                 .test_stall_every
                 .map(|every| (every, Duration::from_millis(cfg.test_stall_ms))),
@@ -284,6 +285,7 @@ fn spawn_shards(
             to_control: to_control.clone(),
             core: (!cfg.no_pin && n <= cores).then_some(i % cores),
             packet_metrics: !cfg.no_packet_metrics,
+            offload: !cfg.no_udp_offload,
             stall: cfg
                 .test_stall_every
                 .map(|every| (every, Duration::from_millis(cfg.test_stall_ms))),

@@ -1,6 +1,8 @@
 //! Batched UDP on Linux: `recvmmsg` with each datagram's kernel receive time
 //! (`SO_TIMESTAMPNS`), and `sendmmsg` of borrowed ([`SendBatch`]) or copied
-//! ([`CopyBatch`]) datagrams, on non-blocking sockets. Shared by corelay's
+//! ([`CopyBatch`]) datagrams, on non-blocking sockets; optionally with UDP
+//! GSO (a run of equal datagrams to one destination in one message) and
+//! GRO (such runs read as one message and cut apart again). Shared by corelay's
 //! shards, corelay-client's driver threads and the bench's cost floor, so
 //! all three pay the same per-datagram kernel cost.
 //!
@@ -43,14 +45,34 @@ pub struct Datagram<'a> {
     pub kernel_rx: Option<Duration>,
 }
 
+/// Largest message a socket with `UDP_GRO` on hands over: datagrams of one
+/// flow joined, up to an IP datagram's 64 KiB.
+const GRO_BUF_SIZE: usize = 65_536;
+
+/// What one received message's control messages said.
+#[derive(Clone, Copy, Default)]
+struct Meta {
+    /// `UDP_GRO`: the size of each joined datagram (the last may be
+    /// shorter); 0 for a message that is one datagram.
+    segment: usize,
+    /// `SCM_TIMESTAMPNS`, CLOCK_REALTIME.
+    kernel_rx: Option<Duration>,
+}
+
 /// Buffers for one `recvmmsg` (reused across calls and sockets).
 pub struct RecvBatch {
-    bufs: Vec<[u8; BUF_SIZE]>,
+    /// `BATCH` slots of `slot` bytes.
+    bufs: Vec<u8>,
+    slot: usize,
     names: Vec<libc::sockaddr_storage>,
     cmsgs: Vec<[u8; CMSG_SPACE]>,
     iovs: Vec<libc::iovec>,
     hdrs: Vec<libc::mmsghdr>,
-    len: usize,
+    meta: Vec<Meta>,
+    /// Messages the last `recv` read.
+    messages: usize,
+    /// Datagrams in them (more than `len` where GRO joined some).
+    datagrams: usize,
 }
 
 // The raw pointers inside only ever point into the struct's own vectors,
@@ -64,33 +86,51 @@ impl Default for RecvBatch {
 }
 
 impl RecvBatch {
-    /// Allocates the buffers.
+    /// Allocates the buffers, each for one datagram of up to 2 KiB.
     pub fn new() -> Self {
+        Self::with_slot(BUF_SIZE)
+    }
+
+    /// Allocates buffers for a socket with [`enable_gro`] on: each message
+    /// may be 64 KiB of joined datagrams (2 MiB in all, touched only as
+    /// far as messages fill them).
+    pub fn with_gro() -> Self {
+        Self::with_slot(GRO_BUF_SIZE)
+    }
+
+    fn with_slot(slot: usize) -> Self {
         RecvBatch {
-            bufs: vec![[0; BUF_SIZE]; BATCH],
+            bufs: vec![0; slot * BATCH],
+            slot,
             // SAFETY: sockaddr_storage, iovec and mmsghdr are plain C structs
             // for which all-zero bytes are a valid value.
             names: (0..BATCH).map(|_| unsafe { zeroed() }).collect(),
             cmsgs: vec![[0; CMSG_SPACE]; BATCH],
             iovs: (0..BATCH).map(|_| unsafe { zeroed() }).collect(),
             hdrs: (0..BATCH).map(|_| unsafe { zeroed() }).collect(),
-            len: 0,
+            meta: vec![Meta::default(); BATCH],
+            messages: 0,
+            datagrams: 0,
         }
     }
 
-    /// Reads up to [`BATCH`] datagrams without blocking. `Ok(0)` never happens:
+    /// Reads up to [`BATCH`] messages without blocking. `Ok(0)` never happens:
     /// an empty socket is `Err(WouldBlock)`.
     pub fn recv(&mut self, socket: &impl AsRawFd) -> io::Result<usize> {
         self.recv_max(socket, BATCH)
     }
 
-    /// Reads up to `max` datagrams (1 to [`BATCH`]) without blocking; a
-    /// caller's read budget. An empty socket is `Err(WouldBlock)`.
+    /// Reads up to `max` messages (1 to [`BATCH`]) without blocking, a
+    /// caller's read budget, and returns how many it read: each is one
+    /// datagram, or on a socket with `UDP_GRO` on, a run of them
+    /// ([`len`](Self::len) counts datagrams). An empty socket is
+    /// `Err(WouldBlock)`.
     pub fn recv_max(&mut self, socket: &impl AsRawFd, max: usize) -> io::Result<usize> {
         let max = max.clamp(1, BATCH);
+        let slot = self.slot;
         let slots = self
             .bufs
-            .iter_mut()
+            .chunks_exact_mut(slot)
             .zip(self.names.iter_mut())
             .zip(self.cmsgs.iter_mut())
             .zip(self.iovs.iter_mut())
@@ -99,7 +139,7 @@ impl RecvBatch {
         for ((((buf, name), cmsg), iov), hdr) in slots {
             *iov = libc::iovec {
                 iov_base: buf.as_mut_ptr().cast(),
-                iov_len: BUF_SIZE,
+                iov_len: slot,
             };
             let h = &mut hdr.msg_hdr;
             h.msg_name = (name as *mut libc::sockaddr_storage).cast();
@@ -123,61 +163,154 @@ impl RecvBatch {
             )
         };
         if n < 0 {
-            self.len = 0;
+            self.messages = 0;
+            self.datagrams = 0;
             return Err(io::Error::last_os_error());
         }
-        self.len = n as usize;
-        Ok(self.len)
+        self.messages = n as usize;
+        self.datagrams = 0;
+        for (hdr, meta) in self
+            .hdrs
+            .iter()
+            .zip(self.meta.iter_mut())
+            .take(self.messages)
+        {
+            *meta = meta_of(&hdr.msg_hdr);
+            let len = (hdr.msg_len as usize).min(slot);
+            self.datagrams += match meta.segment {
+                0 => 1,
+                seg => len.div_ceil(seg).max(1),
+            };
+        }
+        Ok(self.messages)
     }
 
     /// How many datagrams the last `recv` read.
     pub fn len(&self) -> usize {
-        self.len
+        self.datagrams
     }
 
     /// Whether the last `recv` read nothing.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.datagrams == 0
     }
 
     /// The `i`th datagram of the last `recv` (None past the end, or for a
     /// source address that is neither IPv4 nor IPv6).
     pub fn get(&self, i: usize) -> Option<Datagram<'_>> {
-        if i >= self.len {
+        if self.datagrams == self.messages {
+            // One datagram per message: no walk.
+            return self.message(i).and_then(|m| m.segments().next());
+        }
+        self.iter().nth(i)
+    }
+
+    /// The datagrams of the last `recv`, in order.
+    pub fn iter(&self) -> impl Iterator<Item = Datagram<'_>> {
+        (0..self.messages)
+            .filter_map(move |i| self.message(i))
+            .flat_map(Message::segments)
+    }
+
+    /// The `i`th message of the last `recv`.
+    fn message(&self, i: usize) -> Option<Message<'_>> {
+        if i >= self.messages {
             return None;
         }
         let hdr = self.hdrs.get(i)?;
-        let len = (hdr.msg_len as usize).min(BUF_SIZE);
-        let source = sockaddr_to_std(self.names.get(i)?)?;
-        let data = self.bufs.get(i)?.get(..len)?;
-        Some(Datagram {
-            source,
-            data,
-            kernel_rx: timestamp_of(&hdr.msg_hdr),
+        let meta = self.meta.get(i)?;
+        let len = (hdr.msg_len as usize).min(self.slot);
+        let start = i.checked_mul(self.slot)?;
+        Some(Message {
+            source: sockaddr_to_std(self.names.get(i)?)?,
+            data: self.bufs.get(start..start.checked_add(len)?)?,
+            meta: *meta,
         })
-    }
-
-    /// The datagrams of the last `recv`.
-    pub fn iter(&self) -> impl Iterator<Item = Datagram<'_>> {
-        (0..self.len).filter_map(move |i| self.get(i))
     }
 }
 
-/// Reads the `SCM_TIMESTAMPNS` control message of a received header.
-fn timestamp_of(h: &libc::msghdr) -> Option<Duration> {
+/// One received message: a datagram, or a run of them joined by GRO.
+struct Message<'a> {
+    source: SocketAddr,
+    data: &'a [u8],
+    meta: Meta,
+}
+
+impl<'a> Message<'a> {
+    /// Its datagrams: cut at the GRO segment size, or the whole (even
+    /// empty) message.
+    fn segments(self) -> impl Iterator<Item = Datagram<'a>> {
+        let Message { source, data, meta } = self;
+        let size = match meta.segment {
+            0 => usize::MAX,
+            s => s,
+        };
+        let mut rest = Some(data);
+        std::iter::from_fn(move || {
+            let d = rest.take()?;
+            let data = match d.split_at_checked(size) {
+                Some((head, tail)) if !tail.is_empty() => {
+                    rest = Some(tail);
+                    head
+                }
+                _ => d,
+            };
+            Some(Datagram {
+                source,
+                data,
+                kernel_rx: meta.kernel_rx,
+            })
+        })
+    }
+}
+
+/// Reads the `SCM_TIMESTAMPNS` and `UDP_GRO` control messages of a
+/// received header.
+fn meta_of(h: &libc::msghdr) -> Meta {
+    let mut meta = Meta::default();
     // SAFETY: the header was filled by recvmmsg; CMSG_* walk its control buffer
     // within msg_controllen.
     unsafe {
         let mut c = libc::CMSG_FIRSTHDR(h);
         while !c.is_null() {
-            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_TIMESTAMPNS {
-                let ts: libc::timespec = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
-                return Some(Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32));
+            match ((*c).cmsg_level, (*c).cmsg_type) {
+                (libc::SOL_SOCKET, libc::SCM_TIMESTAMPNS) => {
+                    let ts: libc::timespec = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
+                    meta.kernel_rx = Some(Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32));
+                }
+                (libc::SOL_UDP, libc::UDP_GRO) => {
+                    let seg: libc::c_int = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
+                    meta.segment = usize::try_from(seg).unwrap_or(0);
+                }
+                _ => {}
             }
             c = libc::CMSG_NXTHDR(h, c);
         }
     }
-    None
+    meta
+}
+
+/// Turns on `UDP_GRO`: the kernel may hand over a run of one sender's
+/// datagrams of one size as one message (read them with
+/// [`RecvBatch::with_gro`], which cuts them apart again). One queueing and
+/// one wake-up for the run instead of one per datagram.
+pub fn enable_gro(socket: &impl AsRawFd) -> io::Result<()> {
+    let on: libc::c_int = 1;
+    // SAFETY: valid fd, option value points at a c_int of the given size.
+    let r = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_UDP,
+            libc::UDP_GRO,
+            (&on as *const libc::c_int).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 fn sockaddr_to_std(s: &libc::sockaddr_storage) -> Option<SocketAddr> {
@@ -240,14 +373,169 @@ pub struct SendResult {
     pub sent: usize,
     /// Datagrams the kernel would not take (buffer full) or refused.
     pub dropped: usize,
+    /// Messages the kernel took: fewer than `sent` where UDP GSO carried
+    /// several datagrams in one.
+    pub messages: usize,
+}
+
+/// Most datagrams one GSO message carries (the kernel allows 64).
+const MAX_GSO_SEGMENTS: usize = BATCH;
+/// Most payload bytes one GSO message carries: an IP datagram's 64 KiB,
+/// less room for the headers.
+const MAX_GSO_BYTES: usize = 60_000;
+
+/// Room for one `UDP_SEGMENT` control message (a `cmsghdr` and a `u16`),
+/// aligned as a `cmsghdr` must be.
+#[derive(Clone, Copy)]
+#[repr(C, align(8))]
+struct SegmentCmsg([u8; 32]);
+
+/// Whether this kernel takes `UDP_SEGMENT` (Linux 4.18 and later): the
+/// socket option reads back without error.
+pub fn gso_supported(socket: &impl AsRawFd) -> bool {
+    let mut v: libc::c_int = 0;
+    let mut len = size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: valid fd; value and length point at locals of the right size.
+    let r = unsafe {
+        libc::getsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_UDP,
+            libc::UDP_SEGMENT,
+            (&mut v as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    r == 0
+}
+
+/// The `sendmmsg` headers of one call, each carrying one datagram or, with
+/// UDP GSO on, a run of consecutive datagrams to one destination whose
+/// sizes are equal but for a shorter last one (the kernel cuts the run back
+/// into datagrams of the first one's size; a receiver without `UDP_GRO`
+/// reads them one by one, as if sent one by one). A run costs the sender
+/// one pass through the UDP and IP output path instead of one per datagram.
+struct Messages {
+    names: Vec<libc::sockaddr_storage>,
+    cmsgs: Vec<SegmentCmsg>,
+    hdrs: Vec<libc::mmsghdr>,
+    /// Datagrams in each header.
+    segs: Vec<usize>,
+    gso: bool,
+}
+
+impl Messages {
+    fn new() -> Self {
+        Messages {
+            // SAFETY: plain C structs for which all-zero bytes are valid.
+            names: (0..BATCH).map(|_| unsafe { zeroed() }).collect(),
+            cmsgs: vec![SegmentCmsg([0; 32]); BATCH],
+            hdrs: (0..BATCH).map(|_| unsafe { zeroed() }).collect(),
+            segs: vec![0; BATCH],
+            gso: false,
+        }
+    }
+
+    /// Sends the datagrams `iovs` to `dests` (pairwise, at most [`BATCH`]),
+    /// in order, joining runs into GSO messages when `gso` is on.
+    ///
+    /// # Safety
+    /// Every iovec must point at a buffer that is live for the call.
+    unsafe fn send(
+        &mut self,
+        socket: &impl AsRawFd,
+        dests: &[SocketAddr],
+        iovs: &mut [libc::iovec],
+        res: &mut SendResult,
+    ) {
+        let n = dests.len().min(iovs.len()).min(BATCH);
+        let iov_base = iovs.as_mut_ptr();
+        let mut i = 0;
+        let mut m = 0;
+        let messages = self
+            .names
+            .iter_mut()
+            .zip(self.cmsgs.iter_mut())
+            .zip(self.hdrs.iter_mut())
+            .zip(self.segs.iter_mut());
+        for (((name, cmsg), hdr), segs) in messages {
+            let (Some(dest), Some(first)) = (dests.get(i), iovs.get(i)) else {
+                break;
+            };
+            if i >= n {
+                break;
+            }
+            let size = first.iov_len;
+            let mut k = 1;
+            if self.gso && size > 0 {
+                let mut bytes = size;
+                let rest = dests.iter().zip(iovs.iter()).take(n).skip(i + 1);
+                for (d, iov) in rest {
+                    let len = iov.iov_len;
+                    if k == MAX_GSO_SEGMENTS
+                        || d != dest
+                        || len == 0
+                        || len > size
+                        || bytes + len > MAX_GSO_BYTES
+                    {
+                        break;
+                    }
+                    k += 1;
+                    bytes += len;
+                    if len < size {
+                        break; // only the last one may be shorter
+                    }
+                }
+            }
+            // SAFETY: zeroed storage is a valid starting value.
+            *name = unsafe { MaybeUninit::zeroed().assume_init() };
+            let namelen = std_to_sockaddr(dest, name);
+            let h = &mut hdr.msg_hdr;
+            h.msg_name = (name as *mut libc::sockaddr_storage).cast();
+            h.msg_namelen = namelen;
+            // SAFETY: i < n <= iovs.len(), and i + k <= n.
+            h.msg_iov = unsafe { iov_base.add(i) };
+            h.msg_iovlen = k;
+            h.msg_flags = 0;
+            hdr.msg_len = 0;
+            if k > 1 {
+                h.msg_control = cmsg.0.as_mut_ptr().cast();
+                // SAFETY: CMSG_SPACE is arithmetic; 2 bytes fit the buffer.
+                h.msg_controllen = unsafe { libc::CMSG_SPACE(2) } as usize;
+                // SAFETY: the control buffer is aligned for a cmsghdr and
+                // large enough for one with two bytes of data.
+                unsafe {
+                    let c = libc::CMSG_FIRSTHDR(h);
+                    if !c.is_null() {
+                        (*c).cmsg_level = libc::SOL_UDP;
+                        (*c).cmsg_type = libc::UDP_SEGMENT;
+                        (*c).cmsg_len = libc::CMSG_LEN(2) as usize;
+                        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), size as u16);
+                    }
+                }
+            } else {
+                h.msg_control = std::ptr::null_mut();
+                h.msg_controllen = 0;
+            }
+            *segs = k;
+            i += k;
+            m += 1;
+        }
+        if let (Some(hdrs), Some(segs)) = (self.hdrs.get_mut(..m), self.segs.get(..m)) {
+            // SAFETY: these headers were just pointed at live names,
+            // control buffers and the caller's iovecs.
+            if unsafe { send_all(socket, hdrs, segs, res) } {
+                self.gso = false;
+            }
+        }
+    }
 }
 
 /// Headers for `sendmmsg` of datagrams the caller owns (they must outlive
 /// [`SendBatch::send`]).
 pub struct SendBatch {
-    names: Vec<libc::sockaddr_storage>,
+    dests: Vec<SocketAddr>,
     iovs: Vec<libc::iovec>,
-    hdrs: Vec<libc::mmsghdr>,
+    msgs: Messages,
 }
 
 // See RecvBatch: pointers are rebuilt per call and point at caller data.
@@ -260,14 +548,26 @@ impl Default for SendBatch {
 }
 
 impl SendBatch {
-    /// Allocates the headers.
+    /// Allocates the headers; GSO off.
     pub fn new() -> Self {
         SendBatch {
+            dests: Vec::with_capacity(BATCH),
             // SAFETY: plain C structs, all-zero is valid.
-            names: (0..BATCH).map(|_| unsafe { zeroed() }).collect(),
             iovs: (0..BATCH).map(|_| unsafe { zeroed() }).collect(),
-            hdrs: (0..BATCH).map(|_| unsafe { zeroed() }).collect(),
+            msgs: Messages::new(),
         }
+    }
+
+    /// Turns UDP GSO on or off for later sends. On, it stays on until a
+    /// device refuses it (`EIO`: no checksum offload on the way out);
+    /// a refused message is sent again datagram by datagram.
+    pub fn set_gso(&mut self, on: bool) {
+        self.msgs.gso = on;
+    }
+
+    /// Whether GSO is on.
+    pub fn gso(&self) -> bool {
+        self.msgs.gso
     }
 
     /// Sends every datagram, [`BATCH`] per syscall. Never blocks: what the
@@ -280,36 +580,21 @@ impl SendBatch {
         let mut res = SendResult::default();
         let mut it = items.into_iter().peekable();
         while it.peek().is_some() {
-            let mut n = 0;
+            self.dests.clear();
             // Slots first: zip must not pull an item it has no slot for.
-            let slots = self
-                .names
-                .iter_mut()
-                .zip(self.iovs.iter_mut())
-                .zip(self.hdrs.iter_mut());
-            for (((name, iov), hdr), (dst, data)) in slots.zip(it.by_ref()) {
-                // SAFETY: zeroed storage is a valid starting value.
-                *name = unsafe { MaybeUninit::zeroed().assume_init() };
-                let namelen = std_to_sockaddr(dst, name);
+            for (iov, (dst, data)) in self.iovs.iter_mut().zip(it.by_ref()) {
                 *iov = libc::iovec {
                     iov_base: data.as_ptr() as *mut libc::c_void,
                     iov_len: data.len(),
                 };
-                let h = &mut hdr.msg_hdr;
-                h.msg_name = (name as *mut libc::sockaddr_storage).cast();
-                h.msg_namelen = namelen;
-                h.msg_iov = iov;
-                h.msg_iovlen = 1;
-                h.msg_control = std::ptr::null_mut();
-                h.msg_controllen = 0;
-                h.msg_flags = 0;
-                n += 1;
+                self.dests.push(*dst);
             }
-            if let Some(hdrs) = self.hdrs.get_mut(..n) {
-                // SAFETY: these headers were just pointed at the caller's
-                // live buffers and our own names/iovecs.
-                unsafe { send_all(socket, hdrs, &mut res) };
-            }
+            // SAFETY: the iovecs point at the caller's datagrams, which
+            // outlive this call.
+            unsafe {
+                self.msgs
+                    .send(socket, &self.dests, &mut self.iovs, &mut res)
+            };
         }
         res
     }
@@ -317,14 +602,22 @@ impl SendBatch {
 
 /// `sendmmsg` until every header is sent or dropped, never blocking: a
 /// datagram the kernel refuses (full buffer, unreachable destination, wrong
-/// family) is counted in `dropped` and the rest still go, in order.
+/// family) is counted in `dropped` and the rest still go, in order. A GSO
+/// message the kernel refuses is sent again datagram by datagram; true when
+/// one was refused with `EIO` (the device cannot take GSO at all).
 ///
 /// # Safety
-/// Every header must point at a name, iovec and buffer that are live for
-/// the call.
-unsafe fn send_all(socket: &impl AsRawFd, hdrs: &mut [libc::mmsghdr], res: &mut SendResult) {
+/// Every header must point at a name, control buffer, iovecs and buffers
+/// that are live for the call; `segs` holds each header's iovec count.
+unsafe fn send_all(
+    socket: &impl AsRawFd,
+    hdrs: &mut [libc::mmsghdr],
+    segs: &[usize],
+    res: &mut SendResult,
+) -> bool {
     let n = hdrs.len();
     let mut off = 0;
+    let mut refused = false;
     while off < n {
         let Some(pending) = hdrs.get_mut(off..) else {
             break;
@@ -340,15 +633,55 @@ unsafe fn send_all(socket: &impl AsRawFd, hdrs: &mut [libc::mmsghdr], res: &mut 
             )
         };
         if r > 0 {
-            res.sent += r as usize;
-            off += r as usize;
-        } else {
-            if r < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
-                continue;
+            let r = r as usize;
+            res.sent += segs.iter().skip(off).take(r).sum::<usize>();
+            res.messages += r;
+            off += r;
+            continue;
+        }
+        let err = io::Error::last_os_error();
+        if r < 0 && err.kind() == io::ErrorKind::Interrupted {
+            continue;
+        }
+        // The first message failed: drop it and go on with the rest, or,
+        // if it was a GSO run, send its datagrams one by one.
+        match (segs.get(off).copied(), hdrs.get(off)) {
+            (Some(k), Some(h)) if k > 1 => {
+                refused |= err.raw_os_error() == Some(libc::EIO);
+                // SAFETY: the header is live and carries k iovecs.
+                unsafe { send_each(socket, &h.msg_hdr, k, res) };
             }
-            // The first datagram failed: drop it and go on with the rest.
-            res.dropped += 1;
-            off += 1;
+            _ => res.dropped += 1,
+        }
+        off += 1;
+    }
+    refused
+}
+
+/// Sends the `k` iovecs of a refused GSO message as `k` datagrams.
+///
+/// # Safety
+/// `h` must point at a live name and `k` live iovecs.
+unsafe fn send_each(socket: &impl AsRawFd, h: &libc::msghdr, k: usize, res: &mut SendResult) {
+    let mut one = *h;
+    one.msg_iovlen = 1;
+    one.msg_control = std::ptr::null_mut();
+    one.msg_controllen = 0;
+    for j in 0..k {
+        // SAFETY: j < k, the header's iovec count.
+        one.msg_iov = unsafe { h.msg_iov.add(j) };
+        loop {
+            // SAFETY: the header points at a live name and one live iovec.
+            let r = unsafe { libc::sendmsg(socket.as_raw_fd(), &one, libc::MSG_DONTWAIT) };
+            if r >= 0 {
+                res.sent += 1;
+                res.messages += 1;
+            } else if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+                continue;
+            } else {
+                res.dropped += 1;
+            }
+            break;
         }
     }
 }
@@ -360,11 +693,9 @@ unsafe fn send_all(socket: &impl AsRawFd, hdrs: &mut [libc::mmsghdr], res: &mut 
 pub struct CopyBatch {
     bufs: Vec<[u8; BUF_SIZE]>,
     lens: Vec<usize>,
-    names: Vec<libc::sockaddr_storage>,
-    namelens: Vec<libc::socklen_t>,
+    dests: Vec<SocketAddr>,
     iovs: Vec<libc::iovec>,
-    hdrs: Vec<libc::mmsghdr>,
-    len: usize,
+    msgs: Messages,
 }
 
 // As for RecvBatch: pointers only into its own vectors, rebuilt per call.
@@ -377,18 +708,26 @@ impl Default for CopyBatch {
 }
 
 impl CopyBatch {
-    /// Allocates the buffers.
+    /// Allocates the buffers; GSO off.
     pub fn new() -> Self {
         CopyBatch {
             bufs: vec![[0; BUF_SIZE]; BATCH],
             lens: vec![0; BATCH],
+            dests: Vec::with_capacity(BATCH),
             // SAFETY: plain C structs for which all-zero bytes are valid.
-            names: (0..BATCH).map(|_| unsafe { zeroed() }).collect(),
-            namelens: vec![0; BATCH],
             iovs: (0..BATCH).map(|_| unsafe { zeroed() }).collect(),
-            hdrs: (0..BATCH).map(|_| unsafe { zeroed() }).collect(),
-            len: 0,
+            msgs: Messages::new(),
         }
+    }
+
+    /// As [`SendBatch::set_gso`].
+    pub fn set_gso(&mut self, on: bool) {
+        self.msgs.gso = on;
+    }
+
+    /// Whether GSO is on.
+    pub fn gso(&self) -> bool {
+        self.msgs.gso
     }
 
     /// Queues one datagram, sending the batch first when it is full. A
@@ -400,16 +739,11 @@ impl CopyBatch {
         data: &[u8],
         res: &mut SendResult,
     ) {
-        if self.len == BATCH {
+        if self.dests.len() == BATCH {
             self.flush(socket, res);
         }
-        let i = self.len;
-        let (Some(buf), Some(len), Some(name), Some(namelen)) = (
-            self.bufs.get_mut(i),
-            self.lens.get_mut(i),
-            self.names.get_mut(i),
-            self.namelens.get_mut(i),
-        ) else {
+        let i = self.dests.len();
+        let (Some(buf), Some(len)) = (self.bufs.get_mut(i), self.lens.get_mut(i)) else {
             res.dropped += 1;
             return;
         };
@@ -419,42 +753,28 @@ impl CopyBatch {
         };
         dst.copy_from_slice(data);
         *len = data.len();
-        *namelen = std_to_sockaddr(&dest, name);
-        self.len += 1;
+        self.dests.push(dest);
     }
 
     /// Sends everything queued, in order (see [`send_all`] for refusals).
     pub fn flush(&mut self, socket: &impl AsRawFd, res: &mut SendResult) {
-        let n = std::mem::take(&mut self.len);
+        let n = self.dests.len();
         let slots = self
             .bufs
             .iter_mut()
             .zip(self.lens.iter())
-            .zip(self.names.iter_mut())
-            .zip(self.namelens.iter())
             .zip(self.iovs.iter_mut())
-            .zip(self.hdrs.iter_mut())
             .take(n);
-        for (((((buf, len), name), namelen), iov), hdr) in slots {
+        for ((buf, len), iov) in slots {
             *iov = libc::iovec {
                 iov_base: buf.as_mut_ptr().cast(),
                 iov_len: *len,
             };
-            let h = &mut hdr.msg_hdr;
-            h.msg_name = (name as *mut libc::sockaddr_storage).cast();
-            h.msg_namelen = *namelen;
-            h.msg_iov = iov;
-            h.msg_iovlen = 1;
-            h.msg_control = std::ptr::null_mut();
-            h.msg_controllen = 0;
-            h.msg_flags = 0;
-            hdr.msg_len = 0;
         }
-        if let Some(hdrs) = self.hdrs.get_mut(..n) {
-            // SAFETY: the first n headers were just pointed into buffers
-            // owned by `self`, which outlive the call.
-            unsafe { send_all(socket, hdrs, res) };
-        }
+        // SAFETY: the first n iovecs were just pointed into buffers owned
+        // by `self`, which outlive the call.
+        unsafe { self.msgs.send(socket, &self.dests, &mut self.iovs, res) };
+        self.dests.clear();
     }
 }
 
@@ -591,6 +911,181 @@ mod tests {
             assert_eq!(from, tx.local_addr().unwrap());
             assert_eq!(&buf[..n], vec![i; 10 + i as usize].as_slice());
         }
+    }
+
+    /// Reads every datagram waiting on `rx` (bounded), with its source.
+    fn drain_all(rx: &UdpSocket, want: usize) -> Vec<(SocketAddr, Vec<u8>)> {
+        rx.set_nonblocking(true).unwrap();
+        let mut rb = RecvBatch::new();
+        let mut got = Vec::new();
+        for _ in 0..200 {
+            match rb.recv(rx) {
+                Ok(_) => got.extend(rb.iter().map(|d| (d.source, d.data.to_vec()))),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if got.len() >= want {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        got
+    }
+
+    /// Datagrams of the given (destination index, length), each filled with
+    /// its own index so that order and boundaries show.
+    fn datagrams(plan: &[(usize, usize)]) -> Vec<(usize, Vec<u8>)> {
+        plan.iter()
+            .enumerate()
+            .map(|(i, &(d, len))| (d, vec![i as u8; len]))
+            .collect()
+    }
+
+    /// Runs to one destination, equal sizes but a shorter last: one
+    /// message each; a longer datagram, another destination or a datagram
+    /// after a shorter one starts a new message.
+    const GSO_PLAN: &[(usize, usize)] = &[
+        (0, 100),
+        (0, 100),
+        (0, 100),
+        (0, 50),
+        (0, 100),
+        (1, 100),
+        (1, 100),
+        (1, 120),
+        (0, 7),
+    ];
+    const GSO_PLAN_MESSAGES: usize = 5;
+
+    fn check_received(rxs: &[UdpSocket], tx: &UdpSocket, sent: &[(usize, Vec<u8>)]) {
+        for (r, rx) in rxs.iter().enumerate() {
+            let want: Vec<Vec<u8>> = sent
+                .iter()
+                .filter(|(d, _)| *d == r)
+                .map(|(_, p)| p.clone())
+                .collect();
+            let got = drain_all(rx, want.len());
+            assert!(
+                got.iter()
+                    .all(|(from, _)| *from == tx.local_addr().unwrap())
+            );
+            let got: Vec<Vec<u8>> = got.into_iter().map(|(_, p)| p).collect();
+            assert_eq!(got, want, "receiver {r}");
+        }
+    }
+
+    #[test]
+    fn gso_joins_runs_and_receivers_read_the_datagrams_as_sent() {
+        let rxs = [
+            UdpSocket::bind("127.0.0.1:0").unwrap(),
+            UdpSocket::bind("127.0.0.1:0").unwrap(),
+        ];
+        let dsts: Vec<SocketAddr> = rxs.iter().map(|r| r.local_addr().unwrap()).collect();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        assert!(gso_supported(&tx), "this kernel has UDP_SEGMENT");
+        let sent = datagrams(GSO_PLAN);
+
+        let mut sb = SendBatch::new();
+        sb.set_gso(true);
+        let res = sb.send(&tx, sent.iter().map(|(d, p)| (&dsts[*d], p.as_slice())));
+        assert_eq!((res.sent, res.dropped), (sent.len(), 0));
+        assert_eq!(res.messages, GSO_PLAN_MESSAGES);
+        check_received(&rxs, &tx, &sent);
+
+        let mut cb = CopyBatch::new();
+        cb.set_gso(true);
+        let mut out = SendResult::default();
+        for (d, p) in &sent {
+            cb.push(&tx, dsts[*d], p, &mut out);
+        }
+        cb.flush(&tx, &mut out);
+        assert_eq!((out.sent, out.dropped), (sent.len(), 0));
+        assert_eq!(out.messages, GSO_PLAN_MESSAGES);
+        check_received(&rxs, &tx, &sent);
+
+        // Off (the default): one message per datagram.
+        let res = SendBatch::new().send(&tx, sent.iter().map(|(d, p)| (&dsts[*d], p.as_slice())));
+        assert_eq!((res.sent, res.messages), (sent.len(), sent.len()));
+        check_received(&rxs, &tx, &sent);
+    }
+
+    #[test]
+    fn a_gro_receiver_reads_a_gso_run_as_one_message_and_gets_its_datagrams() {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        rx.set_nonblocking(true).unwrap();
+        enable_rx_timestamps(&rx).unwrap();
+        enable_gro(&rx).unwrap();
+        let dst = rx.local_addr().unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let plan: Vec<(usize, usize)> = GSO_PLAN.iter().map(|&(_, len)| (0, len)).collect();
+        let sent = datagrams(&plan);
+        let mut sb = SendBatch::new();
+        sb.set_gso(true);
+        let res = sb.send(&tx, sent.iter().map(|(_, p)| (&dst, p.as_slice())));
+        assert_eq!(res.sent, sent.len());
+        let mut rb = RecvBatch::with_gro();
+        let (mut messages, mut got) = (0, Vec::new());
+        for _ in 0..200 {
+            match rb.recv(&rx) {
+                Ok(n) => {
+                    messages += n;
+                    assert!(rb.len() >= n);
+                    for (i, d) in rb.iter().enumerate() {
+                        assert!(d.kernel_rx.is_some());
+                        assert_eq!(rb.get(i).unwrap().data, d.data);
+                        got.push(d.data.to_vec());
+                    }
+                    assert!(rb.get(rb.len()).is_none());
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if got.len() >= sent.len() {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        let want: Vec<Vec<u8>> = sent.into_iter().map(|(_, p)| p).collect();
+        assert_eq!(got, want);
+        assert!(
+            messages < want.len(),
+            "{messages} messages for {} datagrams",
+            want.len()
+        );
+    }
+
+    #[test]
+    fn a_refused_gso_message_goes_out_datagram_by_datagram() {
+        let rxs = [
+            UdpSocket::bind("127.0.0.1:0").unwrap(),
+            UdpSocket::bind("127.0.0.1:0").unwrap(),
+        ];
+        let dsts: Vec<SocketAddr> = rxs.iter().map(|r| r.local_addr().unwrap()).collect();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        // Without UDP checksums the kernel refuses every GSO message
+        // (EINVAL), as a device without checksum offload does (EIO).
+        let on: libc::c_int = 1;
+        // SAFETY: valid fd, option value points at a c_int.
+        let r = unsafe {
+            libc::setsockopt(
+                tx.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_NO_CHECK,
+                (&on as *const libc::c_int).cast(),
+                size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        assert_eq!(r, 0);
+        let sent = datagrams(GSO_PLAN);
+        let mut sb = SendBatch::new();
+        sb.set_gso(true);
+        let res = sb.send(&tx, sent.iter().map(|(d, p)| (&dsts[*d], p.as_slice())));
+        assert_eq!((res.sent, res.dropped), (sent.len(), 0));
+        assert_eq!(res.messages, sent.len(), "every datagram on its own");
+        assert!(sb.gso(), "EINVAL is this message's, not the device's");
+        check_received(&rxs, &tx, &sent);
     }
 
     /// Linux turns receive timestamping on for the whole stack in a

@@ -205,6 +205,9 @@ pub struct ShardSpec {
     pub core: Option<usize>,
     /// Record socket dwell and forwarding latency per packet.
     pub packet_metrics: bool,
+    /// Send runs of datagrams with UDP GSO and read them with GRO, where
+    /// the kernel supports it.
+    pub offload: bool,
     /// Testing only: stall the loop for `.1` every `.0` datagrams.
     pub stall: Option<(u64, Duration)>,
     /// Testing only: panic outside any participant when one joins this room.
@@ -303,14 +306,21 @@ async fn run(
     mut commands: mpsc::UnboundedReceiver<ShardCommand>,
 ) -> io::Result<()> {
     let peers = spec.mesh.clone();
+    let mut send = SendBatch::new();
+    send.set_gso(spec.offload && udp::gso_supported(&spec.socket));
+    let recv = if spec.offload && udp::enable_gro(&spec.socket).is_ok() {
+        RecvBatch::with_gro()
+    } else {
+        RecvBatch::new()
+    };
     let (tcp_conns, mut tcp_frames) = TcpConns::new(spec.tcp_max);
     let mut d = ShardLoop {
         tcp: tcp_conns,
         index: spec.index,
         engine: Engine::new(spec.index, spec.settings),
         advertised: spec.advertised,
-        recv: RecvBatch::new(),
-        send: SendBatch::new(),
+        recv,
+        send,
         touched_peers: Vec::new(),
         mesh: spec.mesh,
         to_control: spec.to_control,

@@ -102,6 +102,9 @@ pub struct WsSpec {
     pub workers: usize,
     /// Record socket dwell and forwarding latency per packet.
     pub packet_metrics: bool,
+    /// Send runs of datagrams with UDP GSO and read them with GRO, where
+    /// the kernel supports it.
+    pub offload: bool,
     /// Testing only: stall the reader for `.1` every `.0` datagrams.
     pub stall: Option<(u64, Duration)>,
     /// Testing only: the hub panics when one joins this room.
@@ -133,6 +136,8 @@ pub fn spawn(spec: WsSpec) -> io::Result<(ShardHandle, WsRuntime)> {
         })
         .enable_all()
         .build()?;
+    let gso = corelay_udp::gso_supported(&spec.socket);
+    let gro = spec.offload && corelay_udp::enable_gro(&spec.socket).is_ok();
     let socket = {
         let _in = rt.enter();
         Arc::new(UdpSocket::from_std(spec.socket)?)
@@ -147,7 +152,11 @@ pub fn spawn(spec: WsSpec) -> io::Result<(ShardHandle, WsRuntime)> {
     let (hub_tx, hub_rx) = mpsc::channel(HUB_INBOX);
     let reader = Reader {
         socket: socket.clone(),
-        recv: RecvBatch::new(),
+        recv: if gro {
+            RecvBatch::with_gro()
+        } else {
+            RecvBatch::new()
+        },
         by_addr: HashMap::new(),
         by_ufrag: HashMap::new(),
         routes: HashMap::new(),
@@ -168,6 +177,7 @@ pub fn spawn(spec: WsSpec) -> io::Result<(ShardHandle, WsRuntime)> {
         reader: reader_tx,
         figures_tx: hub_tx,
         packet_metrics: spec.packet_metrics,
+        gso: spec.offload && gso,
         fail_on_room: spec.fail_on_room,
         workers: spec.workers.max(1),
         next: 1,
@@ -488,8 +498,7 @@ impl Reader {
                     } else {
                         Duration::ZERO
                     };
-                    for i in 0..self.recv.len() {
-                        let Some(dg) = self.recv.get(i) else { break };
+                    for dg in self.recv.iter() {
                         if let (true, Some(k)) = (self.packet_metrics, dg.kernel_rx) {
                             self.dwell.record_us(micros(read_at.saturating_sub(k)));
                         }
@@ -793,6 +802,8 @@ struct Hub {
     reader: mpsc::Sender<ReaderCtl>,
     figures_tx: mpsc::Sender<HubMsg>,
     packet_metrics: bool,
+    /// GSO on for every task's sends (asked for and supported).
+    gso: bool,
     fail_on_room: Option<String>,
     workers: usize,
     /// The next virtual shard id (0 is the logical shard).
@@ -954,7 +965,11 @@ impl Hub {
             engine: Engine::new(vshard, self.settings.clone()),
             advertised: self.advertised,
             socket: self.socket.clone(),
-            send: SendBatch::new(),
+            send: {
+                let mut s = SendBatch::new();
+                s.set_gso(self.gso);
+                s
+            },
             peers: HashMap::new(),
             reader: self.reader.clone(),
             hub: self.figures_tx.clone(),
