@@ -295,13 +295,18 @@ fn meta_of(h: &libc::msghdr) -> Meta {
 /// [`RecvBatch::with_gro`], which cuts them apart again). One queueing and
 /// one wake-up for the run instead of one per datagram.
 pub fn enable_gro(socket: &impl AsRawFd) -> io::Result<()> {
+    set_flag(socket, libc::SOL_UDP, libc::UDP_GRO)
+}
+
+/// Sets a boolean socket option to 1.
+fn set_flag(socket: &impl AsRawFd, level: libc::c_int, name: libc::c_int) -> io::Result<()> {
     let on: libc::c_int = 1;
     // SAFETY: valid fd, option value points at a c_int of the given size.
     let r = unsafe {
         libc::setsockopt(
             socket.as_raw_fd(),
-            libc::SOL_UDP,
-            libc::UDP_GRO,
+            level,
+            name,
             (&on as *const libc::c_int).cast(),
             size_of::<libc::c_int>() as libc::socklen_t,
         )
@@ -780,22 +785,7 @@ impl CopyBatch {
 
 /// Turns on `SO_TIMESTAMPNS` so `recvmmsg` reports kernel receive times.
 pub fn enable_rx_timestamps(socket: &UdpSocket) -> io::Result<()> {
-    let on: libc::c_int = 1;
-    // SAFETY: valid fd, option value points at a c_int of the given size.
-    let r = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_TIMESTAMPNS,
-            (&on as *const libc::c_int).cast(),
-            size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    set_flag(socket, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS)
 }
 
 /// CLOCK_REALTIME now, as a duration since the epoch: the clock of
@@ -975,14 +965,18 @@ mod tests {
         }
     }
 
-    #[test]
-    fn gso_joins_runs_and_receivers_read_the_datagrams_as_sent() {
+    fn two_receivers_and_a_sender() -> ([UdpSocket; 2], Vec<SocketAddr>, UdpSocket) {
         let rxs = [
             UdpSocket::bind("127.0.0.1:0").unwrap(),
             UdpSocket::bind("127.0.0.1:0").unwrap(),
         ];
-        let dsts: Vec<SocketAddr> = rxs.iter().map(|r| r.local_addr().unwrap()).collect();
-        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let dsts = rxs.iter().map(|r| r.local_addr().unwrap()).collect();
+        (rxs, dsts, UdpSocket::bind("127.0.0.1:0").unwrap())
+    }
+
+    #[test]
+    fn gso_joins_runs_and_receivers_read_the_datagrams_as_sent() {
+        let (rxs, dsts, tx) = two_receivers_and_a_sender();
         assert!(gso_supported(&tx), "this kernel has UDP_SEGMENT");
         let sent = datagrams(GSO_PLAN);
 
@@ -1058,26 +1052,10 @@ mod tests {
 
     #[test]
     fn a_refused_gso_message_goes_out_datagram_by_datagram() {
-        let rxs = [
-            UdpSocket::bind("127.0.0.1:0").unwrap(),
-            UdpSocket::bind("127.0.0.1:0").unwrap(),
-        ];
-        let dsts: Vec<SocketAddr> = rxs.iter().map(|r| r.local_addr().unwrap()).collect();
-        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let (rxs, dsts, tx) = two_receivers_and_a_sender();
         // Without UDP checksums the kernel refuses every GSO message
         // (EINVAL), as a device without checksum offload does (EIO).
-        let on: libc::c_int = 1;
-        // SAFETY: valid fd, option value points at a c_int.
-        let r = unsafe {
-            libc::setsockopt(
-                tx.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_NO_CHECK,
-                (&on as *const libc::c_int).cast(),
-                size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        assert_eq!(r, 0);
+        set_flag(&tx, libc::SOL_SOCKET, libc::SO_NO_CHECK).unwrap();
         let sent = datagrams(GSO_PLAN);
         let mut sb = SendBatch::new();
         sb.set_gso(true);
