@@ -57,6 +57,10 @@ use corelay_udp::{self as udp, RecvBatch, SendBatch, realtime};
 
 /// Batches read per wake-up before the loop looks at timers and commands again.
 const MAX_BATCHES_PER_WAKE: usize = 8;
+/// Datagrams read per wake-up: a GRO message counts as the datagrams it
+/// carries (up to 64), so that runs cannot stretch a wake-up 64 times over
+/// (one batch may still overshoot by what its last messages carried).
+const MAX_DATAGRAMS_PER_WAKE: usize = MAX_BATCHES_PER_WAKE * udp::BATCH;
 /// ICE-TCP frames handled per wake-up.
 const MAX_TCP_FRAMES_PER_WAKE: usize = 256;
 /// Peer messages handled per wake-up.
@@ -390,11 +394,16 @@ async fn run(
             ready = socket.readable() => {
                 ready?;
                 let start = Instant::now();
+                let mut left = MAX_DATAGRAMS_PER_WAKE;
                 for _ in 0..MAX_BATCHES_PER_WAKE {
+                    if left == 0 {
+                        break;
+                    }
                     // try_io clears readiness on WouldBlock, so the next
                     // `readable()` waits for the kernel again.
-                    match socket.try_io(Interest::READABLE, || d.recv.recv(&socket)) {
+                    match socket.try_io(Interest::READABLE, || d.recv.recv_max(&socket, left)) {
                         Ok(_) => {
+                            left = left.saturating_sub(d.recv.len());
                             let now = Instant::now();
                             let read_at = if d.packet_metrics { realtime() } else { Duration::ZERO };
                             for dg in d.recv.iter() {

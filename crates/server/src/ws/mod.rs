@@ -84,6 +84,9 @@ const HUB_INBOX: usize = 4096;
 const BUDGET: usize = 256;
 /// Batches the reader reads per wake-up before it looks at its control queue.
 const MAX_BATCHES_PER_WAKE: usize = 8;
+/// Datagrams it reads per wake-up (a GRO message counts as its datagrams;
+/// see the shard's constant of the same name).
+const MAX_DATAGRAMS_PER_WAKE: usize = MAX_BATCHES_PER_WAKE * corelay_udp::BATCH;
 /// How often the tasks, the reader and the hub report (as a shard does).
 const REPORT_INTERVAL: Duration = Duration::from_millis(250);
 /// The shard id of a member the hub hosts no task for (it left meanwhile):
@@ -483,16 +486,22 @@ impl Reader {
         }
     }
 
-    /// Reads up to [`MAX_BATCHES_PER_WAKE`] batches and hands each datagram
-    /// to its task.
+    /// Reads up to [`MAX_BATCHES_PER_WAKE`] batches (and about
+    /// [`MAX_DATAGRAMS_PER_WAKE`] datagrams) and hands each datagram to its
+    /// task.
     fn read(&mut self) {
+        let mut left = MAX_DATAGRAMS_PER_WAKE;
         for _ in 0..MAX_BATCHES_PER_WAKE {
+            if left == 0 {
+                break;
+            }
             let socket = &self.socket;
             let recv = &mut self.recv;
             // try_io clears readiness on WouldBlock, so the next
             // `readable()` waits for the kernel again.
-            match socket.try_io(Interest::READABLE, || recv.recv(&**socket)) {
+            match socket.try_io(Interest::READABLE, || recv.recv_max(&**socket, left)) {
                 Ok(_) => {
+                    left = left.saturating_sub(self.recv.len());
                     let read_at = if self.packet_metrics {
                         realtime()
                     } else {
