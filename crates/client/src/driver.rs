@@ -277,8 +277,13 @@ const WAKE_TOKEN: u64 = u64::MAX;
 /// How often every participant's snapshot is copied to its shared handle.
 pub const PUBLISH_INTERVAL: Duration = Duration::from_millis(50);
 const MAX_EPOLL_EVENTS: usize = 256;
-/// Datagrams read from one socket per readiness before moving on (fairness).
+/// Messages read from one socket per readiness before moving on (fairness);
+/// with GRO a message may be several datagrams.
 const READ_BUDGET: usize = 32;
+/// RTP packets str0m holds for one poll (vendor/str0m/PATCHES.md, 5: it
+/// drops the oldest beyond that): a batch's GRO runs can carry more, so the
+/// drain comes at least this often.
+const STR0M_PENDING_PACKETS: usize = 64;
 
 struct Entry {
     id: u64,
@@ -503,8 +508,10 @@ impl Loop {
             // kernel receive time, mapped onto `Instant` (CLOCK_MONOTONIC)
             // through one pair of clock reads taken after the batch.
             let clock = RxClock::sample();
-            // The receive time of the last datagram fed and not yet drained.
+            // The receive time of the last datagram fed and not yet drained,
+            // and how many RTP/RTCP datagrams were fed since the last drain.
             let mut undrained: Option<Instant> = None;
+            let mut held = 0;
             // `n` counts messages, against the read budget; with GRO one
             // message may be several datagrams.
             for d in self.batch.iter() {
@@ -537,13 +544,15 @@ impl Loop {
                 }
                 let now = e.fed(now);
                 e.p.handle_datagram(now, d.source, d.data, &mut *self.obs);
-                if is_rtp_or_rtcp(d.data) {
+                if is_rtp_or_rtcp(d.data) && held + 1 < STR0M_PENDING_PACKETS {
                     undrained = Some(now);
+                    held += 1;
                 } else {
                     // STUN or DTLS: drained at once. str0m takes up what
                     // they lead to (the SRTP keys of a finished handshake,
                     // a nomination) only in its next poll, and an SRTP
-                    // packet it is handed before that is dropped.
+                    // packet it is handed before that is dropped. And
+                    // str0m's queue of received packets is full.
                     flush(
                         e,
                         now,
@@ -554,6 +563,7 @@ impl Loop {
                         &mut self.tx,
                     );
                     undrained = None;
+                    held = 0;
                 }
             }
             // One drain per batch, not per datagram: str0m (patched, see
