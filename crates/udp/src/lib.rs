@@ -212,6 +212,16 @@ impl RecvBatch {
             .flat_map(Message::segments)
     }
 
+    /// The kernel receive time of each message of the last `recv` that has
+    /// one: one per socket read, a GRO run once (it waited in the socket's
+    /// queue as one entry), which is what socket dwell is measured on.
+    pub fn kernel_times(&self) -> impl Iterator<Item = Duration> + '_ {
+        self.meta
+            .iter()
+            .take(self.messages)
+            .filter_map(|m| m.kernel_rx)
+    }
+
     /// The `i`th message of the last `recv`.
     fn message(&self, i: usize) -> Option<Message<'_>> {
         if i >= self.messages {
@@ -1025,6 +1035,7 @@ mod tests {
                 Ok(n) => {
                     messages += n;
                     assert!(rb.len() >= n);
+                    assert_eq!(rb.kernel_times().count(), n, "one time per message");
                     for (i, d) in rb.iter().enumerate() {
                         assert!(d.kernel_rx.is_some());
                         assert_eq!(rb.get(i).unwrap().data, d.data);

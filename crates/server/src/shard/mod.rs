@@ -405,11 +405,14 @@ async fn run(
                         Ok(_) => {
                             left = left.saturating_sub(d.recv.len());
                             let now = Instant::now();
-                            let read_at = if d.packet_metrics { realtime() } else { Duration::ZERO };
-                            for dg in d.recv.iter() {
-                                if let (true, Some(k)) = (d.packet_metrics, dg.kernel_rx) {
+                            if d.packet_metrics {
+                                // Per socket read: a GRO run waited as one.
+                                let read_at = realtime();
+                                for k in d.recv.kernel_times() {
                                     d.dwell.record_us(micros(read_at.saturating_sub(k)));
                                 }
+                            }
+                            for dg in d.recv.iter() {
                                 if let Some((every, pause)) = d.stall {
                                     d.datagrams += 1;
                                     if d.datagrams.is_multiple_of(every.max(1)) {

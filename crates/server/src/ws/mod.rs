@@ -502,15 +502,14 @@ impl Reader {
             match socket.try_io(Interest::READABLE, || recv.recv_max(&**socket, left)) {
                 Ok(_) => {
                     left = left.saturating_sub(self.recv.len());
-                    let read_at = if self.packet_metrics {
-                        realtime()
-                    } else {
-                        Duration::ZERO
-                    };
-                    for dg in self.recv.iter() {
-                        if let (true, Some(k)) = (self.packet_metrics, dg.kernel_rx) {
+                    if self.packet_metrics {
+                        // Per socket read: a GRO run waited as one.
+                        let read_at = realtime();
+                        for k in self.recv.kernel_times() {
                             self.dwell.record_us(micros(read_at.saturating_sub(k)));
                         }
+                    }
+                    for dg in self.recv.iter() {
                         if let Some((every, pause)) = self.stall {
                             self.datagrams += 1;
                             if self.datagrams.is_multiple_of(every.max(1)) {
