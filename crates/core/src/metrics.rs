@@ -12,6 +12,9 @@ pub struct Counters {
     pub rx_bytes: u64,
     pub tx_packets: u64,
     pub tx_bytes: u64,
+    /// UDP messages the kernel took: fewer than the datagrams in them where
+    /// GSO sent a run as one (equal to them with offload off or refused).
+    pub tx_messages: u64,
     /// RTP packets written to a subscriber leg.
     pub forwarded: u64,
     /// Datagrams that are not STUN/DTLS/RTP/RTCP, or that str0m refused.
@@ -76,6 +79,7 @@ impl Counters {
             rx_bytes,
             tx_packets,
             tx_bytes,
+            tx_messages,
             forwarded,
             dropped_malformed,
             dropped_unknown_source,

@@ -124,3 +124,29 @@ fn a_stalled_shard_shows_in_dwell_and_forwarding_latency() {
     assert!(p.get("ingress_jitter_ms").is_some(), "{p}");
     assert!(p["shard_dwell_mean_us"].as_f64().unwrap() > 0.0);
 }
+
+/// A video frame's packets to one subscriber leave as one UDP GSO message
+/// by default (`corelay_udp_messages_out` below `corelay_packets_out`), and
+/// one by one with `--no-udp-offload`.
+#[test]
+fn gso_joins_a_frames_packets_and_no_udp_offload_sends_them_one_by_one() {
+    let counts = |extra: &[&str]| {
+        let server = start_server(1, extra);
+        let st = run_call(&server);
+        let t = &st["total"];
+        let (datagrams, messages) = (
+            t["tx_packets"].as_u64().unwrap(),
+            t["tx_messages"].as_u64().unwrap(),
+        );
+        assert!(datagrams > 100, "too little traffic to judge: {t}");
+        println!("{extra:?}: {messages} UDP messages for {datagrams} datagrams");
+        (datagrams, messages)
+    };
+    let (datagrams, messages) = counts(&[]);
+    assert!(
+        messages < datagrams * 9 / 10,
+        "GSO joined too little: {messages} messages for {datagrams} datagrams"
+    );
+    let (datagrams, messages) = counts(&["--no-udp-offload"]);
+    assert_eq!(messages, datagrams, "no GSO with --no-udp-offload");
+}

@@ -151,6 +151,12 @@ impl Collector for MetricsSnapshot {
         )?;
         c(
             &mut enc,
+            "corelay_udp_messages_out",
+            "UDP messages the kernel took: fewer than datagrams where GSO sent runs as one.",
+            &|r| r.counters.tx_messages,
+        )?;
+        c(
+            &mut enc,
             "corelay_packets_forwarded",
             "RTP packets written to a subscriber's slot.",
             &|r| r.counters.forwarded,

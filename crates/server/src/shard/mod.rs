@@ -106,7 +106,9 @@ pub(crate) fn send_datagrams(
             };
             h.record_us(micros(sent_at.saturating_sub(rx)));
         }
-        engine.counters_mut().dropped_send += res.dropped as u64 + dropped_elsewhere;
+        let c = engine.counters_mut();
+        c.dropped_send += res.dropped as u64 + dropped_elsewhere;
+        c.tx_messages += res.messages as u64;
     }
     engine.outputs().forwarded.clear();
 }
