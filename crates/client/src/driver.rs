@@ -216,25 +216,28 @@ impl Driver {
                     pin_to_cpu(cpu);
                 }
                 let gro = client_gro();
+                let mut tx = CopyBatch::new();
+                tx.set_gso(client_gso());
                 let mut l = Loop {
                     epoll,
                     wake: wk,
                     rx,
-                    obs: observer,
                     entries: Vec::new(),
                     free: Vec::new(),
                     by_id: HashMap::new(),
-                    heap: BinaryHeap::new(),
-                    stats: st,
                     batch: if gro {
                         RecvBatch::with_gro()
                     } else {
                         RecvBatch::new()
                     },
                     gro,
-                    tx: CopyBatch::new(),
+                    out: Out {
+                        obs: observer,
+                        heap: BinaryHeap::new(),
+                        stats: st,
+                        tx,
+                    },
                 };
-                l.tx.set_gso(client_gso());
                 l.run();
             })?;
         Ok(Driver {
@@ -306,23 +309,15 @@ impl Entry {
 
     /// Hand every shaped datagram due by `now` to the participant, each
     /// at its release time.
-    fn release_due(
-        &mut self,
-        now: Instant,
-        obs: &mut dyn Observer,
-        heap: &mut BinaryHeap<Reverse<(Instant, usize)>>,
-        idx: usize,
-        stats: &DriverStats,
-        tx: &mut CopyBatch,
-    ) {
+    fn release_due(&mut self, now: Instant, idx: usize, out: &mut Out) {
         // Bounded by the queue length (nothing is queued meanwhile).
         while let Some(r) = self.shaper.as_mut().and_then(|s| s.pop_due(now)) {
             let at = self.fed(r.at);
-            self.p.handle_datagram(at, r.source, &r.data, obs);
+            self.p.handle_datagram(at, r.source, &r.data, &mut *out.obs);
             if let Some(s) = &mut self.shaper {
                 s.recycle(r.data);
             }
-            flush(self, at, obs, heap, idx, stats, tx);
+            flush(self, at, idx, out);
         }
     }
 }
@@ -331,44 +326,49 @@ struct Loop {
     epoll: Epoll,
     wake: Arc<EventFd>,
     rx: Receiver<Command>,
-    obs: Box<dyn Observer>,
     entries: Vec<Option<Entry>>,
     free: Vec<usize>,
     by_id: HashMap<u64, usize>,
-    heap: BinaryHeap<Reverse<(Instant, usize)>>,
-    stats: Arc<DriverStats>,
     batch: RecvBatch,
     /// `UDP_GRO` on for every participant's socket (`batch` sized for it).
     gro: bool,
+    out: Out,
+}
+
+/// What a flush needs beside the participant: kept apart from
+/// `Loop::entries` so that an entry can be borrowed alongside.
+struct Out {
+    obs: Box<dyn Observer>,
+    /// When each participant wants its next timeout: (instant, entry index).
+    heap: BinaryHeap<Reverse<(Instant, usize)>>,
+    stats: Arc<DriverStats>,
     tx: CopyBatch,
 }
 
 use std::sync::atomic::Ordering::Relaxed;
 
-fn flush(
-    e: &mut Entry,
-    now: Instant,
-    obs: &mut dyn Observer,
-    heap: &mut BinaryHeap<Reverse<(Instant, usize)>>,
-    idx: usize,
-    stats: &DriverStats,
-    tx: &mut CopyBatch,
-) {
+fn flush(e: &mut Entry, now: Instant, idx: usize, out: &mut Out) {
+    let Out {
+        obs,
+        heap,
+        stats,
+        tx,
+    } = out;
     if let Some(s) = &e.shaper {
         e.p.set_downlink_stats(s.stats());
     }
     let sock = &e.sock;
-    let mut out = SendResult::default();
+    let mut sent = SendResult::default();
     // Everything one poll produces (a whole video frame) goes out in one
     // sendmmsg, in order, right after the poll.
     let next =
-        e.p.poll_output(now, obs, &mut |dest: SocketAddr, data: &[u8]| {
-            tx.push(sock, dest, data, &mut out)
+        e.p.poll_output(now, &mut **obs, &mut |dest: SocketAddr, data: &[u8]| {
+            tx.push(sock, dest, data, &mut sent)
         });
-    tx.flush(sock, &mut out);
-    stats.tx_datagrams.fetch_add(out.sent as u64, Relaxed);
-    if out.dropped > 0 {
-        stats.tx_errors.fetch_add(out.dropped as u64, Relaxed);
+    tx.flush(sock, &mut sent);
+    stats.tx_datagrams.fetch_add(sent.sent as u64, Relaxed);
+    if sent.dropped > 0 {
+        stats.tx_errors.fetch_add(sent.dropped as u64, Relaxed);
     }
     let next = match e.shaper.as_ref().and_then(Shaper::next_release) {
         Some(r) => next.min(r),
@@ -410,7 +410,7 @@ impl Loop {
                 }
             }
 
-            let timeout_ms = match self.heap.peek() {
+            let timeout_ms = match self.out.heap.peek() {
                 Some(Reverse((t, _))) => {
                     let now = Instant::now();
                     if *t <= now {
@@ -440,10 +440,10 @@ impl Loop {
                 return;
             }
             let now = Instant::now();
-            self.obs.tick(now);
+            self.out.obs.tick(now);
             if now.duration_since(last_cpu) >= Duration::from_millis(200) {
                 last_cpu = now;
-                self.stats.cpu_ns.store(thread_cpu_ns(), Relaxed);
+                self.out.stats.cpu_ns.store(thread_cpu_ns(), Relaxed);
             }
         }
     }
@@ -451,16 +451,16 @@ impl Loop {
     fn run_timers(&mut self, now: Instant) {
         // Bounded by the heap size at entry plus what this pass reschedules
         // into the past (nothing: str0m timeouts move forward).
-        let mut budget = self.heap.len() + 16;
+        let mut budget = self.out.heap.len() + 16;
         while budget > 0 {
             budget -= 1;
-            let Some(Reverse((t, idx))) = self.heap.peek().copied() else {
+            let Some(Reverse((t, idx))) = self.out.heap.peek().copied() else {
                 break;
             };
             if t > now {
                 break;
             }
-            self.heap.pop();
+            self.out.heap.pop();
             let Some(Some(e)) = self.entries.get_mut(idx) else {
                 continue;
             };
@@ -468,25 +468,10 @@ impl Loop {
                 continue; // stale
             }
             e.scheduled = None;
-            e.release_due(
-                now,
-                &mut *self.obs,
-                &mut self.heap,
-                idx,
-                &self.stats,
-                &mut self.tx,
-            );
+            e.release_due(now, idx, &mut self.out);
             let now = e.fed(now);
-            e.p.handle_timeout(now, &mut *self.obs);
-            flush(
-                e,
-                now,
-                &mut *self.obs,
-                &mut self.heap,
-                idx,
-                &self.stats,
-                &mut self.tx,
-            );
+            e.p.handle_timeout(now, &mut *self.out.obs);
+            flush(e, now, idx, &mut self.out);
         }
     }
 
@@ -519,14 +504,7 @@ impl Loop {
                 let now = clock.at(d.kernel_rx);
                 if e.shaper.is_some() {
                     // Through the bottleneck: what is due goes first.
-                    e.release_due(
-                        now,
-                        &mut *self.obs,
-                        &mut self.heap,
-                        idx,
-                        &self.stats,
-                        &mut self.tx,
-                    );
+                    e.release_due(now, idx, &mut self.out);
                     let verdict = match &mut e.shaper {
                         Some(s) => s.offer(now, d.source, d.data),
                         None => Verdict::Pass,
@@ -535,7 +513,7 @@ impl Loop {
                         Verdict::Pass => {}
                         Verdict::Queued => {
                             if let Some(t) = e.shaper.as_ref().and_then(Shaper::next_release) {
-                                schedule(e, t, &mut self.heap, idx);
+                                schedule(e, t, &mut self.out.heap, idx);
                             }
                             continue;
                         }
@@ -543,7 +521,7 @@ impl Loop {
                     }
                 }
                 let now = e.fed(now);
-                e.p.handle_datagram(now, d.source, d.data, &mut *self.obs);
+                e.p.handle_datagram(now, d.source, d.data, &mut *self.out.obs);
                 if is_rtp_or_rtcp(d.data) && held + 1 < STR0M_PENDING_PACKETS {
                     undrained = Some(now);
                     held += 1;
@@ -553,15 +531,7 @@ impl Loop {
                     // a nomination) only in its next poll, and an SRTP
                     // packet it is handed before that is dropped. And
                     // str0m's queue of received packets is full.
-                    flush(
-                        e,
-                        now,
-                        &mut *self.obs,
-                        &mut self.heap,
-                        idx,
-                        &self.stats,
-                        &mut self.tx,
-                    );
+                    flush(e, now, idx, &mut self.out);
                     undrained = None;
                     held = 0;
                 }
@@ -571,15 +541,7 @@ impl Loop {
             // each stamped with its own receive time, and one walk of its
             // outputs and timers serves them all.
             if let Some(now) = undrained {
-                flush(
-                    e,
-                    now,
-                    &mut *self.obs,
-                    &mut self.heap,
-                    idx,
-                    &self.stats,
-                    &mut self.tx,
-                );
+                flush(e, now, idx, &mut self.out);
             }
             // Fewer than asked for: the socket is empty (level-triggered
             // epoll reports whatever arrives later), no need to ask again.
@@ -588,7 +550,7 @@ impl Loop {
             }
             budget -= n;
         }
-        self.stats.rx_datagrams.fetch_add(got, Relaxed);
+        self.out.stats.rx_datagrams.fetch_add(got, Relaxed);
     }
 
     /// Process queued commands; false on shutdown.
@@ -613,7 +575,7 @@ impl Loop {
                             e.p.close();
                             e.p.publish();
                             self.free.push(idx);
-                            self.stats.participants.fetch_sub(1, Relaxed);
+                            self.out.stats.participants.fetch_sub(1, Relaxed);
                         }
                     }
                 }
@@ -650,16 +612,8 @@ impl Loop {
         let now = e.fed(Instant::now());
         f(e, now);
         // Run it now so the effect is immediate.
-        e.p.handle_timeout(now, &mut *self.obs);
-        flush(
-            e,
-            now,
-            &mut *self.obs,
-            &mut self.heap,
-            idx,
-            &self.stats,
-            &mut self.tx,
-        );
+        e.p.handle_timeout(now, &mut *self.out.obs);
+        flush(e, now, idx, &mut self.out);
     }
 
     fn add(&mut self, id: u64, p: Box<Participant>, sock: UdpSocket) {
@@ -694,21 +648,13 @@ impl Loop {
             shaper,
             fed: None,
         });
-        self.stats.participants.fetch_add(1, Relaxed);
+        self.out.stats.participants.fetch_add(1, Relaxed);
         let now = Instant::now();
         if let Some(Some(e)) = self.entries.get_mut(idx) {
             let _ = e.id;
             let now = e.fed(now);
-            e.p.handle_timeout(now, &mut *self.obs);
-            flush(
-                e,
-                now,
-                &mut *self.obs,
-                &mut self.heap,
-                idx,
-                &self.stats,
-                &mut self.tx,
-            );
+            e.p.handle_timeout(now, &mut *self.out.obs);
+            flush(e, now, idx, &mut self.out);
         }
     }
 }
