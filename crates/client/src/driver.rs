@@ -169,21 +169,13 @@ pub fn thread_cpu_ns() -> u64 {
 /// Pin the calling thread to one CPU (best effort).
 pub use corelay_thread::pin_to_cpu;
 
-/// Whether driver threads send a poll's runs of equal datagrams (a video
-/// frame's packets) as UDP GSO messages: where the kernel supports it,
-/// unless `CORELAY_CLIENT_NO_UDP_OFFLOAD` is set (to measure what GSO and
-/// GRO save).
-fn client_gso() -> bool {
-    std::env::var_os("CORELAY_CLIENT_NO_UDP_OFFLOAD").is_none()
-        && std::net::UdpSocket::bind((std::net::Ipv4Addr::LOCALHOST, 0))
-            .is_ok_and(|s| udp::gso_supported(&s))
-}
-
-/// Whether participants' sockets take runs of equal datagrams from one
-/// sender (the server's GSO messages: a video frame's packets) as one
-/// message, one wake-up instead of one per datagram: unless
-/// `CORELAY_CLIENT_NO_UDP_OFFLOAD` is set.
-fn client_gro() -> bool {
+/// Whether driver threads use UDP offload, unless
+/// `CORELAY_CLIENT_NO_UDP_OFFLOAD` is set (to measure what it saves): GRO,
+/// participants' sockets taking a sender's run of equal datagrams (the
+/// server's GSO messages: a video frame's packets) as one message, one
+/// wake-up instead of one per datagram; and GSO, a poll's runs sent so,
+/// where the kernel supports it.
+fn client_offload() -> bool {
     std::env::var_os("CORELAY_CLIENT_NO_UDP_OFFLOAD").is_none()
 }
 
@@ -215,9 +207,12 @@ impl Driver {
                 if let Some(cpu) = pin {
                     pin_to_cpu(cpu);
                 }
-                let gro = client_gro();
+                let gro = client_offload();
                 let mut tx = CopyBatch::new();
-                tx.set_gso(client_gso());
+                tx.set_gso(
+                    gro && std::net::UdpSocket::bind((std::net::Ipv4Addr::LOCALHOST, 0))
+                        .is_ok_and(|s| udp::gso_supported(&s)),
+                );
                 let mut l = Loop {
                     epoll,
                     wake: wk,

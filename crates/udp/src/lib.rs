@@ -98,6 +98,16 @@ impl RecvBatch {
         Self::with_slot(GRO_BUF_SIZE)
     }
 
+    /// Buffers for `socket`: with [`enable_gro`] turned on first when `gro`
+    /// is asked for and the kernel takes it, plain otherwise.
+    pub fn for_socket(socket: &impl AsRawFd, gro: bool) -> Self {
+        if gro && enable_gro(socket).is_ok() {
+            Self::with_gro()
+        } else {
+            Self::new()
+        }
+    }
+
     fn with_slot(slot: usize) -> Self {
         RecvBatch {
             bufs: vec![0; slot * BATCH],

@@ -314,11 +314,7 @@ async fn run(
     let peers = spec.mesh.clone();
     let mut send = SendBatch::new();
     send.set_gso(spec.offload && udp::gso_supported(&spec.socket));
-    let recv = if spec.offload && udp::enable_gro(&spec.socket).is_ok() {
-        RecvBatch::with_gro()
-    } else {
-        RecvBatch::new()
-    };
+    let recv = RecvBatch::for_socket(&spec.socket, spec.offload);
     let (tcp_conns, mut tcp_frames) = TcpConns::new(spec.tcp_max);
     let mut d = ShardLoop {
         tcp: tcp_conns,

@@ -139,8 +139,8 @@ pub fn spawn(spec: WsSpec) -> io::Result<(ShardHandle, WsRuntime)> {
         })
         .enable_all()
         .build()?;
-    let gso = corelay_udp::gso_supported(&spec.socket);
-    let gro = spec.offload && corelay_udp::enable_gro(&spec.socket).is_ok();
+    let gso = spec.offload && corelay_udp::gso_supported(&spec.socket);
+    let recv = RecvBatch::for_socket(&spec.socket, spec.offload);
     let socket = {
         let _in = rt.enter();
         Arc::new(UdpSocket::from_std(spec.socket)?)
@@ -155,11 +155,7 @@ pub fn spawn(spec: WsSpec) -> io::Result<(ShardHandle, WsRuntime)> {
     let (hub_tx, hub_rx) = mpsc::channel(HUB_INBOX);
     let reader = Reader {
         socket: socket.clone(),
-        recv: if gro {
-            RecvBatch::with_gro()
-        } else {
-            RecvBatch::new()
-        },
+        recv,
         by_addr: HashMap::new(),
         by_ufrag: HashMap::new(),
         routes: HashMap::new(),
@@ -180,7 +176,7 @@ pub fn spawn(spec: WsSpec) -> io::Result<(ShardHandle, WsRuntime)> {
         reader: reader_tx,
         figures_tx: hub_tx,
         packet_metrics: spec.packet_metrics,
-        gso: spec.offload && gso,
+        gso,
         fail_on_room: spec.fail_on_room,
         workers: spec.workers.max(1),
         next: 1,
