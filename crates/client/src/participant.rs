@@ -184,6 +184,19 @@ struct RxSlot {
     mid: Mid,
     key: String,
     kind: Kind,
+    /// Position of `key` among the snapshot's slot keys (its `BTreeMap`
+    /// order; [`rank_slots`]), so a packet finds its figures without a
+    /// string lookup.
+    rank: usize,
+}
+
+/// Set every slot's [`RxSlot::rank`] after the snapshot's slot keys changed.
+fn rank_slots(slots: &mut [RxSlot], snap: &Snapshot) {
+    for (rank, key) in snap.slots.keys().enumerate() {
+        if let Some(s) = slots.iter_mut().find(|s| s.key == *key) {
+            s.rank = rank;
+        }
+    }
 }
 
 /// A virtual participant (sans-I/O).
@@ -273,6 +286,7 @@ impl Participant {
                 mid,
                 key: mid.to_string(),
                 kind: Kind::Video,
+                rank: 0,
             });
         }
         for _ in 0..cfg.audio_slots {
@@ -281,6 +295,7 @@ impl Participant {
                 mid,
                 key: mid.to_string(),
                 kind: Kind::Audio,
+                rank: 0,
             });
         }
         let channel = cfg
@@ -357,6 +372,7 @@ impl Participant {
                 },
             );
         }
+        rank_slots(&mut slots, &snap);
 
         let name_hash = payload::name_hash(&name);
         Ok((
@@ -870,6 +886,7 @@ impl Participant {
             mid,
             key: mid.to_string(),
             kind,
+            rank: 0,
         });
         self.snap.slots.insert(
             mid.to_string(),
@@ -881,6 +898,7 @@ impl Participant {
                 ..Default::default()
             },
         );
+        rank_slots(&mut self.slots, &self.snap);
     }
 
     fn slot_of(&mut self, p: &RtpPacket) -> Option<usize> {
@@ -921,9 +939,10 @@ impl Participant {
             obs.first_media(self.cfg.tag, rx_ns);
         }
 
-        let Some(st) = self.snap.slots.get_mut(&self.slots[i].key) else {
+        let Some((_key, st)) = self.snap.slots.iter_mut().nth(self.slots[i].rank) else {
             return;
         };
+        debug_assert_eq!(_key, &self.slots[i].key);
         st.packets += 1;
         st.bytes += p.payload.len() as u64;
         if st.first_packet_ns.is_none() {
@@ -978,11 +997,13 @@ impl Participant {
         if v.keyframe == Some(true) && stamp.index == 0 {
             st.keyframes += 1;
         }
+        // Every last source is in `sources`: only a change of source can
+        // add one.
         if st.last_source.as_deref() != Some(stamp.name) {
             st.last_source = Some(stamp.name.to_string());
-        }
-        if !st.sources.iter().any(|s| s == stamp.name) {
-            st.sources.push(stamp.name.to_string());
+            if !st.sources.iter().any(|s| s == stamp.name) {
+                st.sources.push(stamp.name.to_string());
+            }
         }
         let mut capture = stamp.capture_ns;
         if kind == Kind::Video {
