@@ -50,6 +50,28 @@ const NACK_MIN_INTERVAL: Duration = Duration::from_millis(33);
 /// Delay between reports of TWCC. This is deliberately very low.
 const TWCC_INTERVAL: Duration = Duration::from_millis(50);
 
+/// corelay patch (PATCHES.md, 6): how much later than due the periodic
+/// timers (receiver and sender reports, TWCC feedback, the delay-based
+/// estimator's update) may run so that they share a walk with another timer.
+/// One NACK interval: in a session that receives media, every periodic timer
+/// then runs in a NACK check's walk.
+const PERIODIC_SLACK: Duration = NACK_MIN_INTERVAL;
+
+/// corelay patch (PATCHES.md, 6): the deadline to report for the periodic
+/// timers' soonest deadline and every other timer's. The periodic one moves
+/// onto the other when that is at most [`PERIODIC_SLACK`] later: a walk runs
+/// every task that is due by then, so both are done in one. Nothing else is
+/// ever delayed: the other deadline is reported as is.
+fn ride_on(
+    periodic: (Option<Instant>, Reason),
+    other: (Option<Instant>, Reason),
+) -> (Option<Instant>, Reason) {
+    match (periodic.0, other.0) {
+        (Some(p), Some(o)) if o > p && o - p <= PERIODIC_SLACK => other,
+        _ => periodic.soonest(other),
+    }
+}
+
 /// corelay patch (PATCHES.md, 5): received RTP packets held for
 /// `Event::RtpPacket` until polled (upstream holds one).
 const MAX_PENDING_PACKETS: usize = 64;
@@ -1349,24 +1371,26 @@ impl Session {
         let send_stream_at = self.streams.send_stream();
         let request_at = self.streams.pending_request();
 
-        // Gives us built-in reason
-        let bwe_at = self
+        // corelay patch (PATCHES.md, 6): periodic reports and estimates ride
+        // on the next other timer when it is at most PERIODIC_SLACK later.
+        let (bwe_delay_at, bwe_probe_at) = self
             .bwe
             .as_ref()
-            .map(|bwe| bwe.poll_timeout())
-            // We should never see this reason.
-            .unwrap_or((None, Reason::BweDelayControl));
+            .map(|bwe| bwe.poll_timeout_split())
+            .unwrap_or((None, (None, Reason::BweProbeControl)));
 
-        (feedback_at, Reason::Feedback)
-            .soonest((request_at, Reason::Feedback))
-            .soonest((nack_at, Reason::Nack))
+        let periodic = (feedback_at, Reason::Feedback)
             .soonest((twcc_at, Reason::Twcc))
+            .soonest((bwe_delay_at, Reason::BweDelayControl));
+        let other = (request_at, Reason::Feedback)
+            .soonest((nack_at, Reason::Nack))
             .soonest(pacing_at)
             .soonest((receive_at, Reason::ReceiveReorder))
             .soonest((packetize_at, Reason::Packetize))
             .soonest((paused_at, Reason::PauseCheck))
             .soonest((send_stream_at, Reason::SendStream))
-            .soonest(bwe_at)
+            .soonest(bwe_probe_at);
+        ride_on(periodic, other)
     }
 
     pub fn has_mid(&self, mid: Mid) -> bool {
@@ -1643,6 +1667,33 @@ mod tests {
 
     use crate::poll::Readiness;
     use crate::rtp_::RtcpPacket;
+
+    // corelay patch (PATCHES.md, 6).
+    #[test]
+    fn periodic_timers_ride_on_a_close_other_timer_and_nothing_else_waits() {
+        let t = Instant::now();
+        let ms = Duration::from_millis;
+        let twcc = (Some(t), Reason::Twcc);
+        // Another timer within the slack: one walk, at the other's time.
+        assert_eq!(
+            ride_on(twcc, (Some(t + ms(20)), Reason::Nack)),
+            (Some(t + ms(20)), Reason::Nack)
+        );
+        assert_eq!(
+            ride_on(twcc, (Some(t + PERIODIC_SLACK), Reason::Nack)),
+            (Some(t + PERIODIC_SLACK), Reason::Nack)
+        );
+        // Further away, or none: the periodic timer keeps its time.
+        assert_eq!(
+            ride_on(twcc, (Some(t + PERIODIC_SLACK + ms(1)), Reason::Nack)),
+            twcc
+        );
+        assert_eq!(ride_on(twcc, (None, Reason::Nack)), twcc);
+        // The other timer is never moved, whichever comes first.
+        let nack = (Some(t), Reason::Nack);
+        assert_eq!(ride_on((Some(t + ms(5)), Reason::Twcc), nack), nack);
+        assert_eq!(ride_on((None, Reason::Twcc), nack), nack);
+    }
 
     fn keyed_session() -> Session {
         let mut session = Session::new(&RtcConfig::default());

@@ -105,8 +105,11 @@ impl Bwe {
         self.smoother.poll()
     }
 
-    pub fn poll_timeout(&self) -> (Option<Instant>, Reason) {
-        self.bwe.poll_timeout()
+    // corelay patch (PATCHES.md, 6): in place of `poll_timeout`, the delay
+    // controller's periodic update and the probe timers apart, so that only
+    // the update can wait.
+    pub fn poll_timeout_split(&self) -> (Option<Instant>, (Option<Instant>, Reason)) {
+        self.bwe.poll_timeout_split()
     }
 
     pub fn last_estimate(&self) -> Option<Bitrate> {
@@ -286,13 +289,16 @@ impl SendSideBandwidthEstimator {
         self.propagate_estimate();
     }
 
-    pub fn poll_timeout(&self) -> (Option<Instant>, Reason) {
-        let delay_timeout = Some(self.delay_controller.poll_timeout());
+    // corelay patch (PATCHES.md, 6): in place of `poll_timeout`; see
+    // `Bwe::poll_timeout_split`.
+    pub fn poll_timeout_split(&self) -> (Option<Instant>, (Option<Instant>, Reason)) {
         let probe_timeout = Some(self.probe_control.poll_timeout());
         let probe_estimator_timeout = Some(self.probe_estimator.poll_timeout());
-        (delay_timeout, Reason::BweDelayControl)
-            .soonest((probe_timeout, Reason::BweProbeControl))
-            .soonest((probe_estimator_timeout, Reason::BweProbeEstimator))
+        (
+            Some(self.delay_controller.poll_timeout()),
+            (probe_timeout, Reason::BweProbeControl)
+                .soonest((probe_estimator_timeout, Reason::BweProbeEstimator)),
+        )
     }
 
     /// Handle periodic timeout for BWE components.
