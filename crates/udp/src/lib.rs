@@ -401,6 +401,9 @@ pub struct SendResult {
     /// Messages the kernel took: fewer than `sent` where UDP GSO carried
     /// several datagrams in one.
     pub messages: usize,
+    /// GSO messages the kernel refused, whose datagrams went out again one
+    /// by one (counted in `sent`, `dropped` and `messages` as such).
+    pub gso_refused: usize,
 }
 
 /// Most datagrams one GSO message carries (the kernel allows 64).
@@ -673,6 +676,7 @@ unsafe fn send_all(
         match (segs.get(off).copied(), hdrs.get(off)) {
             (Some(k), Some(h)) if k > 1 => {
                 refused |= err.raw_os_error() == Some(libc::EIO);
+                res.gso_refused += 1;
                 // SAFETY: the header is live and carries k iovecs.
                 unsafe { send_each(socket, &h.msg_hdr, k, res) };
             }
@@ -1083,6 +1087,9 @@ mod tests {
         let res = sb.send(&tx, sent.iter().map(|(d, p)| (&dsts[*d], p.as_slice())));
         assert_eq!((res.sent, res.dropped), (sent.len(), 0));
         assert_eq!(res.messages, sent.len(), "every datagram on its own");
+        // The plan's two runs of more than one datagram (4 to receiver 0,
+        // 2 to receiver 1), each refused once.
+        assert_eq!(res.gso_refused, 2);
         assert!(sb.gso(), "EINVAL is this message's, not the device's");
         check_received(&rxs, &tx, &sent);
     }

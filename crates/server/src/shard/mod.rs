@@ -72,8 +72,11 @@ const REPORT_INTERVAL: Duration = Duration::from_millis(250);
 /// records each forwarded packet's latency (kernel receive to this send) in
 /// `forward_local` (same shard) or `forward_cross` when `packet_metrics` is
 /// on. What the socket refused, plus `dropped_elsewhere`
-/// (the caller's TCP sends), counts in `dropped_send`. The send step of the
-/// shard loop and of the work-stealing tasks alike.
+/// (the caller's TCP sends), counts in `dropped_send`. A GSO message the
+/// kernel refused (its datagrams went out one by one) is logged at debug;
+/// a device that takes no GSO at all turns it off for this sender, with one
+/// warning. The send step of the shard loop and of the work-stealing tasks
+/// alike.
 pub(crate) fn send_datagrams(
     engine: &mut Engine,
     send: &mut SendBatch,
@@ -85,6 +88,7 @@ pub(crate) fn send_datagrams(
 ) {
     let out = engine.outputs();
     if !out.transmits.is_empty() {
+        let gso = send.gso();
         let res = send.send(
             socket,
             out.transmits
@@ -105,6 +109,20 @@ pub(crate) fn send_datagrams(
                 &mut *forward_local
             };
             h.record_us(micros(sent_at.saturating_sub(rx)));
+        }
+        if res.gso_refused > 0 {
+            if gso && !send.gso() {
+                tracing::warn!(
+                    "the network device refuses UDP GSO: this socket sends datagram by \
+                     datagram from now on (corelay_udp_messages_out equals \
+                     corelay_packets_out; --no-udp-offload turns offload off everywhere)"
+                );
+            } else {
+                tracing::debug!(
+                    refused = res.gso_refused,
+                    "the kernel refused UDP GSO messages; their datagrams went out one by one"
+                );
+            }
         }
         let c = engine.counters_mut();
         c.dropped_send += res.dropped as u64 + dropped_elsewhere;
