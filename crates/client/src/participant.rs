@@ -185,13 +185,36 @@ struct RxSlot {
     key: String,
     kind: Kind,
     /// Position of `key` among the snapshot's slot keys (its `BTreeMap`
-    /// order; [`rank_slots`]), so a packet finds its figures without a
+    /// order; [`add_slot_figures`]), so a packet finds its figures without a
     /// string lookup.
     rank: usize,
 }
 
-/// Set every slot's [`RxSlot::rank`] after the snapshot's slot keys changed.
-fn rank_slots(slots: &mut [RxSlot], snap: &Snapshot) {
+impl RxSlot {
+    fn new(mid: Mid, kind: Kind) -> Self {
+        RxSlot {
+            mid,
+            key: mid.to_string(),
+            kind,
+            rank: 0,
+        }
+    }
+}
+
+/// Give every slot its figures in `snap` (empty, for a slot that has none
+/// yet), then set every slot's [`RxSlot::rank`], as the keys may have moved.
+fn add_slot_figures(slots: &mut [RxSlot], snap: &mut Snapshot) {
+    for s in slots.iter() {
+        snap.slots
+            .entry(s.key.clone())
+            .or_insert_with(|| SlotStats {
+                kind: match s.kind {
+                    Kind::Video => "video".into(),
+                    Kind::Audio => "audio".into(),
+                },
+                ..Default::default()
+            });
+    }
     for (rank, key) in snap.slots.keys().enumerate() {
         if let Some(s) = slots.iter_mut().find(|s| s.key == *key) {
             s.rank = rank;
@@ -282,21 +305,11 @@ impl Participant {
         let mut slots = Vec::new();
         for _ in 0..cfg.video_slots {
             let mid = api.add_media(MediaKind::Video, Direction::RecvOnly, None, None, None);
-            slots.push(RxSlot {
-                mid,
-                key: mid.to_string(),
-                kind: Kind::Video,
-                rank: 0,
-            });
+            slots.push(RxSlot::new(mid, Kind::Video));
         }
         for _ in 0..cfg.audio_slots {
             let mid = api.add_media(MediaKind::Audio, Direction::RecvOnly, None, None, None);
-            slots.push(RxSlot {
-                mid,
-                key: mid.to_string(),
-                kind: Kind::Audio,
-                rank: 0,
-            });
+            slots.push(RxSlot::new(mid, Kind::Audio));
         }
         let channel = cfg
             .data_channel
@@ -360,19 +373,7 @@ impl Participant {
             audio_mids: amid.iter().map(|m| m.to_string()).collect(),
             ..Default::default()
         };
-        for s in &slots {
-            snap.slots.insert(
-                s.key.clone(),
-                SlotStats {
-                    kind: match s.kind {
-                        Kind::Video => "video".into(),
-                        Kind::Audio => "audio".into(),
-                    },
-                    ..Default::default()
-                },
-            );
-        }
-        rank_slots(&mut slots, &snap);
+        add_slot_figures(&mut slots, &mut snap);
 
         let name_hash = payload::name_hash(&name);
         Ok((
@@ -882,23 +883,8 @@ impl Participant {
         } else {
             Kind::Audio
         };
-        self.slots.push(RxSlot {
-            mid,
-            key: mid.to_string(),
-            kind,
-            rank: 0,
-        });
-        self.snap.slots.insert(
-            mid.to_string(),
-            SlotStats {
-                kind: match kind {
-                    Kind::Video => "video".into(),
-                    Kind::Audio => "audio".into(),
-                },
-                ..Default::default()
-            },
-        );
-        rank_slots(&mut self.slots, &self.snap);
+        self.slots.push(RxSlot::new(mid, kind));
+        add_slot_figures(&mut self.slots, &mut self.snap);
     }
 
     fn slot_of(&mut self, p: &RtpPacket) -> Option<usize> {
