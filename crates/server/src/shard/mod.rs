@@ -68,6 +68,16 @@ const PEER_BUDGET: usize = 4096;
 /// How often a shard reports its figures to the control thread.
 const REPORT_INTERVAL: Duration = Duration::from_millis(250);
 
+/// Records the socket dwell of one read (its kernel receive time to now),
+/// once per message: a GRO run waited in the socket's queue as one entry.
+/// The read step of the shard loop and of the work-stealing reader alike.
+pub(crate) fn record_dwell(recv: &RecvBatch, dwell: &mut LatencyHistogram) {
+    let read_at = realtime();
+    for k in recv.kernel_times() {
+        dwell.record_us(micros(read_at.saturating_sub(k)));
+    }
+}
+
 /// Sends the UDP datagrams of one engine step in one `sendmmsg` batch, then
 /// records each forwarded packet's latency (kernel receive to this send) in
 /// `forward_local` (same shard) or `forward_cross` when `packet_metrics` is
@@ -422,11 +432,7 @@ async fn run(
                             left = left.saturating_sub(d.recv.len());
                             let now = Instant::now();
                             if d.packet_metrics {
-                                // Per socket read: a GRO run waited as one.
-                                let read_at = realtime();
-                                for k in d.recv.kernel_times() {
-                                    d.dwell.record_us(micros(read_at.saturating_sub(k)));
-                                }
+                                record_dwell(&d.recv, &mut d.dwell);
                             }
                             for dg in d.recv.iter() {
                                 if let Some((every, pause)) = d.stall {

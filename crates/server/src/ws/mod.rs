@@ -59,7 +59,7 @@ use corelay_core::{
     Accepted, Engine, LeaveReason, OfferError, ParticipantId, PeerMsg, RoomId, RtcSettings,
     ShardEvent, ShardId,
 };
-use corelay_udp::{RecvBatch, SendBatch, realtime};
+use corelay_udp::{RecvBatch, SendBatch};
 use str0m::change::SdpOffer;
 use tokio::io::Interest;
 use tokio::net::UdpSocket;
@@ -67,7 +67,8 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 
 use crate::shard::{
-    ShardCommand, ShardHandle, ShardReport, ToControl, fail_if_injected, micros, send_datagrams,
+    ShardCommand, ShardHandle, ShardReport, ToControl, fail_if_injected, micros, record_dwell,
+    send_datagrams,
 };
 
 /// Datagrams queued for one participant task (lossy on full).
@@ -499,11 +500,7 @@ impl Reader {
                 Ok(_) => {
                     left = left.saturating_sub(self.recv.len());
                     if self.packet_metrics {
-                        // Per socket read: a GRO run waited as one.
-                        let read_at = realtime();
-                        for k in self.recv.kernel_times() {
-                            self.dwell.record_us(micros(read_at.saturating_sub(k)));
-                        }
+                        record_dwell(&self.recv, &mut self.dwell);
                     }
                     for dg in self.recv.iter() {
                         if let Some((every, pause)) = self.stall {
