@@ -6,11 +6,17 @@
 //! profile corelay negotiates), and for each of `fanout` subscribers copies
 //! it, rewrites the header, encrypts it with that subscriber's key and queues
 //! it for `sendmmsg` in batches; no WebRTC logic, no allocation. A second
-//! thread paces the input at `rate` packets per second and drains what the
-//! floor sends (so loopback delivery is paid as for a real subscriber). The
-//! floor thread's CPU time over the measurement divided by the packets it
-//! sent is `floor_us_per_forwarded_packet`, the figure `floor_ratio` divides
-//! the server's by.
+//! thread paces the input at `rate` packets per second in bursts of `burst`
+//! (the scenario's datagrams per server wake-up, so the floor's batches are
+//! the server's), round-robin over `subscribers` publishers (each packet's
+//! SSRC), and drains what the floor
+//! sends from `subscribers` sockets of its own under epoll, as a load client
+//! does: publisher `p`'s copies go to the sockets of the `fanout` participants
+//! after it, so loopback delivery (the sender pays it) is paid as for the
+//! scenario's subscribers, one socket each. The floor thread's CPU time over
+//! the measurement divided by the packets it sent is
+//! `floor_us_per_forwarded_packet`, the figure `floor_ratio` divides the
+//! server's by.
 //!
 //! Owns: its sockets, threads and keys. Touches nothing of corelay's.
 
@@ -33,6 +39,13 @@ pub struct FloorSpec {
     pub rate: u64,
     /// Largest recvmmsg/sendmmsg batch.
     pub batch: usize,
+    /// Participants: publishers of the input and sockets of the output
+    /// (at least `fanout + 1`).
+    pub subscribers: usize,
+    /// Input packets sent back to back (one `sendmmsg`), so that the floor
+    /// reads batches of about the size the server read per wake-up in the
+    /// scenario; the bursts are spaced evenly at `rate`.
+    pub burst: usize,
     /// Measured time (after a 0.5 s warm-up).
     pub seconds: f64,
     /// CPU for the floor thread (the server's shard core).
@@ -44,6 +57,8 @@ pub struct FloorSpec {
 const HEADER: usize = 12;
 const TAG: usize = 16;
 const WARMUP: Duration = Duration::from_millis(500);
+/// Receive batches per wake-up at most, as in a shard.
+const MAX_BATCHES_PER_WAKE: usize = 8;
 
 fn cipher(key: u8, encrypt: bool) -> Box<dyn AeadAes128GcmCipher> {
     str0m::crypto::from_feature_flags()
@@ -65,19 +80,39 @@ fn iv(salt: &[u8; 12], header: &[u8]) -> [u8; 12] {
     iv
 }
 
+/// The input's RTP header for publisher `p`'s packet number `seq`.
+fn input_header(p: u32, seq: u16) -> [u8; HEADER] {
+    let [s0, s1] = seq.to_be_bytes();
+    let [p0, p1, p2, p3] = p.to_be_bytes();
+    [0x80, 96, s0, s1, 0, 0, 0, 1, p0, p1, p2, p3]
+}
+
 /// Runs the measurement; returns its figures as JSON.
 pub fn run(spec: &FloorSpec) -> io::Result<Value> {
     let fanout = spec.fanout.max(1);
     let batch = spec.batch.clamp(1, 1024);
+    let subscribers = spec.subscribers.clamp(fanout + 1, 4096);
+    let burst = spec.burst.clamp(1, batch);
     let floor_sock = UdpSocket::bind("127.0.0.1:0")?;
-    let load_sock = UdpSocket::bind("127.0.0.1:0")?;
+    let input_sock = UdpSocket::bind("127.0.0.1:0")?;
     let floor_addr = floor_sock.local_addr()?;
-    let load_addr = load_sock.local_addr()?;
     floor_sock.set_read_timeout(Some(Duration::from_millis(50)))?;
-    load_sock.set_read_timeout(Some(Duration::from_millis(5)))?;
+    // The subscribers' sockets, drained by the load thread under epoll.
+    let subs = (0..subscribers)
+        .map(|_| {
+            let s = UdpSocket::bind("127.0.0.1:0")?;
+            s.set_nonblocking(true)?;
+            Ok(s)
+        })
+        .collect::<io::Result<Vec<UdpSocket>>>()?;
+    let dests = subs
+        .iter()
+        .map(|s| s.local_addr().map(sockaddr))
+        .collect::<io::Result<Vec<_>>>()?;
     let total = Duration::from_secs_f64(spec.seconds.max(0.5)) + WARMUP;
 
-    // The load: SRTP packets encrypted with the ingress key, paced.
+    // The load: SRTP packets encrypted with the ingress key, paced,
+    // round-robin over the publishers.
     let (rate, payload, pin_load) = (spec.rate.max(1), spec.payload.max(1), spec.pin_load);
     let load = std::thread::Builder::new()
         .name("floor-load".into())
@@ -85,45 +120,59 @@ pub fn run(spec: &FloorSpec) -> io::Result<Value> {
             if let Some(cpu) = pin_load {
                 corelay_thread::pin_to_cpu(cpu);
             }
+            let epoll = corelay_client::driver::Epoll::new()?;
+            for (i, s) in subs.iter().enumerate() {
+                epoll.add(s.as_raw_fd(), i as u64)?;
+            }
+            // The next burst's time, with the precision epoll's milliseconds lack.
+            let timer = Timer::new()?;
+            epoll.add(timer.0, TIMER_TOKEN)?;
+            let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 256];
             let mut enc = cipher(1, true);
             let salt = [7u8; 12];
             let plain = vec![0x5au8; payload];
-            let mut pkt = vec![0u8; HEADER + payload + TAG];
+            let mut out = Batch::new(burst, HEADER + payload + TAG);
+            let to = sockaddr(floor_addr);
             let mut drained = vec![0u8; 2048];
+            let n = subs.len() as u64;
             let (mut sent, mut received) = (0u64, 0u64);
             let start = Instant::now();
-            while start.elapsed() < total + Duration::from_millis(200) {
-                // Send what the schedule says is due, then drain.
+            let end = total + Duration::from_millis(200);
+            while start.elapsed() < end {
+                // Send the bursts the schedule says are due, then drain.
                 let due = (start.elapsed().as_secs_f64() * rate as f64) as u64;
-                while sent < due && start.elapsed() < total {
-                    let seq = (sent & 0xffff) as u16;
-                    let header = [
-                        0x80,
-                        96,
-                        (seq >> 8) as u8,
-                        seq as u8,
-                        0,
-                        0,
-                        0,
-                        1,
-                        0xde,
-                        0xad,
-                        0xbe,
-                        0xef,
-                    ];
-                    let (h, body) = pkt.split_at_mut(HEADER);
-                    h.copy_from_slice(&header);
-                    enc.encrypt(&iv(&salt, &header), &header, &plain, body)
-                        .map_err(|e| io::Error::other(e.to_string()))?;
-                    load_sock.send_to(&pkt, floor_addr)?;
-                    sent += 1;
-                }
-                // Drain up to 64 datagrams, then back to sending.
-                for _ in 0..64 {
-                    if load_sock.recv_from(&mut drained).is_err() {
-                        break;
+                while sent + burst as u64 <= due.max(burst as u64) && start.elapsed() < total {
+                    for _ in 0..burst {
+                        let header = input_header((sent % n) as u32, ((sent / n) & 0xffff) as u16);
+                        let pkt = out.next_slot();
+                        let (h, body) = pkt.split_at_mut(HEADER);
+                        h.copy_from_slice(&header);
+                        enc.encrypt(&iv(&salt, &header), &header, &plain, body)
+                            .map_err(|e| io::Error::other(e.to_string()))?;
+                        out.push(HEADER + payload + TAG, to);
+                        sent += 1;
                     }
-                    received += 1;
+                    out.send(&input_sock)?;
+                }
+                // Sleep until the next burst is due or a copy arrives.
+                let next = Duration::from_secs_f64((sent + burst as u64) as f64 / rate as f64);
+                timer.set(next.saturating_sub(start.elapsed()));
+                let ready = epoll.wait(&mut events, 5);
+                for ev in events.iter().take(ready) {
+                    if ev.u64 == TIMER_TOKEN {
+                        timer.clear();
+                        continue;
+                    }
+                    let Some(s) = subs.get(ev.u64 as usize) else {
+                        continue;
+                    };
+                    // Up to 64 a socket (level-triggered: the rest next time).
+                    for _ in 0..64 {
+                        if s.recv(&mut drained).is_err() {
+                            break;
+                        }
+                        received += 1;
+                    }
                 }
             }
             Ok((sent, received))
@@ -140,10 +189,10 @@ pub fn run(spec: &FloorSpec) -> io::Result<Value> {
     let mut rx = Batch::new(batch, 2048);
     let mut tx = Batch::new(batch, size);
     let mut plain = vec![0u8; 2048];
-    let (mut inputs, mut outputs, mut bad, mut recv_calls, mut send_calls) =
-        (0u64, 0u64, 0u64, 0u64, 0u64);
+    let (mut inputs, mut outputs, mut bad, mut recv_calls, mut send_calls, mut wakes) =
+        (0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
     let start = Instant::now();
-    let mut measured: Option<(Duration, u64, u64, u64, u64)> = None;
+    let mut measured: Option<(Duration, u64, u64, u64, u64, u64)> = None;
     while start.elapsed() < total {
         if measured.is_none() && start.elapsed() >= WARMUP {
             measured = Some((
@@ -152,53 +201,75 @@ pub fn run(spec: &FloorSpec) -> io::Result<Value> {
                 inputs,
                 recv_calls,
                 send_calls,
+                wakes,
             ));
         }
-        let n = rx.recv(&floor_sock)?;
-        recv_calls += 1;
-        for i in 0..n {
-            let Some(pkt) = rx.get(i) else { continue };
-            let (Some(header), Some(body)) = (pkt.get(..HEADER), pkt.get(HEADER..)) else {
-                bad += 1;
-                continue;
+        // As a shard does: a wake-up reads batches until the socket is
+        // empty (at most 8), each forwarded and flushed before the next.
+        wakes += 1;
+        for k in 0..MAX_BATCHES_PER_WAKE {
+            let flags = if k == 0 {
+                libc::MSG_WAITFORONE
+            } else {
+                libc::MSG_DONTWAIT
             };
-            let Ok(len) = dec.decrypt(&iv(&salt, header), &[header], body, &mut plain) else {
-                bad += 1;
-                continue;
-            };
-            inputs += 1;
-            let clear = plain.get(..len).unwrap_or_default();
-            for (o, enc) in encs.iter_mut().enumerate() {
-                let out = tx.next_slot();
-                let (h, b) = out.split_at_mut(HEADER);
-                h.copy_from_slice(header);
-                // A subscriber's own SSRC, as the server's rewriter does.
-                h[11] = o as u8;
-                let iv = iv(&salt, h);
-                let Some(sealed) = b.get_mut(..len + TAG) else {
+            let n = rx.recv(&floor_sock, flags)?;
+            recv_calls += 1;
+            if n == 0 {
+                break;
+            }
+            for i in 0..n {
+                let Some(pkt) = rx.get(i) else { continue };
+                let (Some(header), Some(body)) = (pkt.get(..HEADER), pkt.get(HEADER..)) else {
                     bad += 1;
                     continue;
                 };
-                if enc.encrypt(&iv, h, clear, sealed).is_err() {
+                let Ok(len) = dec.decrypt(&iv(&salt, header), &[header], body, &mut plain) else {
                     bad += 1;
-                }
-                tx.push(HEADER + len + TAG);
-                if tx.full() {
-                    outputs += tx.send(&floor_sock, load_addr)? as u64;
-                    send_calls += 1;
+                    continue;
+                };
+                inputs += 1;
+                let publisher = header
+                    .get(8..12)
+                    .and_then(|b| b.try_into().ok())
+                    .map_or(0, |b| u32::from_be_bytes(b) as usize);
+                let clear = plain.get(..len).unwrap_or_default();
+                for (o, enc) in encs.iter_mut().enumerate() {
+                    let Some(&to) = dests.get((publisher + 1 + o) % dests.len()) else {
+                        bad += 1;
+                        continue;
+                    };
+                    let out = tx.next_slot();
+                    let (h, b) = out.split_at_mut(HEADER);
+                    h.copy_from_slice(header);
+                    // A subscriber's own SSRC, as the server's rewriter does.
+                    h[11] = o as u8;
+                    let iv = iv(&salt, h);
+                    let Some(sealed) = b.get_mut(..len + TAG) else {
+                        bad += 1;
+                        continue;
+                    };
+                    if enc.encrypt(&iv, h, clear, sealed).is_err() {
+                        bad += 1;
+                    }
+                    tx.push(HEADER + len + TAG, to);
+                    if tx.full() {
+                        outputs += tx.send(&floor_sock)? as u64;
+                        send_calls += 1;
+                    }
                 }
             }
-        }
-        if !tx.is_empty() {
-            outputs += tx.send(&floor_sock, load_addr)? as u64;
-            send_calls += 1;
+            if !tx.is_empty() {
+                outputs += tx.send(&floor_sock)? as u64;
+                send_calls += 1;
+            }
         }
     }
     let cpu_end = corelay_thread::thread_cpu();
     let (sent, drained) = load
         .join()
         .map_err(|_| io::Error::other("the load thread panicked"))??;
-    let (cpu0, out0, in0, rc0, sc0) = measured.unwrap_or_default();
+    let (cpu0, out0, in0, rc0, sc0, w0) = measured.unwrap_or_default();
     let cpu = cpu_end.saturating_sub(cpu0).as_secs_f64();
     let out = outputs - out0;
     let inp = inputs - in0;
@@ -209,9 +280,12 @@ pub fn run(spec: &FloorSpec) -> io::Result<Value> {
         "forwarded_pps": out as f64 / secs,
         "input_pps": inp as f64 / secs,
         "fanout": fanout,
+        "subscribers": subscribers,
         "payload_bytes": payload,
         "batch": batch,
+        "burst": burst,
         "mean_recv_batch": if recv_calls > rc0 { inp as f64 / (recv_calls - rc0) as f64 } else { 0.0 },
+        "mean_per_wake": if wakes > w0 { inp as f64 / (wakes - w0) as f64 } else { 0.0 },
         "mean_send_batch": if send_calls > sc0 { out as f64 / (send_calls - sc0) as f64 } else { 0.0 },
         "load_sent": sent,
         "load_drained": drained,
@@ -219,10 +293,81 @@ pub fn run(spec: &FloorSpec) -> io::Result<Value> {
     }))
 }
 
-/// A recvmmsg/sendmmsg batch: `n` buffers of `size` bytes, kept between calls.
+/// The load thread's epoll token of its timer.
+const TIMER_TOKEN: u64 = u64::MAX;
+
+/// A one-shot `timerfd` (monotonic clock), closed on drop.
+struct Timer(i32);
+
+impl Timer {
+    fn new() -> io::Result<Timer> {
+        // SAFETY: plain syscall.
+        let fd = unsafe {
+            libc::timerfd_create(
+                libc::CLOCK_MONOTONIC,
+                libc::TFD_NONBLOCK | libc::TFD_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Timer(fd))
+    }
+
+    /// Readable after `d` (at least 1 ns: zero would disarm it).
+    fn set(&self, d: Duration) {
+        let d = d.max(Duration::from_nanos(1));
+        let spec = libc::itimerspec {
+            it_interval: libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            },
+            it_value: libc::timespec {
+                tv_sec: d.as_secs() as libc::time_t,
+                tv_nsec: d.subsec_nanos() as libc::c_long,
+            },
+        };
+        // SAFETY: `spec` is a valid itimerspec; the fd is ours.
+        unsafe { libc::timerfd_settime(self.0, 0, &spec, std::ptr::null_mut()) };
+    }
+
+    /// Consume an expiry (level-triggered epoll reports it until read).
+    fn clear(&self) {
+        let mut count = [0u8; 8];
+        // SAFETY: an 8-byte buffer, as timerfd reads need; the fd is ours.
+        unsafe { libc::read(self.0, count.as_mut_ptr().cast(), count.len()) };
+    }
+}
+
+impl Drop for Timer {
+    fn drop(&mut self) {
+        // SAFETY: we own the fd.
+        unsafe { libc::close(self.0) };
+    }
+}
+
+/// An IPv4 socket address as `sendmmsg` takes it (the floor binds 127.0.0.1).
+fn sockaddr(a: std::net::SocketAddr) -> libc::sockaddr_in {
+    let ip = match a {
+        std::net::SocketAddr::V4(v4) => *v4.ip(),
+        std::net::SocketAddr::V6(_) => std::net::Ipv4Addr::LOCALHOST,
+    };
+    libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: a.port().to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(ip).to_be(),
+        },
+        sin_zero: [0; 8],
+    }
+}
+
+/// A recvmmsg/sendmmsg batch: `n` buffers of `size` bytes, kept between
+/// calls, each sent to its own address.
 struct Batch {
     bufs: Vec<Vec<u8>>,
     lens: Vec<usize>,
+    to: Vec<libc::sockaddr_in>,
     used: usize,
 }
 
@@ -231,6 +376,7 @@ impl Batch {
         Batch {
             bufs: (0..n).map(|_| vec![0u8; size]).collect(),
             lens: vec![0; n],
+            to: vec![sockaddr(std::net::SocketAddr::from(([127, 0, 0, 1], 0))); n],
             used: 0,
         }
     }
@@ -243,8 +389,9 @@ impl Batch {
         &mut self.bufs[self.used]
     }
 
-    fn push(&mut self, len: usize) {
+    fn push(&mut self, len: usize, to: libc::sockaddr_in) {
         self.lens[self.used] = len;
+        self.to[self.used] = to;
         self.used += 1;
     }
 
@@ -256,8 +403,9 @@ impl Batch {
         self.used == 0
     }
 
-    /// One recvmmsg (blocking up to the socket's read timeout); the count.
-    fn recv(&mut self, sock: &UdpSocket) -> io::Result<usize> {
+    /// One recvmmsg with `flags` (`MSG_WAITFORONE`: block up to the
+    /// socket's read timeout; `MSG_DONTWAIT`: not at all); the count.
+    fn recv(&mut self, sock: &UdpSocket, flags: i32) -> io::Result<usize> {
         let mut iov: Vec<libc::iovec> = self
             .bufs
             .iter_mut()
@@ -279,7 +427,7 @@ impl Batch {
                 sock.as_raw_fd(),
                 msgs.as_mut_ptr(),
                 msgs.len() as libc::c_uint,
-                libc::MSG_WAITFORONE,
+                flags,
                 std::ptr::null_mut(),
             )
         };
@@ -299,19 +447,8 @@ impl Batch {
         Ok(n)
     }
 
-    /// One sendmmsg of the queued buffers to `to`; the count sent.
-    fn send(&mut self, sock: &UdpSocket, to: std::net::SocketAddr) -> io::Result<usize> {
-        let std::net::SocketAddr::V4(v4) = to else {
-            return Err(io::Error::other("IPv4 only"));
-        };
-        let addr = libc::sockaddr_in {
-            sin_family: libc::AF_INET as libc::sa_family_t,
-            sin_port: v4.port().to_be(),
-            sin_addr: libc::in_addr {
-                s_addr: u32::from(*v4.ip()).to_be(),
-            },
-            sin_zero: [0; 8],
-        };
+    /// One sendmmsg of the queued buffers, each to its address; the count sent.
+    fn send(&mut self, sock: &UdpSocket) -> io::Result<usize> {
         let used = self.used;
         let mut iov: Vec<libc::iovec> = self
             .bufs
@@ -325,14 +462,14 @@ impl Batch {
             .collect();
         // SAFETY: as in recv.
         let mut msgs: Vec<libc::mmsghdr> = vec![unsafe { std::mem::zeroed() }; used];
-        for (m, v) in msgs.iter_mut().zip(iov.iter_mut()) {
+        for ((m, v), to) in msgs.iter_mut().zip(iov.iter_mut()).zip(self.to.iter_mut()) {
             m.msg_hdr.msg_iov = v;
             m.msg_hdr.msg_iovlen = 1;
-            m.msg_hdr.msg_name = (&raw const addr).cast_mut().cast();
+            m.msg_hdr.msg_name = (to as *mut libc::sockaddr_in).cast();
             m.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
         }
         self.used = 0;
-        // SAFETY: msgs point into self.bufs and `addr`, alive for the call.
+        // SAFETY: msgs point into self.bufs and self.to, alive for the call.
         let n =
             unsafe { libc::sendmmsg(sock.as_raw_fd(), msgs.as_mut_ptr(), used as libc::c_uint, 0) };
         if n < 0 {

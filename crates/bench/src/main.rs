@@ -157,6 +157,16 @@ struct FloorArgs {
     /// Largest recvmmsg/sendmmsg batch (the server's: 32).
     #[arg(long, default_value_t = 32)]
     batch: usize,
+    /// Participants, each a publisher of the input and a socket the output
+    /// is delivered to (at least fan-out + 1; `scripts/bench` passes the
+    /// scenario's). The default is one room.
+    #[arg(long)]
+    subscribers: Option<usize>,
+    /// Input packets sent back to back, so that the floor reads batches of
+    /// about this size (`scripts/bench` passes what the server read per
+    /// wake-up in the scenario).
+    #[arg(long, default_value_t = 16)]
+    burst: usize,
     /// Seconds measured (after 0.5 s of warm-up).
     #[arg(long, default_value_t = 5.0)]
     seconds: f64,
@@ -342,6 +352,8 @@ fn main() {
                 payload: a.payload,
                 rate: a.rate,
                 batch: a.batch,
+                subscribers: a.subscribers.unwrap_or(a.fanout + 1),
+                burst: a.burst,
                 seconds: a.seconds,
                 pin_floor: a.pin_floor,
                 pin_load: a.pin_load,

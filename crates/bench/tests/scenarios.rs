@@ -328,13 +328,15 @@ fn a_server_killed_mid_run_is_an_outage() {
 }
 
 /// `corelay-bench floor` runs and reports: every input packet decrypted and
-/// sent on to each of the fan-out, a positive cost per forwarded packet.
+/// sent on to each of the fan-out, delivered into the subscribers' sockets,
+/// a positive cost per forwarded packet.
 #[test]
 fn the_floor_tool_runs_and_reports() {
     let _cpu = shared_cpu();
     let out = Command::new(env!("CARGO_BIN_EXE_corelay-bench"))
         .args(["--url", "http://127.0.0.1:9", "floor", "--fanout", "3"])
         .args(["--rate", "2000", "--seconds", "1"])
+        .args(["--subscribers", "8", "--burst", "4"])
         .output()
         .expect("run corelay-bench floor");
     assert!(
@@ -355,4 +357,14 @@ fn the_floor_tool_runs_and_reports() {
         (fwd - 3.0 * inp).abs() <= 0.05 * fwd,
         "three copies of each: {v}"
     );
+    assert_eq!(v["subscribers"], 8, "{v}");
+    let (sent, drained) = (
+        v["load_sent"].as_f64().unwrap(),
+        v["load_drained"].as_f64().unwrap(),
+    );
+    assert!(
+        (drained - 3.0 * sent).abs() <= 0.1 * drained,
+        "the copies reached the subscribers' sockets: {v}"
+    );
+    assert!(v["mean_per_wake"].as_f64().unwrap() >= 1.0, "{v}");
 }

@@ -114,10 +114,13 @@ impl Drop for EventFd {
     }
 }
 
-struct Epoll(i32);
+/// An epoll instance (level-triggered, `EPOLLIN`), closed on drop: the
+/// driver's, and any load thread that drains many sockets as it does.
+pub struct Epoll(i32);
 
 impl Epoll {
-    fn new() -> io::Result<Epoll> {
+    /// A new instance.
+    pub fn new() -> io::Result<Epoll> {
         // SAFETY: plain syscall.
         let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
         if fd < 0 {
@@ -126,7 +129,8 @@ impl Epoll {
         Ok(Epoll(fd))
     }
 
-    fn add(&self, fd: i32, token: u64) -> io::Result<()> {
+    /// Watch `fd` for input; `token` comes back with its events.
+    pub fn add(&self, fd: i32, token: u64) -> io::Result<()> {
         let mut ev = libc::epoll_event {
             events: libc::EPOLLIN as u32,
             u64: token,
@@ -145,7 +149,8 @@ impl Epoll {
         unsafe { libc::epoll_ctl(self.0, libc::EPOLL_CTL_DEL, fd, &mut ev) };
     }
 
-    fn wait(&self, events: &mut [libc::epoll_event], timeout_ms: i32) -> usize {
+    /// Wait up to `timeout_ms` (−1: forever); the number of `events` filled.
+    pub fn wait(&self, events: &mut [libc::epoll_event], timeout_ms: i32) -> usize {
         // SAFETY: `events` is a valid, writable buffer of the given length.
         let n = unsafe {
             libc::epoll_wait(self.0, events.as_mut_ptr(), events.len() as i32, timeout_ms)
