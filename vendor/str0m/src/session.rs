@@ -1306,7 +1306,9 @@ impl Session {
             seq_no,
             is_padding,
             payload_size,
+            len,
         } = receipt;
+        let buf = &buf[..len];
 
         trace!(payload_size, is_padding, "Poll RTP: {:?}", header);
 
@@ -1320,7 +1322,7 @@ impl Session {
         self.pacer.register_send(now, payload_size.into(), midrid);
 
         if let Some(raw_packets) = &mut self.raw_packets {
-            raw_packets.push_back(Box::new(RawPacket::RtpTx(header.clone(), buf.clone())));
+            raw_packets.push_back(Box::new(RawPacket::RtpTx(header.clone(), buf.to_vec())));
         }
 
         let protected = srtp_tx.protect_rtp(buf, &header, *seq_no);
@@ -1606,6 +1608,8 @@ pub struct PacketReceipt {
     pub seq_no: SeqNo,
     pub is_padding: bool,
     pub payload_size: usize,
+    /// The packet's length in the poll buffer (corelay patch, PATCHES.md 7).
+    pub len: usize,
 }
 
 /// Find the PayloadParams for the given Pt, either when the Pt is the main Pt for the Codec or

@@ -780,7 +780,11 @@ impl StreamTx {
             }
         };
 
-        buf.truncate(header_len + body_len);
+        // corelay patch (PATCHES.md, 7): `buf` keeps its full length, so the
+        // `resize` above zero-fills nothing after the first packet; the
+        // packet's length goes back in the receipt. Every byte of it was
+        // written above (header, padding, body), none left from before.
+        let len = header_len + body_len;
 
         #[cfg(feature = "_internal_dont_use_log_stats")]
         {
@@ -835,6 +839,7 @@ impl StreamTx {
             seq_no,
             is_padding,
             payload_size: body_len,
+            len,
         })
     }
 
@@ -1478,6 +1483,34 @@ mod test {
     }
 
     #[test]
+    fn a_packet_after_a_longer_one_is_its_own_bytes_and_length() {
+        // corelay patch (PATCHES.md, 7): the poll buffer keeps its length
+        // between packets; the receipt's `len` is the packet.
+        let now = Instant::now();
+        let codecs = CodecConfig::new_with_defaults();
+        let pt = codecs.params()[0].pt();
+        let exts = ExtensionMap::standard();
+        let mut streams = crate::streams::Streams::new(false, 1200, Duration::from_millis(1500));
+        let stream = streams.declare_stream_tx(42.into(), None, MidRid("vid".into(), None));
+        let mut buf = vec![];
+        let mut lens = vec![];
+        for (i, (size, byte)) in [(1000, 0xaa_u8), (100, 0xbb)].into_iter().enumerate() {
+            let seq = (i as u64).into();
+            stream.write_rtp(RtpWrite::new(pt, seq, 0, now, vec![byte; size]));
+            stream.send_queue.handle_timeout(now);
+            let receipt = stream
+                .poll_packet(now, &exts, None, codecs.params(), &mut buf)
+                .expect("the written packet");
+            let header = RtpHeader::parse(&buf[..receipt.len], &exts).unwrap();
+            assert_eq!(header.sequence_number, i as u16);
+            assert_eq!(receipt.len, receipt.header.header_len + size);
+            assert!(buf[receipt.header.header_len..receipt.len].iter().all(|b| *b == byte));
+            lens.push(receipt.len);
+        }
+        assert!(lens[1] < lens[0]);
+    }
+
+    #[test]
     fn padding_accounting_and_sequence_rollover() {
         let now = Instant::now();
         let mut sender = StreamTx::new_probe(1200);
@@ -1502,9 +1535,9 @@ mod test {
         assert_eq!(second.header.sequence_number, 0);
         assert_eq!(second.header.ext_vals.transport_cc, Some(0));
         assert_eq!(second.payload_size, SRTP_BLOCK_SIZE);
-        assert_eq!(buf.len(), second.header.header_len + second.payload_size);
+        assert_eq!(second.len, second.header.header_len + second.payload_size);
         assert!(
-            RtpHeader::unpad_payload(&buf[second.header.header_len..])
+            RtpHeader::unpad_payload(&buf[second.header.header_len..second.len])
                 .unwrap()
                 .is_empty()
         );
