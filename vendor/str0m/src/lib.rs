@@ -1630,6 +1630,12 @@ impl Rtc {
         }
 
         if !self.readiness.wants_events() {
+            // corelay patch (PATCHES.md, 8): RTP packets queued by receives
+            // that changed nothing else; every other event was drained by the
+            // walk that left the events idle.
+            if let Some(packet) = self.session.poll_quiet_packet() {
+                return Ok(Some(Output::Event(Event::RtpPacket(packet))));
+            }
             return Ok(Some(Output::Timeout(self.poll_timeout())));
         }
 

@@ -521,7 +521,21 @@ impl Session {
             return;
         };
 
-        self.handle_rtp(now, header, message);
+        // corelay patch (PATCHES.md, 8): a packet that was only queued needs
+        // no walk of the event pipeline; `Rtc::poll_output` hands it out.
+        if self.handle_rtp(now, header, message) {
+            wake.no_events();
+        }
+    }
+
+    /// A received RTP packet queued by a receive that changed nothing else
+    /// an event reports. corelay patch (PATCHES.md, 8): `Rtc::poll_output`
+    /// takes these when no other event is pending.
+    pub fn poll_quiet_packet(&mut self) -> Option<RtpPacket> {
+        if !self.rtp_mode || !self.ready_for_srtp() {
+            return None;
+        }
+        self.pending_packets.pop_front()
     }
 
     pub fn handle_rtcp_receive(&mut self, now: Instant, message: &[u8], wake: &mut Wake) {
@@ -639,25 +653,31 @@ impl Session {
         }
     }
 
-    pub(crate) fn handle_rtp(&mut self, now: Instant, mut header: RtpHeader, buf: &[u8]) {
+    /// Returns true when the packet was only queued for `poll_output` in RTP
+    /// mode (corelay patch, PATCHES.md 8): its SSRC was known, it is no
+    /// resend, its stream did not unpause, and raw packets are off. Anything
+    /// else returns false and the whole event pipeline is walked.
+    pub(crate) fn handle_rtp(&mut self, now: Instant, mut header: RtpHeader, buf: &[u8]) -> bool {
         // Rewrite absolute-send-time (if present) to be relative to now.
         header.ext_vals.update_absolute_send_time(now);
 
         trace!("Handle RTP: {:?}", header);
+
+        let known_ssrc = self.streams.knows_rx_ssrc(header.ssrc);
 
         // Early repair padding has no main stream yet, but still needs transport feedback.
         let mapped = self.mid_and_ssrc_for_header(now, &header);
         let can_receive = mapped.is_some() || self.is_early_rtx_padding(&header);
         if !can_receive {
             trace!("No mid/SSRC for header: {:?}", header);
-            return;
+            return false;
         }
 
         let srtp = match self.srtp_rx.as_mut() {
             Some(v) => v,
             None => {
                 trace!("Rejecting SRTP while missing SrtpContext");
-                return;
+                return false;
             }
         };
 
@@ -675,7 +695,7 @@ impl Session {
                     "No payload params could be found (main or RTX) for {:?}",
                     header.payload_type
                 );
-                return;
+                return false;
             }
         };
         let clock_rate = params.spec().rtp_clock_rate();
@@ -708,7 +728,7 @@ impl Session {
                 "Ignoring dupe packet ssrc: {} seq_no: {}",
                 header.ssrc, seq_no
             );
-            return;
+            return false;
         }
 
         // The decrypted plaintext borrows from the SRTP scratch buffer. We
@@ -727,7 +747,7 @@ impl Session {
                     seq_no,
                     is_repair
                 );
-                return;
+                return false;
             }
         };
 
@@ -736,7 +756,7 @@ impl Session {
                 Some(d) => d,
                 None => {
                     trace!("unpadding of unprotected payload failed");
-                    return;
+                    return false;
                 }
             }
         } else {
@@ -746,7 +766,7 @@ impl Session {
         // The header padding flag alone does not mean the packet contains only padding.
         // Authenticate and unpad first; media payload needs a mapped stream to be processed.
         if stream.is_none() && !data.is_empty() {
-            return;
+            return false;
         }
 
         if let Some(raw_packets) = &mut self.raw_packets {
@@ -765,7 +785,7 @@ impl Session {
         update_max_seq(&mut self.max_rx_seq_lookup, header.ssrc, seq_no);
 
         let Some(stream) = stream else {
-            return;
+            return false;
         };
         // A receive stream exists only when MID/SSRC mapping succeeded.
         let (mid, ssrc) = mapped.unwrap();
@@ -789,7 +809,7 @@ impl Session {
             // is empty because we would have done RtpHeader::unpad_payload above.
             // For unpausing, it's enough with the stream.update() already done above.
             if data.is_empty() {
-                return;
+                return false;
             }
 
             // Rewrite the header, and strip the resent seq_no prefix from the body.
@@ -812,7 +832,7 @@ impl Session {
             // Frame mode: RED rides the main SSRC/seq. Decode to the primary (Opus) payload
             // and rewrite the header PT; drop the packet if the RED structure is malformed.
             let Some(un) = un_red(&mut header, data, pt) else {
-                return;
+                return false;
             };
             // Each redundant block carries an earlier frame. Place it at the sequence number it
             // belongs to (derived from its timestamp and the packets received around it, see
@@ -863,7 +883,7 @@ impl Session {
 
         // Probe packets (SSRC 0) contain only padding, no real media to process
         if ssrc.is_probe() {
-            return;
+            return false;
         }
 
         // For RED (frame mode) `data` is now just the unwrapped primary; count the full RED wire
@@ -893,6 +913,11 @@ impl Session {
                     self.pending_packets.pop_front();
                 }
                 self.pending_packets.push_back(packet);
+                // corelay patch (PATCHES.md, 8): nothing but the packet to report?
+                return known_ssrc
+                    && !is_repair
+                    && self.raw_packets.is_none()
+                    && !stream.has_paused_event();
             }
         } else {
             // In non-RTP mode, we let the Media use a Depayloader.
@@ -922,6 +947,7 @@ impl Session {
                 &self.codec_config,
             );
         }
+        false
     }
 
     /// Identifies candidates for padding receipt before the main SSRC is discovered.
@@ -1706,6 +1732,71 @@ mod tests {
         let mat = KeyingMaterial::new(&vec![0; profile.keying_material_len()]);
         session.set_keying_material(mat, crypto, profile, true);
         session
+    }
+
+    // corelay patch (PATCHES.md, 8).
+    #[test]
+    fn a_received_rtp_packet_that_changed_nothing_else_skips_the_event_walk() {
+        let now = Instant::now();
+        let mut session = keyed_session();
+        session.rtp_mode = true;
+        let pt = session.codec_config.params()[0].pt();
+        let ssrc: Ssrc = 7.into();
+        let exts = session.exts.clone();
+        session
+            .streams
+            .expect_stream_rx(ssrc, None, MidRid("aud".into(), None), false);
+        // Both SRTP contexts have the same (all-zero) keys: what we protect
+        // for sending, we can receive.
+        let protect = |session: &mut Session, seq: u16| -> Vec<u8> {
+            let mut header = RtpHeader {
+                has_extension: true,
+                payload_type: pt,
+                sequence_number: seq,
+                timestamp: u32::from(seq) * 960,
+                ssrc,
+                ..Default::default()
+            };
+            let mut buf = vec![0; 200];
+            header.header_len = header.write_to(&mut buf, &exts);
+            buf.truncate(header.header_len);
+            buf.extend_from_slice(&[seq as u8; 50]);
+            let srtp = session.srtp_tx.as_mut().unwrap();
+            srtp.protect_rtp(&buf, &header, u64::from(seq))
+        };
+        let seq_of = |e: Option<Event>| match e {
+            Some(Event::RtpPacket(p)) => Some(p.header.sequence_number),
+            _ => None,
+        };
+
+        // The first packet maps its SSRC and unpauses its stream: the walk
+        // reports the unpause before the packet.
+        let first = protect(&mut session, 1);
+        let mut readiness = Readiness::idle();
+        session.handle_rtp_receive(now, &first, &mut readiness.wake());
+        assert!(readiness.wants_events());
+        assert!(matches!(session.poll_event(), Some(Event::StreamPaused(p)) if !p.paused));
+        assert_eq!(seq_of(session.poll_event()), Some(1));
+
+        // The next ones were only queued: no walk, the quiet poll hands them
+        // out in order, and the timers are looked at again as before.
+        for seq in [2, 3] {
+            let packet = protect(&mut session, seq);
+            let mut readiness = Readiness::idle();
+            session.handle_rtp_receive(now, &packet, &mut readiness.wake());
+            assert!(!readiness.wants_events(), "packet {seq}");
+            assert!(readiness.wants_timeout(), "packet {seq}");
+        }
+        let quiet = |s: &mut Session| s.poll_quiet_packet().map(|p| p.header.sequence_number);
+        assert_eq!(quiet(&mut session), Some(2));
+        assert_eq!(quiet(&mut session), Some(3));
+        assert_eq!(quiet(&mut session), None);
+
+        // A duplicate queues nothing and is no quiet packet either.
+        let again = protect(&mut session, 3);
+        let mut readiness = Readiness::idle();
+        session.handle_rtp_receive(now, &again, &mut readiness.wake());
+        assert_eq!(quiet(&mut session), None);
     }
 
     #[test]

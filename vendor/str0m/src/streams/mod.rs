@@ -364,6 +364,12 @@ impl Streams {
     }
 
     /// Lookup the "main" SSRC and mid for a given SSRC(main or RTX).
+    /// Whether `ssrc` maps to a receive stream by a direct lookup (no
+    /// dynamic mapping needed). corelay patch (PATCHES.md, 8).
+    pub(crate) fn knows_rx_ssrc(&self, ssrc: Ssrc) -> bool {
+        self.rx_lookup.contains_key(&ssrc)
+    }
+
     pub(crate) fn mid_ssrc_rx_by_ssrc_or_rtx(
         &mut self,
         now: Instant,

@@ -865,6 +865,11 @@ impl StreamRx {
             .fill(snapshot, self.midrid, self.sender_info.as_ref(), now);
     }
 
+    /// A paused or unpaused event waits to be polled. corelay patch (PATCHES.md, 8).
+    pub(crate) fn has_paused_event(&self) -> bool {
+        self.need_paused_event
+    }
+
     pub(crate) fn poll_paused(&mut self) -> Option<StreamPaused> {
         if self.ssrc.is_probe() {
             return None;
