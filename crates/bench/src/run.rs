@@ -217,6 +217,22 @@ impl Joined {
     }
 }
 
+/// Every driver publishes all its participants' snapshots, and this waits
+/// for them (a second each at most: a driver that does not answer leaves
+/// copies at most one publish interval old).
+fn publish_all(drivers: &[Arc<Driver>]) {
+    let acks: Vec<_> = drivers
+        .iter()
+        .filter_map(|d| {
+            let (tx, rx) = std::sync::mpsc::sync_channel(1);
+            d.send(Command::PublishAll(tx)).then_some(rx)
+        })
+        .collect();
+    for rx in acks {
+        let _ = rx.recv_timeout(Duration::from_secs(1));
+    }
+}
+
 enum JobResult {
     Joined(Box<Joined>),
     Failed {
@@ -555,8 +571,8 @@ pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String>
             }
         }
         if marked_ns.is_none() && el.as_secs() >= window.0 {
-            // Window start: each subscriber's video counters (a copy at most
-            // one publish interval old).
+            // Window start: each subscriber's video counters, as of now.
+            publish_all(&drivers);
             marked_ns = Some(clock::mono_ns());
             for j in joined.values_mut() {
                 j.window_marks = Some(crate::simulcast::marks(&j.snapshot()));
@@ -611,6 +627,7 @@ pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String>
     while let Ok(r) = res_rx.try_recv() {
         absorb_result(r, &mut joined, &mut failures);
     }
+    publish_all(&drivers);
     let finals_ns = clock::mono_ns();
     let mut finals = Vec::new();
     for (_, j) in joined.drain() {

@@ -13,9 +13,14 @@
 //! with that time as their receive time, so str0m's TWCC feedback tells
 //! the server's bandwidth estimator the delay and loss it caused.
 //!
-//! Participants own their snapshots (no lock per packet); the driver copies
-//! each one into its shared handle every [`PUBLISH_INTERVAL`], on
-//! [`Command::Publish`], and when it stops driving the participant.
+//! Participants own their snapshots (no lock per packet); each is copied
+//! into its shared handle when it connects or disconnects and when its data
+//! channel opens or closes, on [`Command::Publish`] and
+//! [`Command::PublishAll`], when the driver stops driving it, and at least
+//! every [`PUBLISH_INTERVAL`]. A reader that needs the figures of now (a
+//! measurement window's edge) asks for them; the copy is not free (its
+//! lists and maps, for every participant), so it is not made every few
+//! milliseconds for nobody.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -58,6 +63,8 @@ pub enum Command {
     /// Publish the participant's snapshot to its shared handle now, then
     /// signal (the sender is dropped unanswered if the participant is gone).
     Publish(u64, SyncSender<()>),
+    /// Publish every participant's snapshot now, then signal.
+    PublishAll(SyncSender<()>),
     /// Apply a renegotiation offer from the server to an answering
     /// participant ([`Participant::accept_offer`]: new m-lines become
     /// receive slots) and send back its SDP answer or why it was rejected
@@ -277,8 +284,9 @@ impl Drop for Driver {
 }
 
 const WAKE_TOKEN: u64 = u64::MAX;
-/// How often every participant's snapshot is copied to its shared handle.
-pub const PUBLISH_INTERVAL: Duration = Duration::from_millis(50);
+/// How often every participant's snapshot is copied to its shared handle
+/// at least (see the module doc for when else).
+pub const PUBLISH_INTERVAL: Duration = Duration::from_secs(1);
 const MAX_EPOLL_EVENTS: usize = 256;
 /// Messages read from one socket per readiness before moving on (fairness);
 /// with GRO a message may be several datagrams.
@@ -593,6 +601,12 @@ impl Loop {
                         e.p.publish();
                         let _ = done.try_send(());
                     }
+                }
+                Command::PublishAll(done) => {
+                    for e in self.entries.iter().flatten() {
+                        e.p.publish();
+                    }
+                    let _ = done.try_send(());
                 }
                 Command::Offer(id, sdp, reply) => self.with(id, |e, _| {
                     let _ = reply.try_send(e.p.accept_offer(&sdp));

@@ -788,6 +788,9 @@ impl Participant {
             Event::Connected => {
                 self.connected = true;
                 self.snap.connected = true;
+                // Readers wait on this (a Janus subscription on its
+                // publisher): published at once, not at the next interval.
+                self.publish();
                 obs.connected(self.cfg.tag, self.cfg.clock.ns(now));
                 // Media starts now, on the publisher's own schedule.
                 if let Some(v) = &mut self.video {
@@ -802,12 +805,14 @@ impl Participant {
             Event::IceConnectionStateChange(IceConnectionState::Disconnected) => {
                 self.connected = false;
                 self.snap.connected = false;
+                self.publish();
             }
             Event::ChannelOpen(id, _label) => {
                 if Some(id) == self.channel || self.channel.is_none() {
                     self.channel = Some(id);
                     self.channel_open = true;
                     self.snap.channel_open = true;
+                    self.publish();
                     self.flush_outbox();
                 }
             }
@@ -815,6 +820,7 @@ impl Participant {
                 if Some(id) == self.channel {
                     self.channel_open = false;
                     self.snap.channel_open = false;
+                    self.publish();
                 }
             }
             Event::ChannelData(d) => {
