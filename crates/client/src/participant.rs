@@ -151,6 +151,12 @@ struct VideoTx {
     frame_no: u32,
     /// One encoding without simulcast; else one per rid, low to high.
     layers: Vec<LayerTx>,
+    /// What the SFU's `layers` message asks for (bit i: `RIDS[i]`)...
+    sfu_mask: u8,
+    /// ...and what the encoder can send (a browser turns its top layers
+    /// off on its own when its uplink or CPU cannot carry them): a layer
+    /// is sent when both say so.
+    encoder_mask: u8,
     start: Option<Instant>,
     next_at: Option<Instant>,
 }
@@ -349,6 +355,8 @@ impl Participant {
                 pt: None,
                 frame_no: 0,
                 layers,
+                sfu_mask: u8::MAX,
+                encoder_mask: u8::MAX,
                 start: None,
                 next_at: None,
             }
@@ -576,6 +584,23 @@ impl Participant {
     /// that resumes starts with a keyframe. No effect without simulcast.
     pub fn set_active_layers(&mut self, mask: u8) {
         let Some(v) = &mut self.video else { return };
+        v.sfu_mask = mask;
+        self.apply_layers();
+    }
+
+    /// Which simulcast layers the encoder can send, whatever the SFU asks
+    /// (a bit mask over [`simulcast::RIDS`]): what a browser does when its
+    /// uplink estimate or its CPU no longer carries its top layers. No
+    /// effect without simulcast.
+    pub fn set_encoder_layers(&mut self, mask: u8) {
+        let Some(v) = &mut self.video else { return };
+        v.encoder_mask = mask;
+        self.apply_layers();
+    }
+
+    fn apply_layers(&mut self) {
+        let Some(v) = &mut self.video else { return };
+        let mask = v.sfu_mask & v.encoder_mask;
         let mut now_active = 0u8;
         for (i, l) in v.layers.iter_mut().enumerate() {
             if l.rid.is_none() {

@@ -4,7 +4,7 @@
 //! virtual time. Owns these scenarios only; must not reach into engine
 //! internals beyond the public counters a test names explicitly.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use corelay_sim::corelay_client::{Kind, ParticipantConfig, VideoSource};
 use corelay_sim::corelay_core::{LeaveReason, RtcSettings};
@@ -992,6 +992,54 @@ fn sim_simulcast_no_climb_while_the_subscriber_reports_loss() {
     let l = layers_since(&s, lossy, Duration::from_secs(2));
     eprintln!("lossy {l:?}");
     assert!(l.len() > 100 && l.iter().all(|&x| x == 1), "lossy: {l:?}");
+}
+
+/// (20c) The publisher's encoder stops its top layer on its own (what a
+/// browser does when its uplink or CPU no longer carries it): a slot on
+/// that layer moves down to the highest one still flowing within a second,
+/// on a keyframe, instead of freezing; when the layer comes back, the slot
+/// climbs to it again. Without the fallback the slot showed nothing for as
+/// long as the layer stayed off.
+#[test]
+fn sim_simulcast_a_layer_that_stops_at_the_source_is_left_at_once() {
+    let mut s = sim(24, 1);
+    let p = s.join("r", simulcast_publisher("p"), 0);
+    let v = s.join("r", viewer("v", 1), 0);
+    s.run_for(Duration::from_secs(14));
+    let top = layers_since(&s, v, Duration::from_secs(12));
+    assert!(top.len() > 30 && top.iter().all(|&l| l == 3), "{top:?}");
+    // f stops at the source.
+    s.participant(p).set_encoder_layers(0b011);
+    let stopped_at = s.now;
+    s.run_for(Duration::from_secs(4));
+    let mut frames: Vec<Instant> = video_packets(&s, v)
+        .into_iter()
+        .filter(|x| x.index == 0 && x.at >= stopped_at - Duration::from_millis(100))
+        .map(|x| x.at)
+        .collect();
+    frames.push(s.now);
+    let gap = frames
+        .windows(2)
+        .map(|w| w[1] - w[0])
+        .max()
+        .unwrap_or(Duration::MAX);
+    let after = layers_since(&s, v, Duration::from_secs(16));
+    eprintln!("largest gap {gap:?}; layers after 16 s {after:?}");
+    assert!(gap < Duration::from_millis(1_000), "frozen for {gap:?}");
+    // The highest layer still flowing is q: nobody took h, so dynacast had
+    // paused it at the source (the lowest layer always flows).
+    assert!(
+        after.len() > 30 && after.iter().all(|&l| l == 1),
+        "{after:?}"
+    );
+    // f comes back: the slot climbs to it again.
+    s.participant(p).set_encoder_layers(0b111);
+    s.run_for(Duration::from_secs(10));
+    let back = layers_since(&s, v, Duration::from_secs(27));
+    assert!(back.len() > 10 && back.iter().all(|&l| l == 3), "{back:?}");
+    let all = video_packets(&s, v);
+    assert_continuous(&all);
+    assert_switches_on_keyframes(&all);
 }
 
 /// (21) Issue 11: the rendered size caps the layer, and dynacast pauses

@@ -20,6 +20,8 @@
 //! above the layer a slot shows now needs 15 % headroom, so a slot does not
 //! flap at the edge. Sources without simulcast are never paused (there is
 //! nothing lower to give), but their bitrate counts against the estimate.
+//! A layer that stops at the source while a lower one flows is left at once
+//! ([`SourceLayers::fallback`]): waiting for it would freeze the slot.
 //!
 //! Must not: touch an `Rtc`, send anything or request keyframes (the engine
 //! acts on the targets).
@@ -37,6 +39,12 @@ const SOURCE_EXPIRY: Duration = Duration::from_secs(10);
 /// A layer whose first packet of a window came this late into it was
 /// paused for part of it: the window does not measure its rate.
 const PARTIAL_WINDOW: Duration = Duration::from_millis(200);
+/// A layer whose last packet is this much older than the source's newest
+/// has stopped at the source (a browser turns its top layers off on its own
+/// when its uplink or CPU no longer carries them; the layers of one source
+/// send their frames at the same instants, so a low frame rate does not
+/// look like this).
+const LAYER_STOPPED: Duration = Duration::from_millis(500);
 /// Weight of the newest window in a layer's smoothed rate.
 const RATE_ALPHA: f64 = 0.5;
 /// Assumed rates (bps) of the top layer and each one below it (by factor
@@ -63,6 +71,8 @@ pub(super) struct SourceLayers {
     width: [u16; MAX_LAYERS],
     window_start: Instant,
     last_packet: Instant,
+    /// When each layer's last packet came.
+    last: [Option<Instant>; MAX_LAYERS],
 }
 
 impl SourceLayers {
@@ -75,7 +85,24 @@ impl SourceLayers {
             width: [0; MAX_LAYERS],
             window_start: now,
             last_packet: now,
+            last: [None; MAX_LAYERS],
         }
+    }
+
+    /// Where a slot showing `rank` should go because that layer stopped at
+    /// the source: the highest lower one still flowing. `None` while
+    /// `rank` flows, or when nothing below it does.
+    pub(super) fn fallback(&self, rank: usize) -> Option<usize> {
+        let flowing =
+            |l: usize| {
+                self.last.get(l).copied().flatten().is_some_and(|at| {
+                    self.last_packet.saturating_duration_since(at) <= LAYER_STOPPED
+                })
+            };
+        if flowing(rank) {
+            return None;
+        }
+        (0..rank).rev().find(|&l| flowing(l))
     }
 
     /// The highest rank a slot rendered `width` pixels wide needs: the
@@ -143,6 +170,9 @@ impl Sources {
         }
         if let Some(f) = s.first.get_mut(l) {
             f.get_or_insert(now);
+        }
+        if let Some(at) = s.last.get_mut(l) {
+            *at = Some(now);
         }
         s.last_packet = now;
     }
@@ -458,6 +488,40 @@ mod tests {
         assert_eq!(allocate(10_000_000, &[w]).ranks, vec![Some(0)]);
         w.cap = 1;
         assert_eq!(allocate(10_000_000, &[w]).ranks, vec![Some(1)]);
+    }
+
+    #[test]
+    fn a_layer_that_stops_while_a_lower_one_flows_falls_back_to_it() {
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let key = TrackKey {
+            participant: crate::ids::ParticipantId(1),
+            mid: "0".into(),
+        };
+        let mut s = Sources::default();
+        // All three at 5 frames a second: a low frame rate is not a stop.
+        for t in [0, 200, 400, 600, 800] {
+            for l in 0..3 {
+                s.note(key, l, 3, 1_000, ms(t));
+            }
+        }
+        let src = |s: &Sources| s.get(&key).map(|x| (x.fallback(2), x.fallback(1)));
+        assert_eq!(src(&s), Some((None, None)));
+        // f stops; q and h go on: within 500 ms nothing moves, after it f
+        // falls back to h.
+        for t in [1000, 1200] {
+            s.note(key, 0, 3, 1_000, ms(t));
+            s.note(key, 1, 3, 1_000, ms(t));
+        }
+        assert_eq!(src(&s), Some((None, None)));
+        s.note(key, 0, 3, 1_000, ms(1400));
+        s.note(key, 1, 3, 1_000, ms(1400));
+        assert_eq!(src(&s), Some((Some(1), None)));
+        // h stops too: both fall back to q.
+        for t in [1600, 1800, 2000] {
+            s.note(key, 0, 3, 1_000, ms(t));
+        }
+        assert_eq!(src(&s), Some((Some(0), Some(0))));
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //! A slot starts on its source's lowest layer and climbs one layer a second
 //! while the estimate allows (the new layer's keyframe is requested at
 //! once; the current one flows until it comes); it moves down at once when
-//! the estimate falls, and then does not climb for 4 s, nor before the
+//! the estimate falls or its layer stops at the source (to the highest one
+//! still flowing), and then does not climb for 4 s, nor before the
 //! subscriber's first receiver report or within 3 s of one reporting loss
 //! or of a fall in its estimate. Runs when a
 //! subscriber's estimate, slots or views change, and on the room tick. Must not: forward media (the slot switches on a keyframe in
@@ -88,7 +89,14 @@ impl Engine {
                 && slot
                     .last_down
                     .is_none_or(|t| now.saturating_duration_since(t) >= DOWN_HOLD);
+            // The layer it shows stopped at the source while a lower one
+            // flows: down to that one now (no hold, no budget question).
+            let stopped = match (current, slot.target.map(usize::from)) {
+                (Some(c), Some(t)) if t <= c => source.and_then(|s| s.fallback(c)),
+                _ => None,
+            };
             let cap = match (current, slot.target.map(usize::from)) {
+                _ if let Some(f) = stopped => f,
                 (None, _) => 0,
                 (Some(c), Some(t)) if t > c => t,
                 (Some(c), _) if settled => c + 1,
