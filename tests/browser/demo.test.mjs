@@ -323,19 +323,25 @@ describe('demo page', () => {
         muted: t.classList.contains('muted'),
         micBadge: visible('.badge.mic-off'),
         camBadge: visible('.badge.cam-off'),
+        camOff: t.dataset.camOff ?? '',
+        currentTime: t.querySelector('video')?.currentTime,
       };
     }, id);
     const waitState = async (label, page, id, want, timeout) => {
       const t0 = Date.now();
-      await waitInPage(page, ([p, w]) => {
+      await waitStateIn(label, page, id, want, timeout).catch(async (err) => {
+        throw new Error(`${err.message}; the tile: ${JSON.stringify(await tileState(page, id))}`);
+      });
+      return Date.now() - t0;
+    };
+    const waitStateIn = (label, page, id, want, timeout) =>
+      waitInPage(page, ([p, w]) => {
         const c = window.corelay;
         const t = [...document.querySelectorAll('#grid > .tile')]
           .find((x) => (x.dataset.local === 'true' ? c.participantId : x.dataset.participant) === p);
         return t && t.classList.contains('mic-muted') === w.mic && t.classList.contains('cam-muted') === w.cam
           && t.classList.contains('muted') === (w.mic || w.cam);
       }, [id, want], { timeout, what: `${label}: tile of ${id} mic ${want.mic ? 'muted' : 'on'}, camera ${want.cam ? 'off' : 'on'}` });
-      return Date.now() - t0;
-    };
     const live = { mic: false, cam: false };
     // Before: everybody is live, everywhere (the fake devices beep and draw).
     for (const [label, page] of [['alice', pages.alice], ['carol', pages.carol], ['bob', pages.bob]]) {
@@ -363,9 +369,10 @@ describe('demo page', () => {
         const remote = await tileState(page, ids.bob);
         assert.equal(remote.micBadge, want.mic, `${label}'s tile of bob: mic badge ${JSON.stringify(remote)}`);
         assert.equal(remote.camBadge, want.cam, `${label}'s tile of bob: camera badge ${JSON.stringify(remote)}`);
-        // The others stay live.
-        const other = await tileState(page, label === 'alice' ? ids.carol : ids.alice);
-        assert.deepEqual([other.mic, other.cam], [false, false], `${label}: the other participant stays live`);
+        // The others stay live: a tile that reads as off must not stay so
+        // (a busy machine can freeze a video for a moment; a mute shown on
+        // the wrong tile does not go away).
+        await waitState(label, page, label === 'alice' ? ids.carol : ids.alice, live, 8000);
       }
     }
     // Bob with both off, as Alice and Bob see it.

@@ -307,8 +307,15 @@
   const TILE_ASPECT = 16 / 9;
   // How often the grid looks at the media to tell muted from live.
   const MONITOR_MS = 500;
-  // A remote video that decodes no new frame for this long is shown as off.
-  const VIDEO_STALL_MS = 1000;
+  // A remote video that decodes no new frame for this long is shown as off. A
+  // disabled camera sends black frames (caught at once by `isBlack`), so this
+  // is for a track that stopped: long enough that a freeze of the network or
+  // of this page is not read as a camera turned off.
+  const VIDEO_STALL_MS = 2000;
+  // A monitor tick later than this after the one before means this page was
+  // not running (a busy machine, a background tab): what the media did in
+  // that gap says nothing about the remote side, so the clocks restart.
+  const MONITOR_LATE_MS = 3 * MONITOR_MS;
   // A remote audio slot that plays digital silence for this long is shown as
   // muted (a disabled microphone track sends exact zeros; a live microphone,
   // even a quiet one, has a noise floor).
@@ -489,6 +496,14 @@
         const inbound = new Map();
         report.forEach((r) => { if (r.type === 'inbound-rtp' && r.mid != null) inbound.set(r.mid, r); });
         const now = performance.now();
+        const late = this.lastMonitor !== undefined && now - this.lastMonitor > MONITOR_LATE_MS;
+        this.lastMonitor = now;
+        if (late) {
+          for (const st of this.media.values()) {
+            if ('lastFrame' in st) st.lastFrame = now;
+            if ('lastSound' in st) st.lastSound = now;
+          }
+        }
         const seen = new Set();
         const state = (mid, participant, init) => {
           const key = `${mid}/${participant}`;
@@ -505,7 +520,12 @@
           const v = state(tile.dataset.mid, participant, { frames, lastFrame: now });
           if (frames !== v.frames) { v.frames = frames; v.lastFrame = now; }
           const track = video.srcObject?.getVideoTracks()[0];
-          const cam = !!track?.muted || now - v.lastFrame > VIDEO_STALL_MS || this.isBlack(video);
+          // Why the camera reads as off (kept on the tile: `tiles()` reports it).
+          const camOff = track?.muted ? 'track muted'
+            : now - v.lastFrame > VIDEO_STALL_MS ? `no frame for ${Math.round(now - v.lastFrame)} ms`
+              : this.isBlack(video) ? 'black' : '';
+          const cam = camOff !== '';
+          tile.dataset.camOff = camOff;
 
           let mic = false;
           const aslot = s.slots.find((x) => x.kind === 'audio' && x.participant === participant);
@@ -654,6 +674,7 @@
           muted: tile.classList.contains('muted'),
           micMuted: tile.classList.contains('mic-muted'),
           camMuted: tile.classList.contains('cam-muted'),
+          camOff: tile.dataset.camOff ?? '',
         };
       });
     }
