@@ -12,6 +12,10 @@
 // targeting a layer below the top; the layers the subscribers take must be
 // active at the publisher (dynacast may only pause the unused ones).
 //
+// Second test: a publisher that stops sending its top layer on its own (as
+// a browser does when its uplink or CPU cannot carry it): a subscriber
+// showing that layer moves to one still flowing instead of freezing.
+//
 // The server listens (HTTP) and advertises its candidate (--public-ip) on
 // the veth's server-side address, which the unshaped pages reach locally.
 // The namespaced Chromium runs through a wrapper script (`ip netns exec NS
@@ -397,6 +401,66 @@ describe('simulcast: layers follow each subscriber\'s downlink', { skip: skip ??
       await printTimeline().catch((x) => console.log(`no timeline: ${x}`));
       for (const p of pages) if (p.errors.length) console.log(`${p.label} errors:\n  ${p.errors.slice(-10).join('\n  ')}`);
       const st = await stats().catch((x) => String(x));
+      console.log(`server log tail:\n${server.tail(30)}\n/api/v1/stats room_detail: ${JSON.stringify(st?.room_detail)}`);
+      throw e;
+    }
+  });
+
+  // A browser turns its top layers off on its own when its uplink or CPU no
+  // longer carries them. Played here by turning the publisher's `f` encoding
+  // off in its page (what the SFU sees is the same: that rid's packets
+  // stop) while an unshaped subscriber shows it: the subscriber's slot must
+  // move to a layer still flowing within about a second, not freeze.
+  test('a subscriber on the top layer keeps decoding when the publisher stops sending it', async () => {
+    const room = uniqueRoom('simulcast-stop');
+    const pub = await newPage(browser, 'pub-stop');
+    const sub = await newPage(browser, 'sub-stop');
+    pages.push(pub, sub);
+    try {
+      const pubId = await joinDemo(pub, server.base, room, 'Pub', { query: 'video=1280x720' });
+      await joinDemo(sub, server.base, room, 'Sub', { recvonly: true });
+      const mid = await slotOf(sub, pubId, 'video');
+      const inbound = async () => (await inboundByMid(sub))[mid] || {};
+      let x = await inbound();
+      for (let i = 0; i < 60 && !(x.frameWidth >= 1280); i++) {
+        await sleep(250);
+        x = await inbound();
+      }
+      assert.ok(x.frameWidth >= 1280, `the subscriber decodes the top layer within 15 s: ${JSON.stringify(x)}`);
+      await recordFrames(sub, mid);
+      const stoppedAt = Date.now();
+      await pub.evaluate(async () => {
+        const sender = window.corelay.session.senders.video;
+        const params = sender.getParameters();
+        for (const e of params.encodings) if (e.rid === 'f') e.active = false;
+        await sender.setParameters(params);
+      });
+      // Sampled every 250 ms for 4 s: how long the decoder went without a
+      // new frame, and the width it ends on.
+      const samples = [];
+      let last = x.framesDecoded;
+      let lastAt = stoppedAt;
+      let longest = 0;
+      while (Date.now() - stoppedAt < 4000) {
+        await sleep(250);
+        const y = await inbound();
+        const t = Date.now();
+        if (y.framesDecoded !== last) {
+          last = y.framesDecoded;
+          lastAt = t;
+        }
+        longest = Math.max(longest, t - lastAt);
+        samples.push(`${t - stoppedAt} ms: ${y.frameWidth}x${y.frameHeight} frames ${y.framesDecoded}`);
+      }
+      const changes = await sub.evaluate(() => window.simFrames.changes);
+      console.log(`after f stopped at the publisher:\n  ${samples.join('\n  ')}\n`
+        + `widths presented: ${JSON.stringify(changes.map(([t, w]) => [t - stoppedAt, w]))}; longest without a new frame ${longest} ms`);
+      const y = await inbound();
+      assert.ok(y.frameWidth > 0 && y.frameWidth < 1280, `ends on a layer still flowing: ${JSON.stringify(y)}`);
+      assert.ok(longest < 2000, `no new frame for ${longest} ms`);
+    } catch (e) {
+      failed = true;
+      const st = await stats().catch((err) => String(err));
       console.log(`server log tail:\n${server.tail(30)}\n/api/v1/stats room_detail: ${JSON.stringify(st?.room_detail)}`);
       throw e;
     }
