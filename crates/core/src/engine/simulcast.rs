@@ -90,7 +90,8 @@ impl Engine {
                     .last_down
                     .is_none_or(|t| now.saturating_duration_since(t) >= DOWN_HOLD);
             // The layer it shows stopped at the source while a lower one
-            // flows: down to that one now (no hold, no budget question).
+            // flows: down to that one now, whatever the climb pacing says
+            // (the estimate may still give less).
             let stopped = match (current, slot.target.map(usize::from)) {
                 (Some(c), Some(t)) if t <= c => source.and_then(|s| s.fallback(c)),
                 _ => None,
