@@ -1002,9 +1002,20 @@ fn sim_simulcast_no_climb_while_the_subscriber_reports_loss() {
 /// long as the layer stayed off.
 #[test]
 fn sim_simulcast_a_layer_that_stops_at_the_source_is_left_at_once() {
-    let mut s = sim(24, 1);
+    layer_stop(24, 1, 0);
+}
+
+/// (20d) The same with the subscriber on another shard than the publisher
+/// (each shard judges the layers from the copies it gets: all of them).
+#[test]
+fn sim_simulcast_a_layer_that_stops_at_the_source_is_left_across_shards() {
+    layer_stop(25, 2, 1);
+}
+
+fn layer_stop(seed: u64, shards: usize, viewer_shard: usize) {
+    let mut s = sim(seed, shards);
     let p = s.join("r", simulcast_publisher("p"), 0);
-    let v = s.join("r", viewer("v", 1), 0);
+    let v = s.join("r", viewer("v", 1), viewer_shard);
     s.run_for(Duration::from_secs(14));
     let top = layers_since(&s, v, Duration::from_secs(12));
     assert!(top.len() > 30 && top.iter().all(|&l| l == 3), "{top:?}");
