@@ -1012,6 +1012,62 @@ fn sim_simulcast_a_layer_that_stops_at_the_source_is_left_across_shards() {
     layer_stop(25, 2, 1);
 }
 
+/// (20e) The layer a slot shows stops at the source just as the slot
+/// starts to climb to one above it that stops too: the climb cannot end
+/// (no keyframe of the upper layer will come), so the slot falls back to
+/// the one still flowing instead of waiting.
+#[test]
+fn sim_simulcast_a_stopped_layer_is_left_during_a_climb_to_a_stopped_one() {
+    let mut s = sim(26, 1);
+    let p = s.join("r", simulcast_publisher("p"), 0);
+    let v = s.join("r", viewer("v", 1), 0);
+    s.run_for(Duration::from_secs(1));
+    let slot = video_slots(&s, v).remove(0);
+    let view = |s: &mut Sim, w: u32, h: u32| {
+        let msg = format!(r#"{{"type":"view","mid":"{slot}","width":{w},"height":{h}}}"#);
+        s.participant(v).send_event(&msg);
+    };
+    // Shown at 640x360: the slot settles on h.
+    view(&mut s, 640, 360);
+    s.run_for(Duration::from_secs(10));
+    let h = layers_since(&s, v, Duration::from_secs(9));
+    assert!(h.len() > 20 && h.iter().all(|&l| l == 2), "{h:?}");
+    // Made large: once the slot aims at f (paused at the source by
+    // dynacast until the publisher hears it is wanted), and before f
+    // resumes, h and f stop at the source.
+    view(&mut s, 1280, 720);
+    let wants_f = s.run_until(Duration::from_secs(10), |s| {
+        s.events(p, "layers")
+            .last()
+            .is_some_and(|e| e["active"] == serde_json::json!(["q", "h", "f"]))
+    });
+    assert!(wants_f, "the slot never aims at f");
+    s.participant(p).set_encoder_layers(0b001);
+    let stopped_at = s.now;
+    s.run_for(Duration::from_secs(4));
+    let mut frames: Vec<Instant> = video_packets(&s, v)
+        .into_iter()
+        .filter(|x| x.index == 0 && x.at >= stopped_at - Duration::from_millis(100))
+        .map(|x| x.at)
+        .collect();
+    frames.push(s.now);
+    let gap = frames
+        .windows(2)
+        .map(|w| w[1] - w[0])
+        .max()
+        .unwrap_or(Duration::MAX);
+    let after = layers_since(&s, v, stopped_at - s.start + Duration::from_secs(2));
+    eprintln!("largest gap {gap:?}; layers 2 s after the stop {after:?}");
+    assert!(gap < Duration::from_millis(1_200), "frozen for {gap:?}");
+    assert!(
+        after.len() > 30 && after.iter().all(|&l| l == 1),
+        "{after:?}"
+    );
+    let all = video_packets(&s, v);
+    assert_continuous(&all);
+    assert_switches_on_keyframes(&all);
+}
+
 fn layer_stop(seed: u64, shards: usize, viewer_shard: usize) {
     let mut s = sim(seed, shards);
     let p = s.join("r", simulcast_publisher("p"), 0);

@@ -89,20 +89,24 @@ impl SourceLayers {
         }
     }
 
+    /// Whether layer `rank` still flows: its last packet is at most
+    /// [`LAYER_STOPPED`] older than the source's newest.
+    pub(super) fn flowing(&self, rank: usize) -> bool {
+        self.last
+            .get(rank)
+            .copied()
+            .flatten()
+            .is_some_and(|at| self.last_packet.saturating_duration_since(at) <= LAYER_STOPPED)
+    }
+
     /// Where a slot showing `rank` should go because that layer stopped at
     /// the source: the highest lower one still flowing. `None` while
     /// `rank` flows, or when nothing below it does.
     pub(super) fn fallback(&self, rank: usize) -> Option<usize> {
-        let flowing =
-            |l: usize| {
-                self.last.get(l).copied().flatten().is_some_and(|at| {
-                    self.last_packet.saturating_duration_since(at) <= LAYER_STOPPED
-                })
-            };
-        if flowing(rank) {
+        if self.flowing(rank) {
             return None;
         }
-        (0..rank).rev().find(|&l| flowing(l))
+        (0..rank).rev().find(|&l| self.flowing(l))
     }
 
     /// The highest rank a slot rendered `width` pixels wide needs: the

@@ -91,9 +91,14 @@ impl Engine {
                     .is_none_or(|t| now.saturating_duration_since(t) >= DOWN_HOLD);
             // The layer it shows stopped at the source while a lower one
             // flows: down to that one now, whatever the climb pacing says
-            // (the estimate may still give less).
+            // (the estimate may still give less), unless it is climbing to
+            // a layer that flows (that one's keyframe ends the wait).
             let stopped = match (current, slot.target.map(usize::from)) {
-                (Some(c), Some(t)) if t <= c => source.and_then(|s| s.fallback(c)),
+                (Some(c), t) => source.and_then(|s| {
+                    let f = s.fallback(c)?;
+                    let climbing = t.is_some_and(|t| t > c && s.flowing(t));
+                    (!climbing).then_some(f)
+                }),
                 _ => None,
             };
             let cap = match (current, slot.target.map(usize::from)) {
