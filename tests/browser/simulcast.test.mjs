@@ -12,9 +12,10 @@
 // targeting a layer below the top; the layers the subscribers take must be
 // active at the publisher (dynacast may only pause the unused ones).
 //
-// Second test: a publisher that stops sending its top layer on its own (as
-// a browser does when its uplink or CPU cannot carry it): a subscriber
-// showing that layer moves to one still flowing instead of freezing.
+// Second test: a publisher that stops sending the layer a subscriber's slot
+// forwards (and any above it) on its own, as a browser does with its top
+// layers when its uplink or CPU cannot carry them: the slot moves to a
+// layer still flowing instead of freezing.
 //
 // The server listens (HTTP) and advertises its candidate (--public-ip) on
 // the veth's server-side address, which the unshaped pages reach locally.
