@@ -924,6 +924,28 @@ fn layers_since(s: &Sim, c: C, since: Duration) -> Vec<u8> {
         .collect()
 }
 
+/// The longest `c` went without the first packet of a new video frame,
+/// from 100 ms before `since` to now.
+fn largest_frame_gap(s: &Sim, c: C, since: Instant) -> Duration {
+    let mut frames: Vec<Instant> = video_packets(s, c)
+        .into_iter()
+        .filter(|x| x.index == 0 && x.at >= since - Duration::from_millis(100))
+        .map(|x| x.at)
+        .collect();
+    frames.push(s.now);
+    frames
+        .windows(2)
+        .map(|w| w[1] - w[0])
+        .max()
+        .unwrap_or(Duration::MAX)
+}
+
+/// `c` tells the server it shows its slot `slot` at `w` x `h`.
+fn set_view(s: &mut Sim, c: C, slot: &str, w: u32, h: u32) {
+    let msg = format!(r#"{{"type":"view","mid":"{slot}","width":{w},"height":{h}}}"#);
+    s.participant(c).send_event(&msg);
+}
+
 /// Every change of layer in the slot's numbering starts with a keyframe of
 /// the new layer (in sequence order: retransmissions arrive late; where
 /// the link lost the packet before a change, nothing can be said).
@@ -1023,10 +1045,7 @@ fn sim_simulcast_a_stopped_layer_is_left_during_a_climb_to_a_stopped_one() {
     let v = s.join("r", viewer("v", 1), 0);
     s.run_for(Duration::from_secs(1));
     let slot = video_slots(&s, v).remove(0);
-    let view = |s: &mut Sim, w: u32, h: u32| {
-        let msg = format!(r#"{{"type":"view","mid":"{slot}","width":{w},"height":{h}}}"#);
-        s.participant(v).send_event(&msg);
-    };
+    let view = |s: &mut Sim, w: u32, h: u32| set_view(s, v, &slot, w, h);
     // Shown at 640x360: the slot settles on h.
     view(&mut s, 640, 360);
     s.run_for(Duration::from_secs(10));
@@ -1045,17 +1064,7 @@ fn sim_simulcast_a_stopped_layer_is_left_during_a_climb_to_a_stopped_one() {
     s.participant(p).set_encoder_layers(0b001);
     let stopped_at = s.now;
     s.run_for(Duration::from_secs(4));
-    let mut frames: Vec<Instant> = video_packets(&s, v)
-        .into_iter()
-        .filter(|x| x.index == 0 && x.at >= stopped_at - Duration::from_millis(100))
-        .map(|x| x.at)
-        .collect();
-    frames.push(s.now);
-    let gap = frames
-        .windows(2)
-        .map(|w| w[1] - w[0])
-        .max()
-        .unwrap_or(Duration::MAX);
+    let gap = largest_frame_gap(&s, v, stopped_at);
     let after = layers_since(&s, v, stopped_at - s.start + Duration::from_secs(2));
     eprintln!("largest gap {gap:?}; layers 2 s after the stop {after:?}");
     assert!(gap < Duration::from_millis(1_200), "frozen for {gap:?}");
@@ -1079,17 +1088,7 @@ fn layer_stop(seed: u64, shards: usize, viewer_shard: usize) {
     s.participant(p).set_encoder_layers(0b011);
     let stopped_at = s.now;
     s.run_for(Duration::from_secs(4));
-    let mut frames: Vec<Instant> = video_packets(&s, v)
-        .into_iter()
-        .filter(|x| x.index == 0 && x.at >= stopped_at - Duration::from_millis(100))
-        .map(|x| x.at)
-        .collect();
-    frames.push(s.now);
-    let gap = frames
-        .windows(2)
-        .map(|w| w[1] - w[0])
-        .max()
-        .unwrap_or(Duration::MAX);
+    let gap = largest_frame_gap(&s, v, stopped_at);
     let after = layers_since(&s, v, Duration::from_secs(16));
     eprintln!("largest gap {gap:?}; layers after 16 s {after:?}");
     assert!(gap < Duration::from_millis(1_000), "frozen for {gap:?}");
@@ -1121,10 +1120,7 @@ fn sim_simulcast_view_size_and_dynacast() {
     let v = s.join("r", viewer("v", 1), 0);
     s.run_for(Duration::from_secs(1));
     let slot = video_slots(&s, v).remove(0);
-    let view = |s: &mut Sim, w: u32, h: u32| {
-        let msg = format!(r#"{{"type":"view","mid":"{slot}","width":{w},"height":{h}}}"#);
-        s.participant(v).send_event(&msg);
-    };
+    let view = |s: &mut Sim, w: u32, h: u32| set_view(s, v, &slot, w, h);
     view(&mut s, 320, 180);
     s.run_for(Duration::from_secs(8));
     let small = layers_since(&s, v, Duration::from_secs(4));
@@ -1176,8 +1172,7 @@ fn sim_simulcast_dynacast_across_shards() {
     let small = s.join("r", viewer("small", 1), 1);
     s.run_for(Duration::from_secs(1));
     let slot = video_slots(&s, small).remove(0);
-    let msg = format!(r#"{{"type":"view","mid":"{slot}","width":320,"height":180}}"#);
-    s.participant(small).send_event(&msg);
+    set_view(&mut s, small, &slot, 320, 180);
     s.run_for(Duration::from_secs(8));
     let active = |s: &Sim| s.events(p, "layers").last().map(|e| e["active"].clone());
     assert_eq!(active(&s), Some(serde_json::json!(["q"])));
