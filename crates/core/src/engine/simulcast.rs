@@ -93,15 +93,13 @@ impl Engine {
             // flows: down to that one now, whatever the climb pacing says
             // (the estimate may still give less), unless it is climbing to
             // a layer that flows (that one's keyframe ends the wait).
-            let stopped = match (current, slot.target.map(usize::from)) {
-                (Some(c), t) => source.and_then(|s| {
-                    let f = s.fallback(c)?;
-                    let climbing = t.is_some_and(|t| t > c && s.flowing(t));
-                    (!climbing).then_some(f)
-                }),
-                _ => None,
-            };
-            let cap = match (current, slot.target.map(usize::from)) {
+            let target = slot.target.map(usize::from);
+            let stopped = current.zip(source).and_then(|(c, s)| {
+                let f = s.fallback(c)?;
+                let climbing = target.is_some_and(|t| t > c && s.flowing(t));
+                (!climbing).then_some(f)
+            });
+            let cap = match (current, target) {
                 _ if let Some(f) = stopped => f,
                 (None, _) => 0,
                 (Some(c), Some(t)) if t > c => t,
