@@ -4,6 +4,11 @@
 // Nested `if let` reads better than long let-chains here (same choice as str0m).
 #![allow(clippy::collapsible_if)]
 
+// The load generator allocates per packet inside str0m as the server does;
+// mimalloc for the same reason as the server's (crates/server/src/main.rs).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod compare;
 mod floor;
 mod metrics;

@@ -3,6 +3,13 @@
 
 use clap::Parser;
 
+// str0m allocates per packet (SRTP output, RTX history entries, queue
+// nodes), on every shard at once: mimalloc's thread-local free lists cost
+// 4 to 6 % less server CPU per forwarded packet than glibc's malloc
+// (docs/benchmarks.md, "The allocator").
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> std::process::ExitCode {
     let cfg = corelay::config::Config::parse();
     if let Some(corelay::config::Cmd::Token(args)) = &cfg.command {
