@@ -7,7 +7,8 @@ use clap::Parser;
 // nodes), on every shard at once: with mimalloc's thread-local free pages
 // the server spends 4 to 8 % less CPU per forwarded packet than with
 // glibc's malloc, for 16 % more resident memory (docs/benchmarks.md,
-// "The allocator, and fat LTO").
+// "The allocator, and fat LTO"), most of it transparent huge pages that
+// `MIMALLOC_ALLOW_THP=0` gives back (docs/operations.md, "Memory").
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
