@@ -1077,6 +1077,65 @@ fn sim_simulcast_a_stopped_layer_is_left_during_a_climb_to_a_stopped_one() {
     assert_switches_on_keyframes(&all);
 }
 
+/// (20f) The publisher stops its lowest layer itself (an app's
+/// `setParameters`) while dynacast has paused the others, since the only
+/// subscriber shows the slot small: nothing flows that the slot could take
+/// below. Dynacast resumes h after a second of silence and the slot moves
+/// up to it instead of freezing; when q comes back the slot returns to q
+/// and h is paused again.
+#[test]
+fn sim_simulcast_a_slot_moves_up_when_the_lowest_layer_stops() {
+    lowest_stop(27, 1, 0);
+}
+
+/// (20g) The same with the subscriber on another shard: the publisher's
+/// shard resumes h, the subscriber's sees it flow in the copies it gets.
+#[test]
+fn sim_simulcast_a_slot_moves_up_when_the_lowest_layer_stops_across_shards() {
+    lowest_stop(28, 2, 1);
+}
+
+fn lowest_stop(seed: u64, shards: usize, viewer_shard: usize) {
+    let mut s = sim(seed, shards);
+    let p = s.join("r", simulcast_publisher("p"), 0);
+    let v = s.join("r", viewer("v", 1), viewer_shard);
+    s.run_for(Duration::from_secs(1));
+    let slot = video_slots(&s, v).remove(0);
+    set_view(&mut s, v, &slot, 320, 180);
+    s.run_for(Duration::from_secs(8));
+    let active = |s: &Sim| s.events(p, "layers").last().map(|e| e["active"].clone());
+    assert_eq!(active(&s), Some(serde_json::json!(["q"])));
+    let small = layers_since(&s, v, Duration::from_secs(5));
+    assert!(
+        small.len() > 30 && small.iter().all(|&l| l == 1),
+        "{small:?}"
+    );
+    // q stops at the source; h and f stay paused until dynacast resumes h.
+    s.participant(p).set_encoder_layers(0b110);
+    let stopped_at = s.now;
+    s.run_for(Duration::from_secs(5));
+    let gap = largest_frame_gap(&s, v, stopped_at);
+    let up = layers_since(&s, v, stopped_at - s.start + Duration::from_secs(3));
+    eprintln!(
+        "largest gap {gap:?}; layers 3 s after the stop {up:?}; active {:?}",
+        active(&s)
+    );
+    assert!(gap < Duration::from_millis(2_500), "frozen for {gap:?}");
+    assert!(up.len() > 30 && up.iter().all(|&l| l == 2), "{up:?}");
+    assert_eq!(active(&s), Some(serde_json::json!(["q", "h"])));
+    // q comes back: the slot returns to it (its size needs no more), and
+    // once the hold is over h pauses at the source again.
+    s.participant(p).set_encoder_layers(0b111);
+    let back_at = s.now;
+    s.run_for(Duration::from_secs(8));
+    let back = layers_since(&s, v, back_at - s.start + Duration::from_secs(2));
+    assert!(back.len() > 30 && back.iter().all(|&l| l == 1), "{back:?}");
+    assert_eq!(active(&s), Some(serde_json::json!(["q"])));
+    let all = video_packets(&s, v);
+    assert_continuous(&all);
+    assert_switches_on_keyframes(&all);
+}
+
 fn layer_stop(seed: u64, shards: usize, viewer_shard: usize) {
     let mut s = sim(seed, shards);
     let p = s.join("r", simulcast_publisher("p"), 0);

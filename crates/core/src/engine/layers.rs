@@ -21,7 +21,11 @@
 //! flap at the edge. Sources without simulcast are never paused (there is
 //! nothing lower to give), but their bitrate counts against the estimate.
 //! A layer that stops at the source while a lower one flows is left at once
-//! ([`SourceLayers::fallback`]): waiting for it would freeze the slot.
+//! ([`SourceLayers::fallback`]): waiting for it would freeze the slot. For
+//! the same reason a slot never takes a layer below the lowest one still
+//! flowing ([`SourceLayers::lowest_flowing`]): when a publisher stops its
+//! lowest layer itself, its slots move up to the next one that flows, even
+//! above what their rendered size needs.
 //!
 //! Must not: touch an `Rtc`, send anything or request keyframes (the engine
 //! acts on the targets).
@@ -107,6 +111,20 @@ impl SourceLayers {
             return None;
         }
         (0..rank).rev().find(|&l| self.flowing(l))
+    }
+
+    /// The lowest layer a slot can take: the lowest that flows. Layer 0
+    /// always does unless the publisher stopped it itself (dynacast keeps
+    /// it on) while a higher one goes on.
+    pub(super) fn lowest_flowing(&self) -> usize {
+        (0..usize::from(self.count))
+            .find(|&l| self.flowing(l))
+            .unwrap_or(0)
+    }
+
+    /// How long no layer of the source has sent anything.
+    pub(super) fn silent_for(&self, now: Instant) -> Duration {
+        now.saturating_duration_since(self.last_packet)
     }
 
     /// The highest rank a slot rendered `width` pixels wide needs: the
@@ -247,6 +265,9 @@ pub(super) struct SlotWant {
     pub(super) cap: usize,
     /// Rank it shows now, if any.
     pub(super) current: Option<usize>,
+    /// Lowest rank it can take (the ranks below stopped at the source):
+    /// its "lowest layer", whatever `max_rank` and `cap` say.
+    pub(super) min_rank: usize,
 }
 
 /// The result: a rank per slot (`None`: paused), the rate the chosen
@@ -289,29 +310,30 @@ pub(super) fn allocate(budget: u64, wants: &[SlotWant]) -> Allocation {
             fixed += rate(w, 0);
         }
     }
-    // Everyone shown gets the lowest layer, best first, while it lasts (a
-    // slot showing video keeps it down to half its rate).
+    // Everyone shown gets the lowest layer that flows, best first, while it
+    // lasts (a slot showing video keeps it down to half its rate).
     for &i in &order {
         let Some(w) = wants.get(i) else { continue };
         let Some(max) = w.max_rank else { continue };
         if w.n <= 1 {
             continue;
         }
-        desired += rate(w, max.min(w.n - 1));
+        let base = w.min_rank.min(w.n - 1);
+        desired += rate(w, max.max(base).min(w.n - 1));
         let room = if w.current.is_some() {
             left.saturating_mul(2)
         } else {
             left
         };
-        if rate(w, 0) <= room {
-            if rate(w, 0) > left
+        if rate(w, base) <= room {
+            if rate(w, base) > left
                 && let Some(r) = reduced.get_mut(i)
             {
                 *r = true;
             }
-            left = left.saturating_sub(rate(w, 0));
+            left = left.saturating_sub(rate(w, base));
             if let Some(r) = ranks.get_mut(i) {
-                *r = Some(0);
+                *r = Some(base);
             }
         }
     }
@@ -321,7 +343,7 @@ pub(super) fn allocate(budget: u64, wants: &[SlotWant]) -> Allocation {
         let (Some(max), Some(Some(mut at))) = (w.max_rank, ranks.get(i).copied()) else {
             continue;
         };
-        let top = max.min(w.cap).min(w.n.saturating_sub(1));
+        let top = max.min(w.cap).min(w.n.saturating_sub(1)).max(at);
         while at < top {
             let next = at + 1;
             let step = rate(w, next).saturating_sub(rate(w, at));
@@ -377,6 +399,7 @@ mod tests {
             max_rank: max,
             cap: MAX_LAYERS,
             current: None,
+            min_rank: 0,
         }
     }
 
@@ -492,6 +515,51 @@ mod tests {
         assert_eq!(allocate(10_000_000, &[w]).ranks, vec![Some(0)]);
         w.cap = 1;
         assert_eq!(allocate(10_000_000, &[w]).ranks, vec![Some(1)]);
+    }
+
+    #[test]
+    fn nothing_below_the_lowest_flowing_layer_is_taken() {
+        // q stopped: the slot's lowest layer is h, above its size's q and
+        // its pacing cap, and it is kept down to half of h's rate.
+        let mut w = want((false, false, 0), &LADDER, Some(1));
+        w.min_rank = 1;
+        w.cap = 1;
+        let a = allocate(10_000_000, &[w]);
+        assert_eq!((a.ranks, a.desired), (vec![Some(1)], 500_000));
+        w.current = Some(0);
+        assert_eq!(allocate(300_000, &[w]).ranks, vec![Some(1)]);
+        assert_eq!(allocate(200_000, &[w]).ranks, vec![None]);
+        // It still climbs from there.
+        w.max_rank = Some(2);
+        w.cap = 2;
+        assert_eq!(allocate(10_000_000, &[w]).ranks, vec![Some(2)]);
+    }
+
+    #[test]
+    fn the_lowest_flowing_layer_and_the_silence() {
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let key = TrackKey {
+            participant: crate::ids::ParticipantId(1),
+            mid: "0".into(),
+        };
+        let mut s = Sources::default();
+        for t in [0, 200, 400] {
+            s.note(key, 0, 3, 1_000, ms(t));
+        }
+        let low = |s: &Sources| s.get(&key).map(|x| x.lowest_flowing());
+        assert_eq!(low(&s), Some(0));
+        // q stops, h starts: q is left 500 ms after its last packet.
+        for t in [600, 800, 900] {
+            s.note(key, 1, 3, 1_000, ms(t));
+        }
+        assert_eq!(low(&s), Some(0));
+        s.note(key, 1, 3, 1_000, ms(1000));
+        assert_eq!(low(&s), Some(1));
+        let src = s.get(&key).unwrap();
+        assert_eq!(src.silent_for(ms(1700)), Duration::from_millis(700));
+        // The layers of a silent source do not change: the last one flows.
+        assert_eq!(src.lowest_flowing(), 1);
     }
 
     #[test]

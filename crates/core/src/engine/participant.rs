@@ -34,6 +34,9 @@ pub(super) struct PublishedTrack {
     pub(super) active: u32,
     /// When some subscriber last needed each layer (dynacast's hold).
     pub(super) last_needed: [Option<Instant>; super::streams::MAX_LAYERS],
+    /// When dynacast last resumed a paused layer because the ones the
+    /// publisher was told to send had all gone silent.
+    pub(super) probed_at: Option<Instant>,
 }
 
 /// What a participant's connection did, kept so that the report of an
@@ -176,6 +179,7 @@ impl Participant {
                     rids: Vec::new(),
                     active: 1,
                     last_needed: [None; super::streams::MAX_LAYERS],
+                    probed_at: None,
                 });
             }
         }

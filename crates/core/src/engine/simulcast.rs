@@ -2,13 +2,16 @@
 //! target layer per slot ([`layers::allocate`]), the BWE told what the
 //! slots would take (so it probes toward it), and dynacast: a publisher is
 //! told which of its layers some subscriber (on any shard) takes, so the
-//! others pause at the source.
+//! others pause at the source (and, when the ones it was told to send go
+//! silent, one paused layer more each second, in case it stopped them
+//! itself).
 //!
 //! A slot starts on its source's lowest layer and climbs one layer a second
 //! while the estimate allows (the new layer's keyframe is requested at
 //! once; the current one flows until it comes); it moves down at once when
 //! the estimate falls or its layer stops at the source (to the highest one
-//! still flowing), and then does not climb for 4 s, nor before the
+//! still flowing; never below the lowest that flows, so up when the
+//! publisher stopped its lowest itself), and then does not climb for 4 s, nor before the
 //! subscriber's first receiver report or within 3 s of one reporting loss
 //! or of a fall in its estimate. Runs when a
 //! subscriber's estimate, slots or views change, and on the room tick. Must not: forward media (the slot switches on a keyframe in
@@ -43,6 +46,9 @@ const CLIMB_MAX_LOSS: f32 = 0.05;
 /// come each second; one clean report amid random loss does not open the
 /// way, nor does an estimate that is still coming down from its start).
 const CONGESTION_HOLD: Duration = Duration::from_secs(3);
+/// A simulcast source that sends nothing on the layers it was told to send
+/// for this long gets a paused layer resumed (see [`Engine::dynacast`]).
+const PROBE_SILENCE: Duration = Duration::from_secs(1);
 
 impl Engine {
     /// Chooses a layer for each of `id`'s video slots from its estimate.
@@ -99,17 +105,22 @@ impl Engine {
                 let climbing = target.is_some_and(|t| t > c && s.flowing(t));
                 (!climbing).then_some(f)
             });
+            // Nothing below the lowest layer that flows: when the
+            // publisher stopped its lowest itself (dynacast never pauses
+            // it), up to the next one, above the pacing and the size.
+            let floor = source.map_or(0, |s| s.lowest_flowing());
             let cap = match (current, target) {
                 _ if let Some(f) = stopped => f,
                 (None, _) => 0,
                 (Some(c), Some(t)) if t > c => t,
                 (Some(c), _) if settled => c + 1,
                 (Some(c), _) => c,
-            };
+            }
+            .max(floor);
             let v = slot.view;
             let max_rank = (v.width > 0 && v.height > 0).then(|| {
                 let needed = source.map_or(0, |s| s.rank_for(v.width));
-                needed.min(usize::from(v.max_rank))
+                needed.min(usize::from(v.max_rank)).max(floor)
             });
             wants.push(SlotWant {
                 priority: (
@@ -122,6 +133,7 @@ impl Engine {
                 max_rank,
                 cap,
                 current,
+                min_rank: floor,
             });
             at.push(i);
         }
@@ -272,6 +284,36 @@ impl Engine {
                 for ((track, _), mask) in &self.demand_remote {
                     if *track == key {
                         needed |= mask;
+                    }
+                }
+                // Everything it was told to send has gone silent while some
+                // layers are paused: it may have stopped them itself (an
+                // app's `setParameters`) and would send a paused one. Resume
+                // the lowest paused layer, one more each PROBE_SILENCE, and
+                // keep them all on while the silence lasts; once one flows,
+                // its subscribers move to it (nothing below the lowest layer
+                // that flows is taken) and the hold lets the rest go. A muted camera costs one
+                // notice per layer.
+                let n = t.rids.len();
+                let silent = self
+                    .sources
+                    .get(&key)
+                    .is_none_or(|s| s.silent_for(now) >= PROBE_SILENCE);
+                if silent {
+                    for (l, last) in t.last_needed.iter_mut().enumerate().take(n) {
+                        if t.active & (1 << l) != 0 {
+                            *last = Some(now);
+                        }
+                    }
+                    let due = t
+                        .probed_at
+                        .is_none_or(|at| now.saturating_duration_since(at) >= PROBE_SILENCE);
+                    if let Some(l) = (0..n).find(|l| t.active & (1 << l) == 0)
+                        && due
+                        && let Some(last) = t.last_needed.get_mut(l)
+                    {
+                        *last = Some(now);
+                        t.probed_at = Some(now);
                     }
                 }
                 // The lowest layer always flows: a new subscriber starts at
