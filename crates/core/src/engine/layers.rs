@@ -389,6 +389,16 @@ pub(super) fn rank_for_width(width: u16, n: usize) -> usize {
 mod tests {
     use super::*;
 
+    /// One simulcast track's key, no packet of it seen yet, and the time
+    /// the test counts from.
+    fn fresh_source() -> (TrackKey, Sources, Instant) {
+        let key = TrackKey {
+            participant: crate::ids::ParticipantId(1),
+            mid: "0".into(),
+        };
+        (key, Sources::default(), Instant::now())
+    }
+
     fn want(priority: (bool, bool, u32), rates: &[u64], max: Option<usize>) -> SlotWant {
         let mut r = [0; MAX_LAYERS];
         r[..rates.len()].copy_from_slice(rates);
@@ -465,12 +475,7 @@ mod tests {
 
     #[test]
     fn known_widths_pick_the_layer_that_covers_the_tile() {
-        let t0 = Instant::now();
-        let key = TrackKey {
-            participant: crate::ids::ParticipantId(1),
-            mid: "0".into(),
-        };
-        let mut s = Sources::default();
+        let (key, mut s, t0) = fresh_source();
         s.note(key, 0, 3, 1, t0);
         // Until every width is known: the assumed 1280-wide top layer.
         s.note_width(key, 0, 160);
@@ -537,13 +542,8 @@ mod tests {
 
     #[test]
     fn the_lowest_flowing_layer_and_the_silence() {
-        let t0 = Instant::now();
+        let (key, mut s, t0) = fresh_source();
         let ms = |n| t0 + Duration::from_millis(n);
-        let key = TrackKey {
-            participant: crate::ids::ParticipantId(1),
-            mid: "0".into(),
-        };
-        let mut s = Sources::default();
         for t in [0, 200, 400] {
             s.note(key, 0, 3, 1_000, ms(t));
         }
@@ -564,13 +564,8 @@ mod tests {
 
     #[test]
     fn a_layer_that_stops_while_a_lower_one_flows_falls_back_to_it() {
-        let t0 = Instant::now();
+        let (key, mut s, t0) = fresh_source();
         let ms = |n| t0 + Duration::from_millis(n);
-        let key = TrackKey {
-            participant: crate::ids::ParticipantId(1),
-            mid: "0".into(),
-        };
-        let mut s = Sources::default();
         // All three at 5 frames a second: a low frame rate is not a stop.
         for t in [0, 200, 400, 600, 800] {
             for l in 0..3 {
@@ -598,12 +593,7 @@ mod tests {
 
     #[test]
     fn rates_are_measured_monotonic_and_a_partial_window_does_not_count() {
-        let t0 = Instant::now();
-        let key = TrackKey {
-            participant: crate::ids::ParticipantId(1),
-            mid: "0".into(),
-        };
-        let mut s = Sources::default();
+        let (key, mut s, t0) = fresh_source();
         // Before anything is measured: the assumed ladder.
         s.note(key, 0, 3, 0, t0);
         assert_eq!(
