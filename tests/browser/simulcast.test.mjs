@@ -10,7 +10,9 @@
 // layer and "slow" one at most 640 wide, both still decoding over the last
 // 5 s (the first 5 s are for slow's estimate to settle); /api/v1/stats must show slow's estimate under 600 kbit/s and its slot
 // targeting a layer below the top; the layers the subscribers take must be
-// active at the publisher (dynacast may only pause the unused ones).
+// active at the publisher (dynacast may only pause the unused ones). One
+// failure is retried once (see HostJitter): fast off the top layer after
+// its estimate fell on this shared host.
 //
 // Second test: a publisher that stops sending the layer a subscriber's slot
 // forwards (and any above it) on its own, as a browser does with its top
@@ -48,10 +50,9 @@ const VETH = {
   clientIp: '10.78.0.2',
   prefix: 24,
 };
-// The shaped downlink: 300 kbit/s, a 16 kB bucket, at most 150 ms queued.
-// A 300 kbit/s link: a bucket of two full-size packets (a larger burst lets
-// a BWE probe through at line rate, which no real link of that speed does),
-// 150 ms of queue.
+// The shaped downlink: 300 kbit/s, a bucket of two full-size packets (a
+// larger burst lets a BWE probe through at line rate, which no real link of
+// that speed does), 150 ms of queue.
 const TBF = ['rate', '300kbit', 'burst', '3kb', 'latency', '150ms'];
 const CHROMIUM = process.env.CHROMIUM || '/usr/lib/chromium/chromium';
 
@@ -255,7 +256,29 @@ describe('simulcast: layers follow each subscriber\'s downlink', { skip: skip ??
     });
   }
 
+  // The one failure of the first test that is retried, once: the unshaped
+  // subscriber off the top layer because the server's estimate for it fell
+  // below the top layer's rate (1.5 Mbit/s, the demo page's f), everything
+  // about the shaped one as required. On unshaped loopback that fall is
+  // the delay-based estimator seeing this host's scheduling delay (three
+  // Chromiums and the server on two cores; seen once in about ten CI runs,
+  // the estimate cut to 0.85 of what was getting through, as GCC does on
+  // overuse), not a link. A fast side that never climbs, with an estimate
+  // that never fell, and anything on the slow side fail at once.
+  class HostJitter extends Error {}
+  const TOP_BPS = 1500000;
+
   test('unshaped subscriber gets the 1280-wide layer, the 300 kbit/s one a lower layer, neither freezes', async () => {
+    try {
+      await unshapedAndShaped(1);
+    } catch (e) {
+      if (!(e instanceof HostJitter)) throw e;
+      console.log(`first attempt: ${e.message}\nonce more, in a new room with new pages`);
+      await unshapedAndShaped(2);
+    }
+  });
+
+  async function unshapedAndShaped(attempt) {
     let poller;
     let pub;
     let fast;
@@ -317,9 +340,25 @@ describe('simulcast: layers follow each subscriber\'s downlink', { skip: skip ??
       const good = (x) => x.fast.frameWidth >= 1280 && x.slow.frameWidth > 0 && x.slow.frameWidth <= 640;
       const fmt = (x) => `fast ${x.fast.frameWidth}x${x.fast.frameHeight} frames ${x.fast.framesDecoded}, `
         + `slow ${x.slow.frameWidth}x${x.slow.frameHeight} frames ${x.slow.framesDecoded}`;
+      // The server's estimate for fast at each sample, and the retry's
+      // condition (see HostJitter): on the first attempt, a failure that is
+      // fast's alone after its estimate fell by a fifth or more to below
+      // the top layer's rate.
+      const fastEstimates = [];
+      const slowOk = (x) => x.slow.frameWidth > 0 && x.slow.frameWidth <= 640;
+      const jitterOnly = (x, what) => {
+        if (attempt !== 1 || !slowOk(x)) return;
+        const fell = fastEstimates.findIndex((e, i) => e < TOP_BPS
+          && fastEstimates.slice(0, i).some((before) => e <= before * 0.8));
+        if (fell >= 0) {
+          throw new HostJitter(`${what}: ${fmt(x)}, after fast's estimate fell to `
+            + `${fastEstimates[fell]} bps (estimates ${JSON.stringify(fastEstimates)})`);
+        }
+      };
       const line = (x, st) => {
         const f = participantStats(st, fastId);
         const s = participantStats(st, slowId);
+        if (Number.isFinite(f?.estimate_bps)) fastEstimates.push(f.estimate_bps);
         return `${elapsed()} s: ${fmt(x)}; estimate fast ${f?.estimate_bps} slow ${s?.estimate_bps}; `
           + `layers fast ${JSON.stringify(f?.layers)} slow ${JSON.stringify(s?.layers)}`;
       };
@@ -332,6 +371,7 @@ describe('simulcast: layers follow each subscriber\'s downlink', { skip: skip ??
         await sleep(1000);
       }
       console.log(`after the slots filled (inbound-rtp, /api/v1/stats):\n  ${trace.join('\n  ')}`);
+      if (!good(now)) jitterOnly(now, 'fast not 1280 wide within 12 s');
       assert.ok(good(now), `within 12 s of the slots being filled: fast >= 1280 wide, slow <= 640 wide; last: ${fmt(now)}`);
 
       // Then 5 s more: both keep decoding, at those widths.
@@ -370,6 +410,7 @@ describe('simulcast: layers follow each subscriber\'s downlink', { skip: skip ??
 
       assert.ok(end.fast.framesDecoded - start.fast.framesDecoded >= 25, `fast keeps decoding (>= 5 fps over 5 s): ${fmt(start)} -> ${fmt(end)}`);
       assert.ok(end.slow.framesDecoded - start.slow.framesDecoded >= 10, `slow keeps decoding (>= 2 fps over 5 s): ${fmt(start)} -> ${fmt(end)}`);
+      if (!good(end)) jitterOnly(end, 'fast no longer 1280 wide');
       assert.ok(good(end), `still fast >= 1280 wide, slow <= 640 wide: ${fmt(end)}`);
       assert.ok(slowWidths.length > 0 && Math.max(...slowWidths) <= 640, `slow presents nothing wider than 640 in those 5 s: ${JSON.stringify(slowWidths)}`);
 
@@ -384,6 +425,7 @@ describe('simulcast: layers follow each subscriber\'s downlink', { skip: skip ??
       const fastSlot = pFast.layers.find((l) => l.mid === fastMid);
       // A target of null is a pause (an estimate below the lowest layer).
       assert.ok(slowSlot && (slowSlot.target ?? -1) < TOP, `slow's slot ${slowMid} targets a layer below ${TOP}: ${JSON.stringify(pSlow.layers)}`);
+      if (fastSlot?.layer !== TOP) jitterOnly(end, `fast's slot forwards layer ${fastSlot?.layer}`);
       assert.ok(fastSlot && fastSlot.layer === TOP, `fast's slot ${fastMid} forwards layer ${TOP}: ${JSON.stringify(pFast.layers)}`);
 
       // Dynacast may pause only what nobody takes: the layers the two slots
@@ -398,14 +440,19 @@ describe('simulcast: layers follow each subscriber\'s downlink', { skip: skip ??
         for (const rid of taken) assert.ok(last.includes(rid), `the last layers event names ${rid}: ${JSON.stringify(last)}`);
       }
     } catch (e) {
-      failed = true;
+      if (!(e instanceof HostJitter)) failed = true;
       await printTimeline().catch((x) => console.log(`no timeline: ${x}`));
       for (const p of pages) if (p.errors.length) console.log(`${p.label} errors:\n  ${p.errors.slice(-10).join('\n  ')}`);
       const st = await stats().catch((x) => String(x));
       console.log(`server log tail:\n${server.tail(30)}\n/api/v1/stats room_detail: ${JSON.stringify(st?.room_detail)}`);
       throw e;
+    } finally {
+      if (attempt === 1) {
+        await poller?.stop();
+        for (const p of [pub, fast, slow]) await p?.context().close().catch(() => {});
+      }
     }
-  });
+  }
 
   // A browser turns its top layers off on its own when its uplink or CPU no
   // longer carries them. Played here by turning off, in the publisher's
