@@ -261,9 +261,9 @@ describe('simulcast: layers follow each subscriber\'s downlink', { skip: skip ??
   // below the top layer's rate (1.5 Mbit/s, the demo page's f), everything
   // about the shaped one as required. On unshaped loopback that fall is
   // the delay-based estimator seeing this host's scheduling delay (three
-  // Chromiums and the server on two cores; seen once in about ten CI runs,
-  // the estimate cut to 0.85 of what was getting through, as GCC does on
-  // overuse), not a link. A fast side that never climbs, with an estimate
+  // Chromiums and the server on two cores; it failed one CI run on
+  // 2026-12-04: fast's estimate cut from 1.95 Mbit/s to 0.85 of what was
+  // getting through, as GCC does on overuse), not a link. A fast side that never climbs, with an estimate
   // that never fell, and anything on the slow side fail at once.
   class HostJitter extends Error {}
   const TOP_BPS = 1500000;
