@@ -1019,9 +1019,10 @@ fn sim_simulcast_no_climb_while_the_subscriber_reports_loss() {
 /// (20c) The publisher's encoder stops its top layer on its own (what a
 /// browser does when its uplink or CPU no longer carries it): a slot on
 /// that layer moves down to the highest one still flowing within a second,
-/// on a keyframe, instead of freezing; when the layer comes back, the slot
-/// climbs to it again. Without the fallback the slot showed nothing for as
-/// long as the layer stayed off.
+/// on a keyframe, instead of freezing, then climbs to the best layer the
+/// encoder still sends; when the layer comes back, the slot climbs to it
+/// again. Without the fallback the slot showed nothing for as long as the
+/// layer stayed off.
 #[test]
 fn sim_simulcast_a_layer_that_stops_at_the_source_is_left_at_once() {
     layer_stop(24, 1, 0);
@@ -1148,13 +1149,17 @@ fn layer_stop(seed: u64, shards: usize, viewer_shard: usize) {
     let stopped_at = s.now;
     s.run_for(Duration::from_secs(4));
     let gap = largest_frame_gap(&s, v, stopped_at);
-    let after = layers_since(&s, v, Duration::from_secs(16));
-    eprintln!("largest gap {gap:?}; layers after 16 s {after:?}");
+    let fell = layers_since(&s, v, Duration::from_secs(14));
+    let after = layers_since(&s, v, Duration::from_secs(17));
+    eprintln!("largest gap {gap:?}; layers after 14 s {fell:?}");
     assert!(gap < Duration::from_millis(1_000), "frozen for {gap:?}");
-    // The highest layer still flowing is q: nobody took h, so dynacast had
-    // paused it at the source (the lowest layer always flows).
+    // The highest layer still flowing was q: nobody took h, so dynacast had
+    // paused it at the source (the lowest layer always flows). So the slot
+    // fell to q; a second later it climbs to h, which the encoder still
+    // has (dynacast resumes it), and stays there while f is off.
+    assert!(fell.iter().find(|&&l| l != 3) == Some(&1), "{fell:?}");
     assert!(
-        after.len() > 30 && after.iter().all(|&l| l == 1),
+        after.len() > 20 && after.iter().all(|&l| l == 2),
         "{after:?}"
     );
     // f comes back: the slot climbs to it again.
@@ -1162,6 +1167,40 @@ fn layer_stop(seed: u64, shards: usize, viewer_shard: usize) {
     s.run_for(Duration::from_secs(10));
     let back = layers_since(&s, v, Duration::from_secs(27));
     assert!(back.len() > 10 && back.iter().all(|&l| l == 3), "{back:?}");
+    let all = video_packets(&s, v);
+    assert_continuous(&all);
+    assert_switches_on_keyframes(&all);
+}
+
+/// (20g) The top layer stops at the source for 1 s (a publisher's
+/// reconfiguration, a short encoder stall) and comes back: the slot falls
+/// back to what flows, then climbs to the top again at the usual pace, one
+/// layer a second. The hold after a move down (4 s, against an estimate
+/// that overshoots) is for falls of the estimate, not for this: with it the
+/// slot stayed below the top for about 6 s after the layer was back.
+#[test]
+fn sim_simulcast_a_short_stop_at_the_source_costs_a_short_dip() {
+    let mut s = sim(27, 1);
+    let p = s.join("r", simulcast_publisher("p"), 0);
+    let v = s.join("r", viewer("v", 1), 0);
+    s.run_for(Duration::from_secs(14));
+    let top = layers_since(&s, v, Duration::from_secs(12));
+    assert!(top.len() > 30 && top.iter().all(|&l| l == 3), "{top:?}");
+    s.participant(p).set_encoder_layers(0b011);
+    s.run_for(Duration::from_secs(1));
+    s.participant(p).set_encoder_layers(0b111);
+    // Back on f within 3.5 s of its return: the slot fell to q (h was
+    // paused by dynacast), and q -> h -> f takes two climbs a second apart,
+    // each waiting for the new layer's keyframe.
+    let on_top = s.run_until(Duration::from_millis(3_500), |s| {
+        let recent = layers_since(s, v, s.now - s.start - Duration::from_millis(500));
+        recent.len() >= 5 && recent.iter().all(|&l| l == 3)
+    });
+    let since_stop = layers_since(&s, v, Duration::from_secs(14));
+    eprintln!("since the stop {since_stop:?}");
+    assert!(on_top, "not back on f within 3.5 s of its return");
+    // It did fall back while f was off (else this tests nothing).
+    assert!(since_stop.iter().any(|&l| l < 3), "never left f");
     let all = video_packets(&s, v);
     assert_continuous(&all);
     assert_switches_on_keyframes(&all);

@@ -11,11 +11,14 @@
 //! once; the current one flows until it comes); it moves down at once when
 //! the estimate falls or its layer stops at the source (to the highest one
 //! still flowing; never below the lowest that flows, so up when the
-//! publisher stopped its lowest itself), and then does not climb for 4 s, nor before the
-//! subscriber's first receiver report or within 3 s of one reporting loss
-//! or of a fall in its estimate. Runs when a
-//! subscriber's estimate, slots or views change, and on the room tick. Must not: forward media (the slot switches on a keyframe in
-//! [`super::forward`]) or decide what a slot shows ([`super::policy`]).
+//! publisher stopped its lowest itself). After a move down for the
+//! estimate it does not climb for 4 s; after one that only followed the
+//! source, the usual second. It never climbs before the subscriber's first
+//! receiver report, nor within 3 s of one reporting loss or of a fall in
+//! its estimate. Runs when a subscriber's estimate, slots or views change,
+//! and on the room tick. Must not: forward media (the slot switches on a
+//! keyframe in [`super::forward`]) or decide what a slot shows
+//! ([`super::policy`]).
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -79,6 +82,9 @@ impl Engine {
                 .is_some_and(|t| now.saturating_duration_since(t) < CONGESTION_HOLD);
         let mut wants = Vec::new();
         let mut at = Vec::new();
+        // Per slot in `at`: the layer its shown one fell back to, if that
+        // stopped at the source.
+        let mut fallbacks = Vec::new();
         for (i, slot) in p.slots.iter().enumerate() {
             let Some(src) = slot.source.filter(|_| slot.kind == MediaKind::Video) else {
                 continue;
@@ -136,9 +142,11 @@ impl Engine {
                 min_rank: floor,
             });
             at.push(i);
+            fallbacks.push(stopped);
         }
         let a = layers::allocate(estimate.saturating_sub(audio), &wants);
-        for ((i, rank), reduced) in at.into_iter().zip(a.ranks).zip(a.reduced) {
+        let moves = at.into_iter().zip(fallbacks).zip(a.ranks).zip(a.reduced);
+        for (((i, fallback), rank), reduced) in moves {
             let Some(slot) = p.slots.get_mut(i) else {
                 continue;
             };
@@ -155,7 +163,12 @@ impl Engine {
             if slot.target != target {
                 slot.target = target;
                 slot.last_move = Some(now);
-                if target < slot.current {
+                // A move down holds climbs (the estimate overshoots after
+                // one), unless it only followed the source: a layer that
+                // stopped and comes back (a publisher's reconfiguration,
+                // a short stall) is climbed to again at the usual pace.
+                let followed_source = fallback.is_some() && target.map(usize::from) == fallback;
+                if target < slot.current && !followed_source {
                     slot.last_down = Some(now);
                 }
                 if target.is_none() && slot.current.take().is_some() {
