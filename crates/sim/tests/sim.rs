@@ -1137,13 +1137,20 @@ fn lowest_stop(seed: u64, shards: usize, viewer_shard: usize) {
     assert_switches_on_keyframes(&all);
 }
 
-fn layer_stop(seed: u64, shards: usize, viewer_shard: usize) {
+/// A three-layer publisher and a viewer (on shard `viewer_shard`) that
+/// has settled on the top layer, 14 s in.
+fn viewer_on_the_top_layer(seed: u64, shards: usize, viewer_shard: usize) -> (Sim, C, C) {
     let mut s = sim(seed, shards);
     let p = s.join("r", simulcast_publisher("p"), 0);
     let v = s.join("r", viewer("v", 1), viewer_shard);
     s.run_for(Duration::from_secs(14));
     let top = layers_since(&s, v, Duration::from_secs(12));
     assert!(top.len() > 30 && top.iter().all(|&l| l == 3), "{top:?}");
+    (s, p, v)
+}
+
+fn layer_stop(seed: u64, shards: usize, viewer_shard: usize) {
+    let (mut s, p, v) = viewer_on_the_top_layer(seed, shards, viewer_shard);
     // f stops at the source.
     s.participant(p).set_encoder_layers(0b011);
     let stopped_at = s.now;
@@ -1180,12 +1187,7 @@ fn layer_stop(seed: u64, shards: usize, viewer_shard: usize) {
 /// slot stayed below the top for about 6 s after the layer was back.
 #[test]
 fn sim_simulcast_a_short_stop_at_the_source_costs_a_short_dip() {
-    let mut s = sim(27, 1);
-    let p = s.join("r", simulcast_publisher("p"), 0);
-    let v = s.join("r", viewer("v", 1), 0);
-    s.run_for(Duration::from_secs(14));
-    let top = layers_since(&s, v, Duration::from_secs(12));
-    assert!(top.len() > 30 && top.iter().all(|&l| l == 3), "{top:?}");
+    let (mut s, p, v) = viewer_on_the_top_layer(27, 1, 0);
     s.participant(p).set_encoder_layers(0b011);
     s.run_for(Duration::from_secs(1));
     s.participant(p).set_encoder_layers(0b111);
