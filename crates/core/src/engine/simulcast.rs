@@ -81,10 +81,9 @@ impl Engine {
             || p.congested_at
                 .is_some_and(|t| now.saturating_duration_since(t) < CONGESTION_HOLD);
         let mut wants = Vec::new();
+        // Each want's slot, and the layer its shown one fell back to if
+        // that stopped at the source.
         let mut at = Vec::new();
-        // Per slot in `at`: the layer its shown one fell back to, if that
-        // stopped at the source.
-        let mut fallbacks = Vec::new();
         for (i, slot) in p.slots.iter().enumerate() {
             let Some(src) = slot.source.filter(|_| slot.kind == MediaKind::Video) else {
                 continue;
@@ -141,12 +140,10 @@ impl Engine {
                 current,
                 min_rank: floor,
             });
-            at.push(i);
-            fallbacks.push(stopped);
+            at.push((i, stopped));
         }
         let a = layers::allocate(estimate.saturating_sub(audio), &wants);
-        let moves = at.into_iter().zip(fallbacks).zip(a.ranks).zip(a.reduced);
-        for (((i, fallback), rank), reduced) in moves {
+        for (((i, fallback), rank), reduced) in at.into_iter().zip(a.ranks).zip(a.reduced) {
             let Some(slot) = p.slots.get_mut(i) else {
                 continue;
             };
