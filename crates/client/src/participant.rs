@@ -893,7 +893,7 @@ impl Participant {
                 let total = self.nacks.iter().map(|(_, n)| n).sum();
                 self.snap.nacks_sent = total;
             }
-            Event::RtpPacket(p) => self.on_rtp(p, obs),
+            Event::RtpPacket(p) => self.on_rtp(&p, obs),
             Event::MediaAdded(m) if self.answerer => self.add_offered_slot(m.mid, m.kind),
             _ => {}
         }
@@ -934,12 +934,12 @@ impl Participant {
         Some(i)
     }
 
-    fn on_rtp(&mut self, p: RtpPacket, obs: &mut dyn Observer) {
+    fn on_rtp(&mut self, p: &RtpPacket, obs: &mut dyn Observer) {
         // Its receive time: str0m stamps each packet with the time of the
         // datagram that carried it (a driver may feed several before it
         // polls).
         let rx_ns = self.cfg.clock.ns(p.timestamp);
-        let Some(i) = self.slot_of(&p) else {
+        let Some(i) = self.slot_of(p) else {
             self.snap.unknown_packets += 1;
             return;
         };

@@ -141,7 +141,7 @@ impl Harness {
                     }),
                     Err(_) => self.corrupt += 1,
                 }
-                self.raw.push((rid, p));
+                self.raw.push((rid, *p));
             }
             _ => {}
         }

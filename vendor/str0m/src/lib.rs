@@ -983,7 +983,7 @@ pub enum Event {
     MediaAdded(MediaAdded),
 
     /// Incoming media data sent by the remote peer.
-    MediaData(MediaData),
+    MediaData(Box<MediaData>),
 
     /// Changes to the media may be emitted.
     ///
@@ -1047,7 +1047,10 @@ pub enum Event {
     SenderFeedback(SenderFeedback),
 
     /// Incoming RTP data.
-    RtpPacket(RtpPacket),
+    ///
+    /// corelay patch (PATCHES.md, 9): boxed, as is [`Event::MediaData`], so
+    /// that every `Output` is not 520 bytes moved twice per `poll_output`.
+    RtpPacket(Box<RtpPacket>),
 
     /// Incoming application-specific Payload-Specific Feedback (PSFB FMT=15, PT=206).
     ///

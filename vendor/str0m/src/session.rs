@@ -138,7 +138,7 @@ pub(crate) struct Session {
     // Next packets for RtpPacket events, oldest first. corelay patch
     // (PATCHES.md, 5): a queue (at most MAX_PENDING_PACKETS) where upstream
     // holds one, so a driver can feed a batch of datagrams before it polls.
-    pending_packets: VecDeque<RtpPacket>,
+    pending_packets: VecDeque<Box<RtpPacket>>,
 
     // Total RTP payload bytes for media, including retransmissions.
     media_bytes_rx: u64,
@@ -531,7 +531,7 @@ impl Session {
     /// A received RTP packet queued by a receive that changed nothing else
     /// an event reports. corelay patch (PATCHES.md, 8): `Rtc::poll_output`
     /// takes these when no other event is pending.
-    pub fn poll_quiet_packet(&mut self) -> Option<RtpPacket> {
+    pub fn poll_quiet_packet(&mut self) -> Option<Box<RtpPacket>> {
         if !self.rtp_mode || !self.ready_for_srtp() {
             return None;
         }
@@ -912,7 +912,7 @@ impl Session {
                 if self.pending_packets.len() >= MAX_PENDING_PACKETS {
                     self.pending_packets.pop_front();
                 }
-                self.pending_packets.push_back(packet);
+                self.pending_packets.push_back(Box::new(packet));
                 // corelay patch (PATCHES.md, 8): nothing but the packet to report?
                 return known_ssrc
                     && !is_repair
@@ -1189,7 +1189,7 @@ impl Session {
             if let Some(e) =
                 media.poll_sample(&self.codec_config, now, self.reordering_timeout_audio)?
             {
-                return Ok(Some(Event::MediaData(e)));
+                return Ok(Some(Event::MediaData(Box::new(e))));
             }
         }
 

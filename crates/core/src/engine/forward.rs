@@ -32,7 +32,7 @@ impl Engine {
         now: Instant,
         kernel_rx: Option<Duration>,
         id: ParticipantId,
-        pkt: RtpPacket,
+        pkt: Box<RtpPacket>,
     ) {
         let Some(p) = self.participants.get_mut(&id) else {
             return;

@@ -285,7 +285,15 @@ impl TwccRecvRegister {
     pub fn update_seq(&mut self, seq: TwccSeq, time: Instant) {
         self.receive_window.record_seq(seq);
 
-        match self.queue.binary_search_by_key(&seq, |r| r.seq) {
+        // corelay patch (PATCHES.md, 10): packets arrive in order almost
+        // always, so the newest goes to the end without a binary search
+        // (the same position the search finds).
+        let found = match self.queue.back() {
+            Some(last) if last.seq < seq => Err(self.queue.len()),
+            None => Err(0),
+            _ => self.queue.binary_search_by_key(&seq, |r| r.seq),
+        };
+        match found {
             Ok(_) => {
                 // Exact same SeqNo found. This is an error where the sender potentially
                 // used the same twcc sequence number for two packets. Let's ignore it.
@@ -1490,6 +1498,27 @@ mod test {
     use Delta::*;
     use PacketChunk::*;
     use PacketStatus::*;
+
+    /// corelay patch (PATCHES.md, 10): the append fast path keeps the queue
+    /// sorted and free of duplicates, as the binary search alone did, with
+    /// packets in order, late, duplicated and ahead of a gap.
+    #[test]
+    fn update_seq_keeps_the_queue_sorted_on_every_arrival_order() {
+        let mut reg = TwccRecvRegister::new(100);
+        let now = Instant::now();
+        let order = [5_u64, 6, 7, 9, 8, 12, 10, 12, 11, 13, 4, 14, 14];
+        for (i, seq) in order.iter().enumerate() {
+            reg.update_seq((*seq).into(), now + Duration::from_millis(i as u64));
+        }
+        let seqs: Vec<u64> = reg.queue.iter().map(|r| *r.seq).collect();
+        assert_eq!(seqs, (4..=14).collect::<Vec<u64>>());
+        // The first arrival of a duplicate keeps its time.
+        let t12 = reg.queue.iter().find(|r| *r.seq == 12).map(|r| r.time);
+        assert_eq!(t12, Some(now + Duration::from_millis(5)));
+        // A late packet (4) moved the report start back to the front.
+        assert_eq!(reg.report_from, 0);
+        assert_eq!(reg.max_seq(), Some(14.into()));
+    }
 
     #[test]
     fn register_write_parse_small_delta() {
