@@ -250,6 +250,9 @@ pub struct ParticipantStats {
     pub bytes_out: u64,
     /// Its downlink estimate (send-side BWE from its TWCC feedback), bps.
     pub estimate_bps: Option<u64>,
+    /// How long what we send it stays resendable (its NACKs can reach back
+    /// this far), fitted to `rtt_ms`: 3000 until that is known.
+    pub rtx_history_ms: u64,
     /// Each video slot's simulcast layer.
     pub layers: Vec<SlotLayer>,
 }

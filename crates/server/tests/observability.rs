@@ -122,6 +122,8 @@ fn a_stalled_shard_shows_in_dwell_and_forwarding_latency() {
     let p = &st["room_detail"][0]["participants"][0];
     assert!(p["rtt_ms"].is_number(), "no per-participant RTT: {p}");
     assert!(p.get("ingress_jitter_ms").is_some(), "{p}");
+    let history = p["rtx_history_ms"].as_u64().unwrap_or(0);
+    assert!((1000..=3000).contains(&history), "{p}");
     assert!(p["shard_dwell_mean_us"].as_f64().unwrap() > 0.0);
 }
 

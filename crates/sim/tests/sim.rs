@@ -544,6 +544,112 @@ fn sim_loss_jitter_reordering_nack_recovers() {
     assert!(snap.frames_from("p") > 150, "{}", snap.frames_from("p"));
 }
 
+/// The downlink outage of [`downlink_outage`].
+const OUTAGE: Duration = Duration::from_millis(1500);
+
+/// A 1.5 s outage of the downlink of a viewer whose links have a one-way
+/// delay of `delay`: its history (ms) and RTT (ms) as the outage ends (the
+/// history its NACKs then meet), the sequence numbers lost, and those of
+/// them it got back afterwards.
+fn downlink_outage(seed: u64, delay: Duration) -> (u64, f64, std::ops::Range<u64>, Vec<u64>) {
+    let mut s = sim(seed, 1);
+    s.default_link = LinkParams {
+        delay,
+        ..Default::default()
+    };
+    let _p = s.join("r", publisher("p"), 0);
+    let v = s.join("r", viewer("v", 1), 0);
+    s.run_for(Duration::from_secs(5));
+    let id = s.id(v);
+    let before = video_packets(&s, v).last().expect("video").seq;
+    s.link(v).down.params.loss = 1.0;
+    s.run_for(OUTAGE);
+    s.link(v).down.params.loss = 0.0;
+    let back = s.now;
+    // str0m's TWCC round trip (feedback arrival minus send time of the
+    // newest packet acknowledged) can rise during the outage, and the
+    // history with it: what counts is the history the NACKs meet.
+    let (ms, rtt) = s.shards[0]
+        .engine
+        .participant_stats()
+        .into_iter()
+        .find(|st| st.id.to_string() == id)
+        .map(|st| (st.rtx_history_ms, st.rtt_ms.unwrap_or(0.0)))
+        .expect("v's figures");
+    s.run_for(Duration::from_secs(4));
+    let after: Vec<&RxPacket> = video_packets(&s, v)
+        .into_iter()
+        .filter(|x| x.at >= back)
+        .collect();
+    // The first packet after the outage is a new one (resends follow its
+    // NACK a round trip later): what lies between was lost.
+    let first_new = after.first().expect("video after the outage").seq;
+    let gap = before + 1..first_new;
+    let mut recovered: Vec<u64> = after
+        .iter()
+        .map(|x| x.seq)
+        .filter(|q| gap.contains(q))
+        .collect();
+    recovered.sort_unstable();
+    recovered.dedup();
+    eprintln!("RTT {rtt} ms, history {ms} ms: lost {gap:?}, recovered {recovered:?}");
+    (ms, rtt, gap, recovered)
+}
+
+/// (11b) A subscriber's resendable history fits its round trip: with a
+/// 40 ms RTT it is a second or a little more (ten round trips and a margin,
+/// at least 1 s), so after a 1.5 s outage of its downlink its NACKs get
+/// back what it lost within that history and nothing older. (With str0m's
+/// 3 s for everyone, the resends would start at the oldest packet lost.)
+#[test]
+fn sim_a_short_round_trip_keeps_a_second_of_resendable_history() {
+    let (ms, rtt, gap, recovered) = downlink_outage(111, 20 * MS);
+    assert!(
+        (1000..1400).contains(&ms),
+        "history {ms} ms at RTT {rtt} ms"
+    );
+    let lost = gap.end - gap.start;
+    assert!(lost > 40, "the outage took {lost} packets");
+    assert!(!recovered.is_empty(), "nothing resent");
+    // The NACK reaches the server about 40 ms after the outage ends (the
+    // first new packet's way down, the NACK's way up); the packets sent
+    // more than the history before that, at the gap's steady rate, are
+    // gone. Three packets (50 ms) of slack for the rate's unevenness.
+    let reach = Duration::from_millis(ms).saturating_sub(40 * MS);
+    let gone = OUTAGE.saturating_sub(reach).as_secs_f64() / OUTAGE.as_secs_f64();
+    let oldest_kept = gap.start + (gone * lost as f64) as u64;
+    assert!(
+        oldest_kept >= gap.start + 6,
+        "the outage is too short to show the history's end ({oldest_kept})"
+    );
+    assert!(
+        recovered.iter().all(|&q| q + 3 >= oldest_kept),
+        "resent from beyond the {ms} ms history: {recovered:?}, first kept {oldest_kept}"
+    );
+}
+
+/// (11c) The same outage for a subscriber 150 ms away (RTT about 300 ms):
+/// its history is about 3 s, and its NACKs get back packets lost more than
+/// a second before them, which the 40 ms subscriber's history does not
+/// hold. (How many come back is up to the receiver: str0m asks for at most
+/// the last 100 sequence numbers, and a retry a round trip later finds the
+/// oldest out of that window.)
+#[test]
+fn sim_a_long_round_trip_keeps_a_longer_resendable_history() {
+    let (ms, rtt, gap, recovered) = downlink_outage(112, 150 * MS);
+    assert!(
+        (2500..=3000).contains(&ms),
+        "history {ms} ms at RTT {rtt} ms"
+    );
+    let lost = gap.end - gap.start;
+    assert!(lost > 40, "the outage took {lost} packets");
+    let over_a_second_old = gap.start + lost / 3;
+    assert!(
+        recovered.iter().any(|&q| q < over_a_second_old),
+        "nothing older than a second came back: {recovered:?}"
+    );
+}
+
 /// (12) A late joiner: it gets a keyframe at once (not at the publisher's
 /// next periodic one), the roster with everyone, and the others learn of it.
 #[test]

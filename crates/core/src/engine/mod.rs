@@ -715,7 +715,14 @@ impl Engine {
             Event::MediaAdded(m) => self.on_media_added(now, id, m),
             ev @ (Event::PeerStats(_)
             | Event::MediaIngressStats(_)
-            | Event::MediaEgressStats(_)) => self.on_stats(id, ev),
+            | Event::MediaEgressStats(_)) => {
+                if let Event::PeerStats(st) = &ev
+                    && let Some(p) = self.participants.get_mut(&id)
+                {
+                    p.fit_rtx_history(st.rtt);
+                }
+                self.on_stats(id, ev);
+            }
             _ => {}
         }
     }

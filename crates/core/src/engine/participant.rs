@@ -6,7 +6,7 @@
 //! room view), know its addresses ([`super::demux`]) or its deadlines
 //! ([`super::timers`]).
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use str0m::Rtc;
 use str0m::channel::ChannelId;
@@ -92,6 +92,36 @@ pub(super) struct Participant {
     /// Last cumulative NACK counts per (mid, egress?), to turn str0m's
     /// cumulative per-stream figures into shard counter deltas.
     nack_seen: Vec<(Mid, bool, u64)>,
+    /// How long its slots' sent packets stay resendable
+    /// ([`rtx_history_for`], applied by [`Participant::fit_rtx_history`]).
+    rtx_history: Duration,
+}
+
+/// str0m's RTX history (3 s), kept while a subscriber's round-trip time is
+/// unknown, and the most a long one gets.
+pub(super) const RTX_HISTORY_MAX: Duration = Duration::from_secs(3);
+/// The least history any subscriber gets.
+pub(super) const RTX_HISTORY_MIN: Duration = Duration::from_secs(1);
+
+/// How long a subscriber's sent packets stay resendable, from its round-trip
+/// time. A receiver asks again for a packet still missing about once per
+/// round trip, up to ten times (libwebrtc's NACK module), so the history
+/// covers ten round trips and a margin for reordering and the receiver's
+/// first wait; never less than [`RTX_HISTORY_MIN`], never more than str0m's
+/// default [`RTX_HISTORY_MAX`], which also stands until a first RTT is known
+/// ([`Participant::fit_rtx_history`] keeps its last fit when it lapses).
+/// What this saves is memory: every payload a subscriber was sent stays
+/// referenced until its history lets go of it (at 70 rooms of 4 on
+/// loopback, 1 s instead of 3 s took the server from 323 to 197 MiB
+/// resident; docs/benchmarks.md).
+pub(super) fn rtx_history_for(rtt: Option<Duration>) -> Duration {
+    match rtt {
+        Some(rtt) => rtt
+            .saturating_mul(10)
+            .saturating_add(Duration::from_millis(200))
+            .clamp(RTX_HISTORY_MIN, RTX_HISTORY_MAX),
+        None => RTX_HISTORY_MAX,
+    }
 }
 
 impl Participant {
@@ -126,6 +156,7 @@ impl Participant {
                 ..Default::default()
             },
             nack_seen: Vec::new(),
+            rtx_history: RTX_HISTORY_MAX,
         };
         let _ = p.add_lines(tracks, slots);
         p
@@ -153,12 +184,42 @@ impl Participant {
         // padding are still paced. str0m also caps each stream's
         // retransmissions at 15 % of what it sends (its RTX cache default):
         // the per-subscriber NACK budget.
+        // Its RTX history as fitted so far ([`Self::fit_rtx_history`]), for
+        // slots this negotiation added.
         let mut api = self.rtc.direct_api();
         for s in &self.slots {
             if let Some(tx) = api.stream_tx_by_mid(s.mid, None) {
                 tx.set_unpaced(true);
+                tx.set_rtx_max_age(self.rtx_history);
             }
         }
+    }
+
+    /// Fits how long its slots keep sent packets for resends to its latest
+    /// round-trip time ([`rtx_history_for`]); a change under 100 ms is left.
+    /// What is held stays (str0m evicts by the new age at the next send).
+    /// An unknown RTT keeps the last fit: str0m's TWCC round trip lapses
+    /// while its downlink is out, exactly when its NACKs will come.
+    pub(super) fn fit_rtx_history(&mut self, rtt: Option<Duration>) {
+        let Some(rtt) = rtt else {
+            return;
+        };
+        let age = rtx_history_for(Some(rtt));
+        if age.abs_diff(self.rtx_history) < Duration::from_millis(100) {
+            return;
+        }
+        self.rtx_history = age;
+        let mut api = self.rtc.direct_api();
+        for s in &self.slots {
+            if let Some(tx) = api.stream_tx_by_mid(s.mid, None) {
+                tx.set_rtx_max_age(age);
+            }
+        }
+    }
+
+    /// How long its slots keep sent packets for resends.
+    pub(super) fn rtx_history(&self) -> Duration {
+        self.rtx_history
     }
 
     /// Whether an SSRC was already seen on one of its tracks.
@@ -276,5 +337,22 @@ impl Participant {
                 total
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_rtx_history_is_ten_round_trips_and_a_margin_within_one_to_three_seconds() {
+        let ms = Duration::from_millis;
+        assert_eq!(rtx_history_for(None), RTX_HISTORY_MAX);
+        assert_eq!(rtx_history_for(Some(ms(0))), RTX_HISTORY_MIN);
+        assert_eq!(rtx_history_for(Some(ms(50))), RTX_HISTORY_MIN);
+        assert_eq!(rtx_history_for(Some(ms(150))), ms(1700));
+        assert_eq!(rtx_history_for(Some(ms(250))), ms(2700));
+        assert_eq!(rtx_history_for(Some(ms(400))), RTX_HISTORY_MAX);
+        assert_eq!(rtx_history_for(Some(Duration::MAX)), RTX_HISTORY_MAX);
     }
 }

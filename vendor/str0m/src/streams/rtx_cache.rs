@@ -38,6 +38,12 @@ impl RtxCache {
         self.remove_old_packets(now);
     }
 
+    /// How long sent packets stay resendable, keeping those held.
+    /// corelay patch (PATCHES.md, 11).
+    pub fn set_max_age(&mut self, max_age: Duration) {
+        self.packet_by_seq_no.set_max_age(max_age);
+    }
+
     pub fn last_cached_seq_no(&self) -> Option<SeqNo> {
         Some(self.packet_by_seq_no.last_position()?.into())
     }

@@ -253,6 +253,17 @@ impl<T> EvictingBuffer<T> {
         self.get(last)
     }
 
+    /// Keep entries for `max_age` from now on, without dropping what is
+    /// held: a shorter age evicts the older entries at the next eviction, a
+    /// longer one keeps entries longer from now. Zero would make the buffer
+    /// inert, and is ignored. corelay patch (PATCHES.md, 11).
+    pub fn set_max_age(&mut self, max_age: Duration) {
+        if max_age.is_zero() {
+            return;
+        }
+        self.max_age = max_age;
+    }
+
     pub fn clear(&mut self) {
         for i in 0..self.buf.len() {
             self.buf[i] = None;
@@ -266,6 +277,34 @@ impl<T> EvictingBuffer<T> {
 #[cfg(test)]
 mod test {
     use super::*;
+
+    /// corelay patch (PATCHES.md, 11).
+    #[test]
+    fn a_new_max_age_keeps_what_is_held_and_evicts_by_it() {
+        let mut buf = EvictingBuffer::new(4, Duration::from_secs(3), 100);
+        let now = Instant::now();
+        for i in 0..10u64 {
+            buf.push(i, now + Duration::from_millis(200 * i), i);
+        }
+        // Shorter: nothing goes before the next eviction, then what is
+        // older than the new age does.
+        buf.set_max_age(Duration::from_secs(1));
+        assert_eq!(buf.get(0), Some(&0));
+        buf.maybe_evict(now + Duration::from_millis(1900));
+        assert_eq!(buf.get(4), None);
+        assert_eq!(buf.get(5), Some(&5));
+        assert_eq!(buf.get(9), Some(&9));
+        // Longer: what is held stays past the old age.
+        buf.set_max_age(Duration::from_secs(3));
+        buf.maybe_evict(now + Duration::from_millis(3500));
+        assert_eq!(buf.get(5), Some(&5));
+        buf.maybe_evict(now + Duration::from_millis(4100));
+        assert_eq!(buf.get(5), None);
+        assert_eq!(buf.get(6), Some(&6));
+        // Zero is ignored (it would make the buffer inert).
+        buf.set_max_age(Duration::ZERO);
+        assert_eq!(buf.get(6), Some(&6));
+    }
 
     #[test]
     fn push_and_get() {

@@ -446,6 +446,16 @@ impl StreamTx {
             .map(|info| info as &dyn StreamTxQueueInfo)
     }
 
+    /// Change how long sent packets stay in the RTX cache (how old a NACK
+    /// it can answer) without emptying it, unlike
+    /// [`set_rtx_cache`](Self::set_rtx_cache): a shorter age evicts the older
+    /// packets at the next send, a longer one keeps packets longer from now
+    /// on. Zero is ignored. corelay patch (PATCHES.md, 11): an SFU fits the
+    /// history to each subscriber's round-trip time.
+    pub fn set_rtx_max_age(&mut self, max_age: Duration) {
+        self.rtx_cache.set_max_age(max_age);
+    }
+
     /// Configure the RTX (resend) cache.
     ///
     /// This determines how old incoming NACKs we can reply to.
