@@ -1229,9 +1229,20 @@ impl TwccSendRegister {
 
         // The queue is in seq order: find the report's first record by
         // binary search rather than walking every older record.
-        let Ok(first_index) = self.queue.binary_search_by_key(&first_seq_no, |r| r.seq()) else {
-            // Old report for which we no longer have any send records.
-            return None;
+        // corelay patch (PATCHES.md, 10): records are registered one
+        // sequence number after another, so the offset from the queue's
+        // head is the record's index; the search only where it is not.
+        let direct = (*first_seq_no)
+            .checked_sub(*head_seq)
+            .and_then(|d| usize::try_from(d).ok())
+            .filter(|&i| self.queue.get(i).is_some_and(|r| r.seq() == first_seq_no));
+        let first_index = match direct {
+            Some(i) => i,
+            None => match self.queue.binary_search_by_key(&first_seq_no, |r| r.seq()) {
+                Ok(i) => i,
+                // Old report for which we no longer have any send records.
+                Err(_) => return None,
+            },
         };
         let mut iter2 = self.queue.range_mut(first_index..);
         let first_record = iter2.next()?;
@@ -2279,6 +2290,28 @@ mod test {
         assert_eq!(
             iter.map(|r| *r.seq()).collect::<Vec<_>>(),
             (990..998).collect::<Vec<_>>()
+        );
+    }
+
+    /// corelay patch (PATCHES.md, 10): with a hole in the registered
+    /// sequence numbers the offset from the head is not the index; the
+    /// search still finds the report's first record.
+    #[test]
+    fn test_twcc_send_register_report_after_a_hole_in_the_queue() {
+        let mut reg = TwccSendRegister::new(1000);
+        let mut now = Instant::now();
+        for i in (0..100).chain(200..300) {
+            reg.register_seq(TwccPacketId::new(i), now, 0);
+            now = now + Duration::from_micros(15);
+        }
+
+        let iter = reg
+            .apply_report(received(250, 8), now)
+            .expect("apply_report to return Some(_)");
+
+        assert_eq!(
+            iter.map(|r| *r.seq()).collect::<Vec<_>>(),
+            (250..258).collect::<Vec<_>>()
         );
     }
 
