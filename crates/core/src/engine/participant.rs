@@ -1,6 +1,7 @@
 //! One participant on a shard: its str0m `Rtc`, the tracks it publishes, its
-//! receive slots, its data channel, its request budget, its figures, and
-//! what its connection did (for the report if it has to leave).
+//! receive slots, its data channel, its request budget, its figures, how
+//! long what it is sent stays resendable, and what its connection did (for
+//! the report if it has to leave).
 //!
 //! Must not: decide what goes in a slot ([`super::policy`] does, from the
 //! room view), know its addresses ([`super::demux`]) or its deadlines
@@ -97,8 +98,8 @@ pub(super) struct Participant {
     rtx_history: Duration,
 }
 
-/// str0m's RTX history (3 s), kept while a subscriber's round-trip time is
-/// unknown, and the most a long one gets.
+/// str0m's RTX history (3 s), kept until a subscriber's first round-trip
+/// time is known, and the most a long one gets.
 pub(super) const RTX_HISTORY_MAX: Duration = Duration::from_secs(3);
 /// The least history any subscriber gets.
 pub(super) const RTX_HISTORY_MIN: Duration = Duration::from_secs(1);
@@ -183,9 +184,8 @@ impl Participant {
         // which is what keeps a slow downlink from queueing; probes and
         // padding are still paced. str0m also caps each stream's
         // retransmissions at 15 % of what it sends (its RTX cache default):
-        // the per-subscriber NACK budget.
-        // Its RTX history as fitted so far ([`Self::fit_rtx_history`]), for
-        // slots this negotiation added.
+        // the per-subscriber NACK budget. Slots this negotiation added get
+        // the RTX history as fitted so far ([`Self::fit_rtx_history`]).
         let mut api = self.rtc.direct_api();
         for s in &self.slots {
             if let Some(tx) = api.stream_tx_by_mid(s.mid, None) {
