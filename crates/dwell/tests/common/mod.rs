@@ -157,6 +157,12 @@ impl Tracer {
         })
     }
 
+    /// The tracer's own counters since it started (`events_total` of its
+    /// last line): reads its program saw, FIFO and stats-map failures.
+    pub fn events_total(&self) -> Option<&Value> {
+        self.json.last().map(|v| &v["events_total"])
+    }
+
     /// Sum over intervals of the per-interval counts of `port`.
     pub fn interval_count_sum(&self, port: u16) -> u64 {
         self.json
