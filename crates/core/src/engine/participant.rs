@@ -115,14 +115,10 @@ pub(super) const RTX_HISTORY_MIN: Duration = Duration::from_secs(1);
 /// referenced until its history lets go of it (at 70 rooms of 4 on
 /// loopback, 1 s instead of 3 s took the server from 323 to 197 MiB
 /// resident; docs/benchmarks.md).
-pub(super) fn rtx_history_for(rtt: Option<Duration>) -> Duration {
-    match rtt {
-        Some(rtt) => rtt
-            .saturating_mul(10)
-            .saturating_add(Duration::from_millis(200))
-            .clamp(RTX_HISTORY_MIN, RTX_HISTORY_MAX),
-        None => RTX_HISTORY_MAX,
-    }
+pub(super) fn rtx_history_for(rtt: Duration) -> Duration {
+    rtt.saturating_mul(10)
+        .saturating_add(Duration::from_millis(200))
+        .clamp(RTX_HISTORY_MIN, RTX_HISTORY_MAX)
 }
 
 impl Participant {
@@ -204,7 +200,7 @@ impl Participant {
         let Some(rtt) = rtt else {
             return;
         };
-        let age = rtx_history_for(Some(rtt));
+        let age = rtx_history_for(rtt);
         if age.abs_diff(self.rtx_history) < Duration::from_millis(100) {
             return;
         }
@@ -347,12 +343,35 @@ mod tests {
     #[test]
     fn the_rtx_history_is_ten_round_trips_and_a_margin_within_one_to_three_seconds() {
         let ms = Duration::from_millis;
-        assert_eq!(rtx_history_for(None), RTX_HISTORY_MAX);
-        assert_eq!(rtx_history_for(Some(ms(0))), RTX_HISTORY_MIN);
-        assert_eq!(rtx_history_for(Some(ms(50))), RTX_HISTORY_MIN);
-        assert_eq!(rtx_history_for(Some(ms(150))), ms(1700));
-        assert_eq!(rtx_history_for(Some(ms(250))), ms(2700));
-        assert_eq!(rtx_history_for(Some(ms(400))), RTX_HISTORY_MAX);
-        assert_eq!(rtx_history_for(Some(Duration::MAX)), RTX_HISTORY_MAX);
+        assert_eq!(rtx_history_for(ms(0)), RTX_HISTORY_MIN);
+        assert_eq!(rtx_history_for(ms(50)), RTX_HISTORY_MIN);
+        assert_eq!(rtx_history_for(ms(150)), ms(1700));
+        assert_eq!(rtx_history_for(ms(250)), ms(2700));
+        assert_eq!(rtx_history_for(ms(400)), RTX_HISTORY_MAX);
+        assert_eq!(rtx_history_for(Duration::MAX), RTX_HISTORY_MAX);
+    }
+
+    #[test]
+    fn an_unknown_rtt_leaves_3_s_at_first_and_the_last_fit_after() {
+        let ms = Duration::from_millis;
+        let mut p = Participant::new(
+            ParticipantId(1),
+            RoomId(1),
+            "p".into(),
+            Rtc::new(std::time::Instant::now()),
+            &[],
+            &[],
+        );
+        p.fit_rtx_history(None);
+        assert_eq!(p.rtx_history(), RTX_HISTORY_MAX);
+        p.fit_rtx_history(Some(ms(150)));
+        assert_eq!(p.rtx_history(), ms(1700));
+        // Under 100 ms of change is left.
+        p.fit_rtx_history(Some(ms(155)));
+        assert_eq!(p.rtx_history(), ms(1700));
+        p.fit_rtx_history(None);
+        assert_eq!(p.rtx_history(), ms(1700));
+        p.fit_rtx_history(Some(ms(20)));
+        assert_eq!(p.rtx_history(), RTX_HISTORY_MIN);
     }
 }
