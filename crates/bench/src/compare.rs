@@ -60,6 +60,12 @@ struct Group {
     outages: u64,
     client_bound: u64,
     joined: Vec<f64>,
+    /// Seconds of the windows with and without a load-client send slip, and
+    /// the largest e2e latency in those without (report::tail_and_slips;
+    /// `None` until a run has the figure).
+    slipped_secs: u64,
+    on_time_secs: u64,
+    on_time_max_ms: Option<f64>,
 }
 
 fn new_hist() -> Result<Histogram<u64>, String> {
@@ -112,6 +118,9 @@ fn load_group(label: &str, dirs: &[PathBuf]) -> Result<Group, String> {
         outages: 0,
         client_bound: 0,
         joined: Vec::new(),
+        slipped_secs: 0,
+        on_time_secs: 0,
+        on_time_max_ms: None,
     };
     for d in dirs {
         let text = std::fs::read_to_string(d.join("summary.json"))
@@ -141,6 +150,16 @@ fn load_group(label: &str, dirs: &[PathBuf]) -> Result<Group, String> {
         g.outages += s["outages"].as_array().map_or(0, |a| a.len() as u64);
         if s["client_bound"].as_bool() == Some(true) {
             g.client_bound += 1;
+        }
+        let ts = &s["tail_and_slips"];
+        if let (Some(slipped), Some(on_time), Some(max)) = (
+            ts["seconds_with_slips"].as_u64(),
+            ts["seconds_on_time"].as_u64(),
+            f(&ts["e2e_max_ms_on_time"]),
+        ) {
+            g.slipped_secs += slipped;
+            g.on_time_secs += on_time;
+            g.on_time_max_ms = Some(g.on_time_max_ms.map_or(max, |m| m.max(max)));
         }
         g.e2e
             .add(read_hist(&d.join(E2E_HIST))?)
@@ -244,6 +263,9 @@ pub fn compare(runs: &[String], out: &Path, title: &str) -> Result<String, Strin
                 "p9999": pct(&g.rtt, 0.9999), "max": pct(&g.rtt, 1.0),
             },
             "frame_loss_ratio": mean(&g.frame_loss),
+            "seconds_with_slips": g.slipped_secs,
+            "seconds_on_time": g.on_time_secs,
+            "e2e_max_ms_on_time": g.on_time_max_ms,
             "floor_ratio": us.zip(floor).map(|(a, b)| a / b),
             "outages": g.outages,
             "ratio_to_baseline": {
@@ -259,6 +281,25 @@ pub fn compare(runs: &[String], out: &Path, title: &str) -> Result<String, Strin
             t,
             "\nThe host's floor (corelay-bench floor: recvmmsg, SRTP decrypt, per copy SRTP encrypt + sendmmsg, no WebRTC logic): {fl:.2} µs per forwarded packet, mean of {} measurements in this run; `× floor` is each server's cost over it.",
             floor_all.len()
+        );
+    }
+    let stalls: Vec<String> = gs
+        .iter()
+        .filter_map(|g| {
+            let max = g.on_time_max_ms?;
+            Some(format!(
+                "{} {} of {} s, {max:.2} ms",
+                g.label,
+                g.slipped_secs,
+                g.slipped_secs + g.on_time_secs
+            ))
+        })
+        .collect();
+    if !stalls.is_empty() {
+        let _ = writeln!(
+            t,
+            "\nLoad-client stalls: the seconds of the windows in which it sent a frame more than 5 ms late (it then sends what it owes in one burst, which queues in the server), and the largest e2e latency in the other seconds: {}.",
+            stalls.join("; ")
         );
     }
     let _ = writeln!(
@@ -322,6 +363,14 @@ mod tests {
             "participants": {"joined": 8},
             "outages": [],
             "client_bound": false,
+            // One second in ten with a client stall; the others' largest e2e
+            // is the run's largest latency.
+            "tail_and_slips": {
+                "seconds_with_slips": 1,
+                "seconds_on_time": 9,
+                "e2e_max_ms_on_time": lat_ms.iter().max().copied().unwrap_or(0) as f64,
+                "e2e_max_ms_with_slips": 50.0,
+            },
         });
         std::fs::write(d.join("summary.json"), s.to_string()).unwrap();
         let mut h = new_hist().unwrap();
@@ -360,6 +409,13 @@ mod tests {
         assert!(t.contains("| ws | 1 |"), "{t}");
         let fr = s[0]["floor_ratio"].as_f64().unwrap();
         assert!((fr - 11.0 / 5.0).abs() < 1e-9, "{fr}");
+        // Stalls add up over repeats; the on-time maximum is the largest.
+        assert!(
+            t.contains("tpc 2 of 20 s, 2.00 ms; ws 1 of 10 s, 4.00 ms."),
+            "{t}"
+        );
+        assert_eq!(s[0]["seconds_with_slips"], 2);
+        assert_eq!(s[0]["e2e_max_ms_on_time"], 2.0);
         let svg = std::fs::read_to_string(out.join("e2e_latency_percentiles.svg")).unwrap();
         assert!(svg.contains("tpc") && svg.contains("ws"));
         let _ = std::fs::remove_dir_all(&root);

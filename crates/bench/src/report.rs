@@ -85,7 +85,7 @@ pub fn cpu_between(samples: &[Sample], from: f64, to: f64) -> CpuFigures {
 }
 
 /// One row of the time series.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct Row {
     /// Second since start.
     pub second: u64,
@@ -175,6 +175,31 @@ pub fn rows(o: &Outcome) -> Vec<Row> {
         });
     }
     out
+}
+
+/// The window's seconds split by whether the load client sent a frame more
+/// than 5 ms late in them (a send-schedule slip), with the largest e2e
+/// latency of each group. A client that stalls sends the frames it owes in
+/// one burst, which queues in the server: a tail that only the slipped
+/// seconds have comes with the client's stalls; one that the on-time seconds
+/// have too is the server's own.
+pub fn tail_and_slips(rows: &[Row], from: u64, to: u64) -> Value {
+    let (mut on_time, mut slipped) = ((0u64, 0.0f64), (0u64, 0.0f64));
+    for r in rows.iter().filter(|r| (from..to).contains(&r.second)) {
+        let group = if r.slips > 0 {
+            &mut slipped
+        } else {
+            &mut on_time
+        };
+        group.0 += 1;
+        group.1 = group.1.max(r.e2e_max_ms);
+    }
+    json!({
+        "seconds_on_time": on_time.0,
+        "seconds_with_slips": slipped.0,
+        "e2e_max_ms_on_time": on_time.1,
+        "e2e_max_ms_with_slips": slipped.1,
+    })
 }
 
 /// A pair that received nothing for longer than this inside the measurement
@@ -486,6 +511,7 @@ pub fn summary(o: &Outcome, config: Value, video_slots: usize) -> Value {
         "client_to_server_ratio": client_to_server,
         "send_slips": slips,
         "max_slip_us": w.max_slip_us,
+        "tail_and_slips": tail_and_slips(&rows(o), from, to),
         "load_average_1m": {
             "window_start": sample_at(&o.samples, from as f64).and_then(|s| s.loadavg),
             "window_end": sample_at(&o.samples, to as f64).and_then(|s| s.loadavg),
@@ -679,6 +705,18 @@ pub fn table(s: &Value) -> String {
             t,
             "pairs: {}/{} publisher->subscriber pairs received frames throughout the window",
             pr["ok"], pr["expected"]
+        );
+    }
+    let ts = &s["tail_and_slips"];
+    if ts["seconds_with_slips"].as_u64().unwrap_or(0) > 0 {
+        let _ = writeln!(
+            t,
+            "client stalls: {} of {} s had a send slip; largest e2e {:.2} ms in the others, {:.2} ms in those (a stalled client sends what it owes in one burst)",
+            ts["seconds_with_slips"],
+            ts["seconds_with_slips"].as_u64().unwrap_or(0)
+                + ts["seconds_on_time"].as_u64().unwrap_or(0),
+            ts["e2e_max_ms_on_time"].as_f64().unwrap_or(0.0),
+            ts["e2e_max_ms_with_slips"].as_f64().unwrap_or(0.0)
         );
     }
     if let Some(list) = s["outages"].as_array().filter(|l| !l.is_empty()) {
@@ -948,5 +986,34 @@ mod outage_tests {
             outages_in(&[(6 * S, 20 * S)], 2 * S, 20 * S),
             vec![(2 * S, 6 * S)]
         );
+    }
+
+    fn row(second: u64, e2e_max_ms: f64, slips: u64) -> Row {
+        Row {
+            second,
+            e2e_max_ms,
+            slips,
+            ..Row::default()
+        }
+    }
+
+    #[test]
+    fn the_tail_is_split_by_the_seconds_the_client_slipped() {
+        let rows = [
+            row(0, 50.0, 9), // before the window: ignored
+            row(1, 1.5, 0),
+            row(2, 9.0, 3),
+            row(3, 2.5, 0),
+            row(4, 4.0, 1),
+            row(5, 80.0, 0), // the window's end is exclusive
+        ];
+        let t = tail_and_slips(&rows, 1, 5);
+        assert_eq!(t["seconds_on_time"], 2);
+        assert_eq!(t["seconds_with_slips"], 2);
+        assert_eq!(t["e2e_max_ms_on_time"], 2.5);
+        assert_eq!(t["e2e_max_ms_with_slips"], 9.0);
+        let t = tail_and_slips(&rows, 1, 2);
+        assert_eq!(t["seconds_with_slips"], 0);
+        assert_eq!(t["e2e_max_ms_with_slips"], 0.0);
     }
 }
