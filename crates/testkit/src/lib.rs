@@ -155,8 +155,30 @@ impl Server {
     /// `$CORELAY_TEST_LOG` (default `warn`); the log goes to stderr and is
     /// kept ([`Server::log`]). The runtime is [`test_runtime`]'s unless
     /// `extra` names one.
+    ///
+    /// The ports are probed, then released for corelay to bind, so another
+    /// test (or an outgoing connection) can take one in between: when
+    /// corelay exits on start with "Address already in use", this starts it
+    /// again on new ports, up to three times.
     pub fn start(bin: impl AsRef<Path>, shards: usize, extra: &[&str]) -> Server {
         let bin = bin.as_ref();
+        let mut attempt = 1;
+        loop {
+            match Self::try_start(bin, shards, extra) {
+                Ok(s) => return s,
+                Err(log) if attempt < 3 && log.contains("Address already in use") => {
+                    say(&format!(
+                        "testkit: a probed port was taken before corelay bound it (attempt {attempt}); new ports"
+                    ));
+                    attempt += 1;
+                }
+                Err(log) => panic!("{log}"),
+            }
+        }
+    }
+
+    /// One start; `Err` is what to report when corelay exited on start.
+    fn try_start(bin: &Path, shards: usize, extra: &[&str]) -> Result<Server, String> {
         let http = format!("127.0.0.1:{}", free_tcp_port());
         let metrics = format!("127.0.0.1:{}", free_tcp_port());
         let udp_base = free_udp_ports(shards);
@@ -202,12 +224,17 @@ impl Server {
         let deadline = Instant::now() + START_TIMEOUT;
         while ureq::get(&s.url("/healthz")).call().is_err() {
             if let Ok(Some(st)) = s.child.try_wait() {
-                panic!("corelay exited with {st} on start:\n{}", s.log().join("\n"));
+                // The reader thread may still be taking the last lines.
+                std::thread::sleep(Duration::from_millis(50));
+                return Err(format!(
+                    "corelay exited with {st} on start:\n{}",
+                    s.log().join("\n")
+                ));
             }
             assert!(Instant::now() < deadline, "corelay did not come up");
             std::thread::sleep(Duration::from_millis(20));
         }
-        s
+        Ok(s)
     }
 
     pub fn pid(&self) -> u32 {
