@@ -305,8 +305,9 @@ pub fn pairs(o: &Outcome, video_slots: usize) -> Value {
     })
 }
 
-/// Everything, as the summary.json value.
-pub fn summary(o: &Outcome, config: Value, video_slots: usize) -> Value {
+/// Everything, as the summary.json value; `rows` is [`rows`]'s time
+/// series of the same outcome (for the tail split).
+pub fn summary(o: &Outcome, rows: &[Row], config: Value, video_slots: usize) -> Value {
     let (from, to) = o.window;
     let w = o.series.window(from, to);
     let all = o.series.window(0, u64::MAX);
@@ -511,7 +512,7 @@ pub fn summary(o: &Outcome, config: Value, video_slots: usize) -> Value {
         "client_to_server_ratio": client_to_server,
         "send_slips": slips,
         "max_slip_us": w.max_slip_us,
-        "tail_and_slips": tail_and_slips(&rows(o), from, to),
+        "tail_and_slips": tail_and_slips(rows, from, to),
         "load_average_1m": {
             "window_start": sample_at(&o.samples, from as f64).and_then(|s| s.loadavg),
             "window_end": sample_at(&o.samples, to as f64).and_then(|s| s.loadavg),
@@ -765,7 +766,8 @@ pub fn write_all(
     video_slots: usize,
 ) -> Result<Value, String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let s = summary(o, config, video_slots);
+    let rs = rows(o);
+    let s = summary(o, &rs, config, video_slots);
     let w = |name: &str, body: &str| -> Result<(), String> {
         std::fs::write(dir.join(name), body)
             .map_err(|e| format!("{}: {e}", dir.join(name).display()))
@@ -774,7 +776,6 @@ pub fn write_all(
         "summary.json",
         &serde_json::to_string_pretty(&s).map_err(|e| e.to_string())?,
     )?;
-    let rs = rows(o);
     let mut csv = String::from(
         "second,active,rx_video_pps,rx_audio_pps,tx_pps,video_frames,e2e_p50_ms,e2e_p90_ms,e2e_p99_ms,e2e_max_ms,rtt_p50_ms,rtt_p99_ms,server_cpu,client_cpu,server_fwd_pps,slips,corrupt\n",
     );
