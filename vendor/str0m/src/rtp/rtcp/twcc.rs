@@ -1227,11 +1227,11 @@ impl TwccSendRegister {
             .skip_while(|(seq, _, _)| seq < &head_seq);
         let (first_seq_no, _, first_instant) = iter.next()?;
 
-        // The queue is in seq order: find the report's first record by
-        // binary search rather than walking every older record.
-        // corelay patch (PATCHES.md, 10): records are registered one
-        // sequence number after another, so the offset from the queue's
-        // head is the record's index; the search only where it is not.
+        // The queue is in seq order: find the report's first record without
+        // walking every older record. corelay patch (PATCHES.md, 10):
+        // records are registered one sequence number after another, so the
+        // offset from the queue's head is the record's index; a binary
+        // search only where it is not.
         let direct = (*first_seq_no)
             .checked_sub(*head_seq)
             .and_then(|d| usize::try_from(d).ok())
