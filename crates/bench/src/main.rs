@@ -119,6 +119,12 @@ struct CommonArgs {
     /// Share of subscribers behind --downlink-limit (0..1; every k-th by join order).
     #[arg(long, global = true, default_value_t = 0.5)]
     limited_share: f64,
+    /// Send and receive media through str0m's streams for the whole run,
+    /// instead of the participants' own media path once connected (see
+    /// corelay_client::fastpath): about twice the client CPU per packet,
+    /// and NACKs for lost packets.
+    #[arg(long, global = true)]
+    str0m_media: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -338,6 +344,7 @@ fn main() {
             .filter(|s| !s.is_empty())
             .map(|s| s.as_bytes().to_vec()),
         layers,
+        own_media_path: !c.str0m_media,
     };
     let code = match cli.cmd {
         Cmd::Packetize(a) => packetize(&a),

@@ -334,6 +334,7 @@ pub fn summary(o: &Outcome, rows: &[Row], config: Value, video_slots: usize) -> 
     let mut ts_back = 0u64;
     let mut keyframe_requests = 0u64;
     let mut slips = 0u64;
+    let mut own_path = 0u64;
     let mut frames_rx_video = 0u64;
     let mut frames_rx_audio = 0u64;
     let mut not_connected = 0u64;
@@ -342,6 +343,7 @@ pub fn summary(o: &Outcome, rows: &[Row], config: Value, video_slots: usize) -> 
         nacks += s.nacks_sent;
         keyframe_requests += s.keyframe_requests;
         slips += s.send_slips;
+        own_path += s.own_path_packets;
         if !s.connected {
             not_connected += 1;
         }
@@ -497,6 +499,7 @@ pub fn summary(o: &Outcome, rows: &[Row], config: Value, video_slots: usize) -> 
             "frame_loss_ratio": frame_loss_ratio,
             "nacks_sent": nacks,
             "keyframe_requests_received": keyframe_requests,
+            "own_path_packets": own_path,
         },
         "outages": pairs_v["outages"].clone(),
         "pairs": pairs_v,
@@ -696,8 +699,15 @@ pub fn table(s: &Value) -> String {
     ) {
         let _ = writeln!(
             t,
-            "cost: server {sv:.2} µs CPU per forwarded packet, client {cl:.2} µs per received packet (client/server {:.2})",
-            s["client_to_server_ratio"].as_f64().unwrap_or(0.0)
+            "cost: server {sv:.2} µs CPU per forwarded packet, client {cl:.2} µs per received packet (client/server {:.2}; {})",
+            s["client_to_server_ratio"].as_f64().unwrap_or(0.0),
+            match (r["own_path_packets"].as_u64(), r["packets"].as_u64()) {
+                (Some(own), Some(all)) if own > 0 && all > 0 => format!(
+                    "{:.1} % of packets on the client's own media path",
+                    own as f64 * 100.0 / all as f64
+                ),
+                _ => "media through str0m".to_string(),
+            }
         );
     }
     let pr = &s["pairs"];

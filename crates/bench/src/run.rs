@@ -67,6 +67,9 @@ pub struct Common {
     pub auth_secret: Option<Vec<u8>>,
     /// Simulcast and downlink-limit settings.
     pub layers: Layers,
+    /// Participants use their own media path once connected
+    /// ([`ParticipantConfig::own_media_path`]).
+    pub own_media_path: bool,
 }
 
 /// `--simulcast`, `--downlink-limit`, `--limited-share`.
@@ -486,6 +489,7 @@ pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String>
         cfg.keep_latency_samples = 0;
         cfg.seed = seed;
         cfg.tag = tag;
+        cfg.own_media_path = common.own_media_path;
         Box::new(cfg)
     };
 
@@ -526,6 +530,7 @@ pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String>
             cfg.keep_latency_samples = 0;
             cfg.seed = rng.u64(..);
             cfg.tag = jp.tag;
+            cfg.own_media_path = common.own_media_path;
             let driver = (jp.tag as usize) % drivers.len();
             let room_name = format!("bench-{run_id}-r{}", jp.room);
             let token = common.token(Some(&room_name), &jp.name, token_ttl);

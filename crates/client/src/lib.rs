@@ -29,6 +29,7 @@
 
 pub mod clock;
 pub mod driver;
+pub mod fastpath;
 pub mod janus;
 pub mod media;
 pub mod participant;

@@ -18,11 +18,12 @@ use str0m::format::Codec;
 use str0m::media::{Direction, MediaKind, Mid, Pt, Rid, Simulcast, SimulcastLayer};
 use str0m::net::{Protocol, Receive};
 use str0m::rtp::{
-    AbsCaptureTime, Extension, ExtensionMap, ExtensionValues, RtpPacket, RtpWrite, Ssrc,
+    AbsCaptureTime, Extension, ExtensionMap, ExtensionValues, RtpHeader, RtpPacket, RtpWrite, Ssrc,
 };
 use str0m::{Candidate, Event, IceConnectionState, Input, Output, Rtc};
 
 use crate::clock::{Clock, mono_to_system, system_to_mono};
+use crate::fastpath::{FastPath, Rx};
 use crate::media::{AUDIO_CLOCK, AudioSchedule, VIDEO_CLOCK, VideoSchedule, VideoSource};
 use crate::payload::{self, LAYER_NONE, PayloadCodec, Stamp};
 use crate::simulcast::{self, RIDS};
@@ -43,6 +44,10 @@ const ABS_CAPTURE_TOLERANCE_NS: u64 = 20_000;
 /// Cap on stored data-channel events / ICE RTT samples per participant.
 const MAX_EVENTS: usize = 100_000;
 const MAX_RTT_SAMPLES: usize = 100_000;
+/// Packets of a stream the own media path sends with mid (and rid): the
+/// server binds the SSRC from them (str0m stops once a receiver report
+/// comes back; the own path cannot see those).
+const BIND_PACKETS: u32 = 300;
 /// Schedule lateness that counts as a slip.
 const SLIP: Duration = Duration::from_millis(5);
 /// Further behind than this, the schedule jumps instead of bursting.
@@ -116,6 +121,11 @@ pub struct ParticipantConfig {
     /// How `now` becomes the nanoseconds in capture stamps, abs-capture-time,
     /// receive times and ICE RTTs ([`Clock::monotonic`] by default).
     pub clock: Clock,
+    /// Once connected, send and receive RTP media on the participant's own
+    /// path instead of str0m's streams ([`crate::fastpath`]): a fraction of
+    /// the CPU per packet, no NACKs for the streams it takes over. Off by
+    /// default; the load generator turns it on.
+    pub own_media_path: bool,
 }
 
 impl ParticipantConfig {
@@ -140,6 +150,7 @@ impl ParticipantConfig {
             seed: fastrand::u64(..),
             tag: 0,
             clock: Clock::monotonic(),
+            own_media_path: false,
         }
     }
 }
@@ -171,6 +182,11 @@ struct LayerTx {
     ts_base: u32,
     sched: VideoSchedule,
     force_key: bool,
+    /// Packets sent on the own media path (it attaches mid and rid to the
+    /// first [`BIND_PACKETS`], as str0m does until the receiver reports).
+    own_sent: u32,
+    /// str0m's SSRC for this encoding, once looked up.
+    ssrc: Option<Ssrc>,
     /// Sent (the SFU's `layers` message can pause it).
     active: bool,
 }
@@ -184,6 +200,8 @@ struct AudioTx {
     sched: AudioSchedule,
     start: Option<Instant>,
     next_at: Option<Instant>,
+    /// str0m's SSRC for the track, once looked up (own media path).
+    ssrc: Option<Ssrc>,
 }
 
 struct RxSlot {
@@ -258,6 +276,12 @@ pub struct Participant {
     sizes: Vec<usize>,
     buf: Vec<u8>,
     nacks: Vec<(Mid, u64)>,
+    /// The own media path, once connected, when the config asks for it.
+    fast: Option<Box<FastPath>>,
+    /// With the own media path: str0m's deadline from its last poll, while
+    /// nothing was handed to it since (every use of `rtc` but a poll
+    /// clears it). Until then polling str0m finds nothing to do.
+    rtc_idle_until: Option<Instant>,
 }
 
 fn ticks_to_dur(ticks: u64, clock: u32) -> Duration {
@@ -348,6 +372,8 @@ impl Participant {
                     sched: VideoSchedule::new(src.clone(), cfg.video_offset, rng.u64(..)),
                     force_key: true,
                     active: true,
+                    own_sent: 0,
+                    ssrc: None,
                 })
                 .collect();
             VideoTx {
@@ -370,6 +396,7 @@ impl Participant {
             sched: AudioSchedule::new(rng.u64(..)),
             start: None,
             next_at: None,
+            ssrc: None,
         });
 
         let mut snap = Snapshot {
@@ -410,6 +437,8 @@ impl Participant {
                 sizes: Vec::with_capacity(16),
                 buf: Vec::with_capacity(1500),
                 nacks: Vec::new(),
+                fast: None,
+                rtc_idle_until: None,
             },
             offer_sdp,
         ))
@@ -469,6 +498,8 @@ impl Participant {
                 sizes: Vec::with_capacity(16),
                 buf: Vec::with_capacity(1500),
                 nacks: Vec::new(),
+                fast: None,
+                rtc_idle_until: None,
             },
             answer.to_sdp_string(),
         ))
@@ -478,6 +509,7 @@ impl Participant {
     /// [`answer`](Self::answer)); returns the SDP answer. New m-lines become
     /// receive slots.
     pub fn accept_offer(&mut self, offer_sdp: &str) -> Result<String, String> {
+        self.rtc_idle_until = None;
         let offer = SdpOffer::from_sdp_string(offer_sdp)
             .map_err(|e| format!("unparsable SDP offer: {e}"))?;
         let answer = self
@@ -490,6 +522,7 @@ impl Participant {
 
     /// Apply the server's SDP answer.
     pub fn accept_answer(&mut self, answer_sdp: &str) -> Result<(), String> {
+        self.rtc_idle_until = None;
         let answer = SdpAnswer::from_sdp_string(answer_sdp)
             .map_err(|e| format!("unparsable SDP answer: {e}"))?;
         let pending = self.pending.take().ok_or("answer already applied")?;
@@ -633,6 +666,7 @@ impl Participant {
     /// decoder that lost its picture would). False if there is no such slot
     /// or nothing has arrived on it yet.
     pub fn request_keyframe(&mut self, slot_mid: &str) -> bool {
+        self.rtc_idle_until = None;
         let Some(mid) = self.slots.iter().find(|s| s.key == slot_mid).map(|s| s.mid) else {
             return false;
         };
@@ -650,6 +684,7 @@ impl Participant {
     /// the server's answer with [`accept_answer`](Self::accept_answer)).
     /// The new slots appear in the snapshot at once.
     pub fn add_slots(&mut self, video: usize, audio: usize) -> Result<String, String> {
+        self.rtc_idle_until = None;
         if self.pending.is_some() {
             return Err("an offer is already pending".into());
         }
@@ -675,6 +710,7 @@ impl Participant {
 
     /// Close the str0m instance (no more output but a final poll).
     pub fn close(&mut self) {
+        self.rtc_idle_until = None;
         self.rtc.disconnect();
         self.dead = true;
     }
@@ -694,6 +730,29 @@ impl Participant {
         if self.dead {
             return;
         }
+        // Only what comes from the server's address: anything else goes to
+        // str0m, which knows the ICE pair.
+        let from_server = self.remote == Some(source);
+        if let Some(mut fast) = self.fast.take_if(|_| from_server) {
+            let done = match fast.receive(data, now) {
+                Rx::NotOurs => false,
+                Rx::Dropped => {
+                    self.snap.bad_datagrams += 1;
+                    true
+                }
+                Rx::Padding => true,
+                Rx::Media(m) => {
+                    self.snap.own_path_packets += 1;
+                    self.on_media(m.slot, m.header, m.seq, m.payload, now, obs);
+                    true
+                }
+            };
+            self.fast = Some(fast);
+            if done {
+                return;
+            }
+        }
+        self.rtc_idle_until = None;
         let rx_ns = self.cfg.clock.ns(now);
         if let Some(rtt) = self.stun.on_recv(data, rx_ns) {
             let us = rtt / 1000;
@@ -726,7 +785,20 @@ impl Participant {
         if self.dead {
             return;
         }
-        if let Err(e) = self.rtc.handle_input(Input::Timeout(now)) {
+        if let Some(fast) = &mut self.fast {
+            if fast.receipts_due(now) {
+                fast.report_receipts(&mut self.rtc);
+                self.rtc_idle_until = None;
+            }
+        }
+        // With the own media path str0m is fed the time only when it asked
+        // for it or was handed something (its next poll then runs).
+        let rtc_due = self.rtc_idle_until.is_none_or(|d| now >= d)
+            || (!self.outbox.is_empty() && self.channel_open);
+        if rtc_due {
+            self.rtc_idle_until = None;
+        }
+        if rtc_due && let Err(e) = self.rtc.handle_input(Input::Timeout(now)) {
             let s = &mut self.snap;
             s.failed = Some(format!("timeout: {e}"));
             s.connected = false;
@@ -748,6 +820,18 @@ impl Participant {
         obs: &mut dyn Observer,
         transmit: &mut dyn FnMut(SocketAddr, &[u8]),
     ) -> Instant {
+        if let Some(fast) = &mut self.fast {
+            if let Some(dest) = self.remote {
+                for d in fast.drain_out() {
+                    transmit(dest, &d);
+                }
+            }
+            // Nothing was handed to str0m since it last said when it next
+            // wants the time: it has nothing to say before then.
+            if let Some(deadline) = self.rtc_idle_until {
+                return self.next_wake(deadline, now);
+            }
+        }
         // Bounded: str0m returns a Timeout after a finite amount of output;
         // the cap only guards against a bug turning this into a busy loop.
         for _ in 0..100_000 {
@@ -755,7 +839,12 @@ impl Participant {
                 return now + Duration::from_secs(3600);
             }
             match self.rtc.poll_output() {
-                Ok(Output::Timeout(t)) => return self.next_wake(t, now),
+                Ok(Output::Timeout(t)) => {
+                    if self.fast.is_some() {
+                        self.rtc_idle_until = Some(t);
+                    }
+                    return self.next_wake(t, now);
+                }
                 Ok(Output::Transmit(t)) => {
                     self.remote = Some(t.destination);
                     self.stun.on_send(&t.contents, self.cfg.clock.ns(now));
@@ -775,6 +864,12 @@ impl Participant {
     }
 
     fn next_wake(&self, rtc_timeout: Instant, now: Instant) -> Instant {
+        // The own media path's transport-wide receipts are due at str0m
+        // when its feedback would be.
+        let rtc_timeout = match self.fast.as_ref().and_then(|f| f.receipts_at()) {
+            Some(r) => rtc_timeout.min(r),
+            None => rtc_timeout,
+        };
         let media = if self.connected {
             let video = self.video.as_ref().and_then(|v| v.next_at);
             let audio = self.audio.as_ref().and_then(|a| a.next_at);
@@ -794,6 +889,9 @@ impl Participant {
             return;
         }
         let Some(id) = self.channel else { return };
+        if !self.outbox.is_empty() {
+            self.rtc_idle_until = None;
+        }
         while let Some(msg) = self.outbox.front() {
             let Some(mut ch) = self.rtc.channel(id) else {
                 return;
@@ -813,6 +911,11 @@ impl Participant {
             Event::Connected => {
                 self.connected = true;
                 self.snap.connected = true;
+                // Before any media: str0m must not have sent on the
+                // streams (or transport-wide numbers) the path takes over.
+                if self.cfg.own_media_path && self.fast.is_none() {
+                    self.fast = FastPath::of(&mut self.rtc).map(Box::new);
+                }
                 // Readers wait on this (a Janus subscription on its
                 // publisher): published at once, not at the next interval.
                 self.publish();
@@ -935,21 +1038,49 @@ impl Participant {
     }
 
     fn on_rtp(&mut self, p: &RtpPacket, obs: &mut dyn Observer) {
-        // Its receive time: str0m stamps each packet with the time of the
-        // datagram that carried it (a driver may feed several before it
-        // polls).
-        let rx_ns = self.cfg.clock.ns(p.timestamp);
         let Some(i) = self.slot_of(p) else {
             self.snap.unknown_packets += 1;
             return;
         };
-        let kind = self.slots[i].kind;
+        // From here on the own media path takes the stream's packets
+        // (`p` is the main stream's even when it came as a resend).
+        if let Some(fast) = &mut self.fast {
+            if fast.adopt(p.header.ssrc, p.header.payload_type, i, *p.seq_no) {
+                // str0m sees none of its packets from now on: its NACK
+                // checks (every 33 ms) would find nothing.
+                if let Some(rx) = self.rtc.direct_api().stream_rx(&p.header.ssrc) {
+                    rx.suppress_nack(true);
+                }
+            }
+        }
+        // Its receive time: str0m stamps each packet with the time of the
+        // datagram that carried it (a driver may feed several before it
+        // polls).
+        self.on_media(i, &p.header, *p.seq_no, &p.payload, p.timestamp, obs);
+    }
+
+    /// A media packet for slot `i`: `seq` extended, `payload` decrypted,
+    /// received at `at`.
+    fn on_media(
+        &mut self,
+        i: usize,
+        header: &RtpHeader,
+        seq: u64,
+        payload: &[u8],
+        at: Instant,
+        obs: &mut dyn Observer,
+    ) {
+        let rx_ns = self.cfg.clock.ns(at);
+        let Some(slot) = self.slots.get(i) else {
+            return;
+        };
+        let kind = slot.kind;
         let codec = match kind {
             Kind::Video => PayloadCodec::from(self.cfg.codec),
             Kind::Audio => PayloadCodec::Opus,
         };
-        let verified = payload::verify(codec, &p.payload);
-        obs.packet(kind, p.payload.len(), verified.is_ok());
+        let verified = payload::verify(codec, payload);
+        obs.packet(kind, payload.len(), verified.is_ok());
         let first_media = !self.saw_media;
         self.saw_media = true;
         if first_media {
@@ -961,15 +1092,14 @@ impl Participant {
         };
         debug_assert_eq!(_key, &self.slots[i].key);
         st.packets += 1;
-        st.bytes += p.payload.len() as u64;
+        st.bytes += payload.len() as u64;
         if st.first_packet_ns.is_none() {
             st.first_packet_ns = Some(rx_ns);
         }
-        let ssrc: u32 = *p.header.ssrc;
+        let ssrc: u32 = *header.ssrc;
         if !st.ssrcs.contains(&ssrc) {
             st.ssrcs.push(ssrc);
         }
-        let seq: u64 = *p.seq_no;
         if let Some(last) = st.last_seq {
             if seq < last {
                 st.out_of_order += 1;
@@ -981,7 +1111,7 @@ impl Participant {
         if st.last_seq.is_none_or(|l| seq > l) {
             st.last_seq = Some(seq);
         }
-        let ts = p.header.timestamp;
+        let ts = header.timestamp;
         if let Some(last) = st.last_ts {
             if (ts.wrapping_sub(last) as i32) < 0 {
                 st.ts_backwards += 1;
@@ -1024,8 +1154,7 @@ impl Participant {
         }
         let mut capture = stamp.capture_ns;
         if kind == Kind::Video {
-            match p
-                .header
+            match header
                 .ext_vals
                 .abs_capture_time
                 .and_then(|a| system_to_mono(a.capture_time))
@@ -1111,6 +1240,8 @@ impl Participant {
             name,
             name_hash,
             snap,
+            fast,
+            rtc_idle_until,
             ..
         } = self;
         let Some(v) = video else { return };
@@ -1129,10 +1260,20 @@ impl Participant {
             let Some(pt) = v.pt else { continue };
             let ts = l.ts_base.wrapping_add(f.ticks as u32);
             let count = sizes.len().min(u16::MAX as usize) as u16;
-            let mut api = rtc.direct_api();
-            let Some(tx) = api.stream_tx_by_mid(v.mid, l.rid) else {
-                continue;
-            };
+            // str0m's stream: to write to, or (the own media path) for its
+            // SSRC, once.
+            let mut api;
+            let mut tx = None;
+            if fast.is_none() || l.ssrc.is_none() {
+                *rtc_idle_until = None;
+                api = rtc.direct_api();
+                let Some(t) = api.stream_tx_by_mid(v.mid, l.rid) else {
+                    continue;
+                };
+                l.ssrc = Some(t.ssrc());
+                tx = Some(t);
+            }
+            let Some(ssrc) = l.ssrc else { continue };
             for (i, &size) in sizes.iter().enumerate().take(count as usize) {
                 buf.clear();
                 let stamp = Stamp {
@@ -1144,19 +1285,32 @@ impl Participant {
                     capture_ns: capture,
                 };
                 payload::write_payload(buf, codec, f.keyframe, &stamp, *name_hash, size);
-                let exts = ExtensionValues {
+                let mut exts = ExtensionValues {
                     abs_capture_time: Some(AbsCaptureTime {
                         capture_time: mono_to_system(capture),
                         clock_offset: None,
                     }),
                     ..Default::default()
                 };
-                tx.write_rtp(
-                    RtpWrite::new(pt, l.seq.into(), ts, now, &buf[..])
-                        .marker(i + 1 == count as usize)
-                        .ext_vals(exts)
-                        .nackable(true),
-                );
+                let marker = i + 1 == count as usize;
+                if let Some(fast) = fast {
+                    if l.own_sent < BIND_PACKETS {
+                        l.own_sent += 1;
+                        exts.mid = Some(v.mid);
+                        exts.rid = l.rid;
+                    }
+                    if !fast.send(ssrc, pt, l.seq, ts, marker, exts, buf) {
+                        snap.send_refused += 1;
+                        continue;
+                    }
+                } else if let Some(tx) = tx.as_mut() {
+                    tx.write_rtp(
+                        RtpWrite::new(pt, l.seq.into(), ts, now, &buf[..])
+                            .marker(marker)
+                            .ext_vals(exts)
+                            .nackable(true),
+                    );
+                }
                 l.seq += 1;
                 sent += 1;
             }
@@ -1204,20 +1358,38 @@ impl Participant {
             self.name_hash,
             planned.size,
         );
-        let exts = ExtensionValues {
+        let mut exts = ExtensionValues {
             audio_level: Some(planned.level),
             voice_activity: Some(planned.voice),
             ..Default::default()
         };
-        let mut api = self.rtc.direct_api();
-        let Some(tx) = api.stream_tx_by_mid(mid, None) else {
-            return;
-        };
-        tx.write_rtp(
-            RtpWrite::new(pt, seq.into(), ts, now, &self.buf[..])
-                .ext_vals(exts)
-                .nackable(false),
-        );
+        if self.fast.is_some() && a.ssrc.is_none() {
+            self.rtc_idle_until = None;
+            a.ssrc = (self.rtc.direct_api())
+                .stream_tx_by_mid(mid, None)
+                .map(|t| t.ssrc());
+        }
+        if let Some(fast) = &mut self.fast {
+            let Some(ssrc) = a.ssrc else { return };
+            if frame_no < BIND_PACKETS {
+                exts.mid = Some(mid);
+            }
+            if !fast.send(ssrc, pt, seq, ts, false, exts, &self.buf) {
+                self.snap.send_refused += 1;
+                return;
+            }
+        } else {
+            self.rtc_idle_until = None;
+            let mut api = self.rtc.direct_api();
+            let Some(tx) = api.stream_tx_by_mid(mid, None) else {
+                return;
+            };
+            tx.write_rtp(
+                RtpWrite::new(pt, seq.into(), ts, now, &self.buf[..])
+                    .ext_vals(exts)
+                    .nackable(false),
+            );
+        }
         obs.sent(Kind::Audio, 1);
         let s = &mut self.snap;
         s.sent_packets += 1;

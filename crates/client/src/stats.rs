@@ -230,11 +230,18 @@ pub struct Snapshot {
     pub sent_audio_packets: u64,
     /// Times the send schedule ran more than 5 ms late (the client is overloaded).
     pub send_slips: u64,
+    /// Media packets received on the own media path ([`crate::fastpath`]);
+    /// the rest of `packets` came through str0m.
+    pub own_path_packets: u64,
+    /// Media packets the own media path could not queue (more than a
+    /// poll's worth waiting; see [`crate::fastpath`]): not sent, not counted as sent.
+    pub send_refused: u64,
     /// NACKs this participant sent (str0m ingress stats, summed over mids).
     pub nacks_sent: u64,
     /// RTP packets for an SSRC we could not map to a slot.
     pub unknown_packets: u64,
-    /// Datagrams str0m refused (`handle_input` error) or that did not parse.
+    /// Datagrams str0m refused (`handle_input` error) or that did not parse,
+    /// and RTP the own media path could not parse or authenticate.
     pub bad_datagrams: u64,
     /// Set when the str0m instance died; the reason.
     pub failed: Option<String>,
@@ -359,6 +366,8 @@ impl Snapshot {
             sent_packets,
             sent_audio_packets,
             send_slips,
+            send_refused,
+            own_path_packets,
             nacks_sent,
             unknown_packets,
             bad_datagrams,
@@ -390,6 +399,8 @@ impl Snapshot {
         self.sent_packets = *sent_packets;
         self.sent_audio_packets = *sent_audio_packets;
         self.send_slips = *send_slips;
+        self.send_refused = *send_refused;
+        self.own_path_packets = *own_path_packets;
         self.nacks_sent = *nacks_sent;
         self.unknown_packets = *unknown_packets;
         self.bad_datagrams = *bad_datagrams;

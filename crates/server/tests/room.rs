@@ -267,3 +267,60 @@ fn a_vanished_participant_is_removed_and_its_slot_freed() {
     });
     assert!(ok, "slot not freed: {:?}", s.events.last());
 }
+
+/// The load generator's own media path (corelay_client::fastpath): two
+/// participants send and receive RTP past str0m's streams once connected,
+/// beside one on str0m's path. Everyone receives everyone intact, the own
+/// path carries the media it took over, and its transport-wide receipts
+/// reach the server as TWCC feedback: each downlink estimate climbs from
+/// its 300 kbit/s start past what two 400 kbit/s videos need, which takes
+/// feedback on the server's probes and media all along.
+#[test]
+fn the_clients_own_media_path_is_received_intact_and_feeds_the_estimate() {
+    let server = start_server(1, &[]);
+    let own = |name: &str| {
+        join_with(&server, "own", name, |s| {
+            s.participant.own_media_path = true;
+        })
+    };
+    let alice = own("alice");
+    let bob = own("bob");
+    let carol = join(&server, "own", "carol");
+    let all = ["alice", "bob", "carol"];
+    for (i, p) in [&alice, &bob, &carol].into_iter().enumerate() {
+        let others: Vec<&str> = all.iter().copied().filter(|n| *n != all[i]).collect();
+        let want = names(&others);
+        let (ok, s) = p.wait_until(WAIT, |s| {
+            video_sources(s, 60) == want && audio_sources(s, 100) == want
+        });
+        assert!(ok, "{} did not receive {want:?}: {:#?}", all[i], s.slots);
+        assert_clean(all[i], &s);
+        let packets: u64 = s.slots.values().map(|st| st.packets).sum();
+        if i < 2 {
+            // All but each stream's first packets (str0m maps the SSRC).
+            assert!(
+                s.own_path_packets * 10 > packets * 9,
+                "{}: {} of {packets} packets on the own path",
+                all[i],
+                s.own_path_packets
+            );
+        } else {
+            assert_eq!(s.own_path_packets, 0);
+        }
+        assert_eq!(s.bad_datagrams, 0, "{}", all[i]);
+        assert_eq!(s.send_refused, 0, "{}", all[i]);
+        assert!(!s.ice_rtt_us.is_empty(), "{}: no ICE RTT", all[i]);
+    }
+    let climbed = |p: &serde_json::Value| p["estimate_bps"].as_u64() > Some(700_000);
+    let st = server.wait_stats(Duration::from_secs(15), |s| {
+        s["room_detail"][0]["participants"]
+            .as_array()
+            .is_some_and(|ps| ps.iter().all(climbed))
+    });
+    for p in st["room_detail"][0]["participants"].as_array().unwrap() {
+        assert!(climbed(p), "estimate did not climb: {p}");
+    }
+    for p in [alice, bob, carol] {
+        p.leave().unwrap();
+    }
+}

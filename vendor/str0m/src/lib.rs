@@ -795,6 +795,8 @@ pub mod rtp {
         Vp8Patch, Vp8PatchBuilder, Vp8PatchError,
     };
     pub use crate::rtp_::{RtpHeader, SeqNo, Ssrc, VideoOrientation};
+    // corelay patch (PATCHES.md, 12).
+    pub use crate::rtp_::SrtpContext;
     pub use crate::streams::{
         RtpPacket, RtpWrite, StreamPaused, StreamRx, StreamTx, StreamTxQueueInfo,
     };

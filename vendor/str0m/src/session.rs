@@ -116,6 +116,9 @@ pub(crate) struct Session {
 
     srtp_rx: Option<SrtpContext>,
     srtp_tx: Option<SrtpContext>,
+    /// corelay patch (PATCHES.md, 12): what `srtp_rx`/`srtp_tx` were made
+    /// from, so that [`Session::srtp_contexts`] can make independent copies.
+    srtp_keys: Option<(Vec<u8>, SrtpProfile, bool)>,
     last_nack: Instant,
     last_twcc: Instant,
     twcc: u64,
@@ -224,6 +227,7 @@ impl Session {
 
             srtp_rx: None,
             srtp_tx: None,
+            srtp_keys: None,
             last_nack: already_happened(),
             last_twcc: already_happened(),
             twcc: 0,
@@ -302,6 +306,32 @@ impl Session {
 
         self.srtp_rx = Some(SrtpContext::new(crypto, srtp_profile, &mat, !left));
         self.srtp_tx = Some(SrtpContext::new(crypto, srtp_profile, &mat, left));
+        self.srtp_keys = Some((mat.to_vec(), srtp_profile, left));
+    }
+
+    /// corelay patch (PATCHES.md, 12): new receive and transmit contexts
+    /// with this session's keys, independent of its own (their SRTCP
+    /// index starts at `srtcp_index`).
+    pub fn srtp_contexts(
+        &self,
+        crypto: &CryptoProvider,
+        srtcp_index: u32,
+    ) -> Option<(SrtpContext, SrtpContext)> {
+        let (mat, profile, left) = self.srtp_keys.as_ref()?;
+        let mat = KeyingMaterial::new(mat);
+        let rx = SrtpContext::new(crypto, *profile, &mat, !left);
+        let mut tx = SrtpContext::new(crypto, *profile, &mat, *left);
+        tx.set_srtcp_index(srtcp_index);
+        Some((rx, tx))
+    }
+
+    /// corelay patch (PATCHES.md, 12): a packet with transport-wide
+    /// sequence number `seq` arrived at `now`, received by the application
+    /// (see [`crate::change::DirectApi::twcc_received`]).
+    pub fn twcc_received(&mut self, seq: u16, now: Instant) {
+        let prev = self.twcc_rx_register.max_seq();
+        let extended = extend_u16(prev.map(|s| *s), seq);
+        self.twcc_rx_register.update_seq(extended.into(), now);
     }
 
     pub fn handle_timeout(&mut self, now: Instant, wake: &mut Wake) -> Result<(), RtcError> {
@@ -1732,6 +1762,76 @@ mod tests {
         let mat = KeyingMaterial::new(&vec![0; profile.keying_material_len()]);
         session.set_keying_material(mat, crypto, profile, true);
         session
+    }
+
+    // corelay patch (PATCHES.md, 12).
+    #[test]
+    fn srtp_copies_use_the_sessions_keys_and_their_own_srtcp_indexes() {
+        let crypto = crate::crypto::test_default_provider();
+        let profile = SrtpProfile::AEAD_AES_128_GCM;
+        let bytes: Vec<u8> = (0..profile.keying_material_len() as u8).collect();
+        let keyed = |active: bool| {
+            let mut s = Session::new(&RtcConfig::default());
+            s.set_keying_material(KeyingMaterial::new(&bytes), crypto, profile, active);
+            s
+        };
+        let mut ours = keyed(true);
+        let mut peer = keyed(false);
+        assert!(
+            Session::new(&RtcConfig::default())
+                .srtp_contexts(crypto, 0)
+                .is_none()
+        );
+        let (mut rx, mut tx) = ours.srtp_contexts(crypto, 1 << 30).unwrap();
+        let mut header = RtpHeader {
+            payload_type: 96.into(),
+            sequence_number: 7,
+            ssrc: 9.into(),
+            ..Default::default()
+        };
+        let mut buf = vec![0; 200];
+        header.header_len = header.write_to(&mut buf, &ours.exts);
+        buf.truncate(header.header_len);
+        buf.extend_from_slice(&[5; 40]);
+        // The transmit copy encrypts as the session's own context does...
+        let by_copy = tx.protect_rtp(&buf, &header, 7);
+        let by_session = ours.srtp_tx.as_mut().unwrap().protect_rtp(&buf, &header, 7);
+        assert_eq!(by_copy, by_session);
+        // ...and the receive copy decrypts what the peer sends.
+        let from_peer = peer.srtp_tx.as_mut().unwrap().protect_rtp(&buf, &header, 7);
+        let plain = rx.unprotect_rtp(&from_peer, &header, 7).unwrap();
+        assert_eq!(plain, &[5; 40][..]);
+        // The copy's SRTCP index starts where it was told (E flag set).
+        let rr = [0x80, 201, 0, 1, 0, 0, 0, 9];
+        let srtcp = tx.protect_rtcp(&rr);
+        let index = &srtcp[srtcp.len() - 4..];
+        assert_eq!(index, &(0x8000_0000u32 | 1 << 30).to_be_bytes()[..]);
+        assert_eq!(
+            peer.srtp_rx
+                .as_mut()
+                .unwrap()
+                .unprotect_rtcp(&srtcp)
+                .unwrap(),
+            rr.to_vec()
+        );
+    }
+
+    // corelay patch (PATCHES.md, 12).
+    #[test]
+    fn receipts_handed_in_are_reported_as_twcc_feedback() {
+        let now = Instant::now();
+        let mut session = keyed_session();
+        session.enable_twcc_feedback();
+        assert!(session.twcc_at().is_none());
+        for seq in [65_534u16, 65_535, 0, 1] {
+            session.twcc_received(seq, now);
+        }
+        // Extended across the wrap, and due for feedback.
+        assert_eq!(session.twcc_rx_register.max_seq().map(|s| *s), Some(65_537));
+        assert!(session.twcc_at().is_some());
+        let twcc = session.twcc_rx_register.build_report(1000).unwrap();
+        assert_eq!(twcc.base_seq, 65_534);
+        assert_eq!(twcc.status_count, 4);
     }
 
     // corelay patch (PATCHES.md, 8).

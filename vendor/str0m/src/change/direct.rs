@@ -1,4 +1,5 @@
 use std::sync::Arc;
+use std::time::Instant;
 
 use crate::Candidate;
 use crate::IceCreds;
@@ -10,7 +11,7 @@ use crate::crypto::dtls::ProtocolVersion;
 use crate::media::{Media, MediaKind};
 use crate::poll::RtcMut;
 use crate::rtp_::MidRid;
-use crate::rtp_::{Mid, Rid, Ssrc};
+use crate::rtp_::{ExtensionMap, Mid, Rid, SrtpContext, Ssrc};
 use crate::sctp::{ChannelConfig, SctpInitData};
 use crate::streams::{DEFAULT_RTX_CACHE_DURATION, DEFAULT_RTX_RATIO_CAP, StreamRx, StreamTx};
 
@@ -195,6 +196,33 @@ impl<'a> DirectApi<'a> {
     /// Enable twcc feedback.
     pub fn enable_twcc_feedback(&mut self) {
         self.rtc.session.enable_twcc_feedback()
+    }
+
+    /// corelay patch (PATCHES.md, 12): SRTP receive and transmit contexts
+    /// with this session's keys, independent of the session's own; `None`
+    /// before DTLS has given the keys. The transmit context's SRTCP index
+    /// starts at `srtcp_index`, so that it and the session's never share
+    /// one. For a load generator that handles its own media after the
+    /// handshake: str0m does not see what goes through them, so every RTP
+    /// stream sent through the copy must be one str0m sends nothing on.
+    pub fn srtp_contexts(&self, srtcp_index: u32) -> Option<(SrtpContext, SrtpContext)> {
+        let rtc = &*self.rtc;
+        rtc.session.srtp_contexts(&rtc.crypto_provider, srtcp_index)
+    }
+
+    /// corelay patch (PATCHES.md, 12): the session's negotiated RTP header
+    /// extension ids, to parse and write headers for
+    /// [`DirectApi::srtp_contexts`].
+    pub fn extension_map(&self) -> &ExtensionMap {
+        &self.rtc.session.exts
+    }
+
+    /// corelay patch (PATCHES.md, 12): a packet with transport-wide
+    /// sequence number `seq` arrived at `now`, decrypted by the application
+    /// itself (see [`DirectApi::srtp_contexts`]). It is reported in the
+    /// session's TWCC feedback like one str0m received.
+    pub fn twcc_received(&mut self, seq: u16, now: Instant) {
+        self.rtc.session.twcc_received(seq, now);
     }
 
     /// Generate a ssrc that is not already used in session

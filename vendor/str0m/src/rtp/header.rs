@@ -37,7 +37,10 @@ pub struct RtpHeader {
 }
 
 impl RtpHeader {
-    pub(crate) fn write_to(&self, buf: &mut [u8], exts: &ExtensionMap) -> usize {
+    /// Write the header with the extension ids of `exts` to `buf`; returns
+    /// its length. corelay patch (PATCHES.md, 12): public, for an
+    /// application that encrypts with `Rtc::srtp_contexts`.
+    pub fn write_to(&self, buf: &mut [u8], exts: &ExtensionMap) -> usize {
         assert!(self.csrc_count <= 15, "CSRC count must be <= 15");
         buf[0] = 0b10_0_0_0000
             | if self.has_padding { 1 << 5 } else { 0 }
@@ -126,7 +129,10 @@ impl RtpHeader {
         Some(&buf[..unpadded_len])
     }
 
-    pub(crate) fn parse(buf: &[u8], exts: &ExtensionMap) -> Option<RtpHeader> {
+    /// Parse the header of an (S)RTP packet with the extension ids of
+    /// `exts`. corelay patch (PATCHES.md, 12): public, for an application
+    /// that decrypts with `Rtc::srtp_contexts`.
+    pub fn parse(buf: &[u8], exts: &ExtensionMap) -> Option<RtpHeader> {
         let orig_len = buf.len();
         if buf.len() < 12 {
             trace!("RTP header too short < 12: {}", buf.len());

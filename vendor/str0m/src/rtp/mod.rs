@@ -21,7 +21,8 @@ pub use header::RtpHeader;
 pub(crate) use header::{extend_u7, extend_u8, extend_u15, extend_u16, extend_u32};
 
 mod srtp;
-pub(crate) use srtp::SrtpContext;
+// corelay patch (PATCHES.md, 12): public, for `Rtc::srtp_contexts`.
+pub use srtp::SrtpContext;
 pub(crate) use srtp::{SRTCP_OVERHEAD, SRTP_BLOCK_SIZE, SRTP_OVERHEAD};
 
 mod rtcp;

@@ -191,6 +191,7 @@ impl SrtpContext {
     }
 }
 
+/// The SRTP and SRTCP keys of one direction of a session.
 #[derive(Debug)]
 pub struct SrtpContext {
     /// Encryption/decryption derived from srtp_key for RTP.
@@ -248,6 +249,15 @@ impl DecryptWarnings {
 }
 
 impl SrtpContext {
+    /// corelay patch (PATCHES.md, 12): where this context's SRTCP index
+    /// starts, so that a copy made by `Rtc::srtp_contexts` never reuses an
+    /// index (and GCM nonce) of the session's own context.
+    pub fn set_srtcp_index(&mut self, index: u32) {
+        self.srtcp_index = index % 2_u32.pow(31);
+    }
+
+    /// Encrypt and authenticate the RTP packet `buf` (header as parsed in
+    /// `header`) with SRTP index `srtp_index` (ROC << 16 | seq).
     pub fn protect_rtp(
         &mut self,
         buf: &[u8],
@@ -461,6 +471,7 @@ impl SrtpContext {
         }
     }
 
+    /// Encrypt and authenticate the compound RTCP packet `buf`.
     pub fn protect_rtcp(&mut self, buf: &[u8]) -> Vec<u8> {
         let srtcp_index = self.srtcp_index;
 
@@ -559,6 +570,7 @@ impl SrtpContext {
     //
     //                  |--------------------------------------|
     //                              encrypted (aes)
+    /// Authenticate and decrypt an SRTCP packet; `None` if it fails.
     pub fn unprotect_rtcp(&mut self, buf: &[u8]) -> Option<Vec<u8>> {
         match &mut self.rtcp {
             Derived::Aes128CmSha1_80 { key, salt, dec, .. } => {

@@ -1,0 +1,299 @@
+//! The participant's own media path once connected (opt-in:
+//! [`crate::ParticipantConfig::own_media_path`]): RTP media sent and
+//! received with copies of str0m's SRTP contexts, past str0m's streams.
+//!
+//! Why: a load client pays per packet what an SFU pays per packet, and
+//! through str0m that is about as much as the SFU itself (issue 12), so one
+//! client core cannot drive one server core to saturation. A client needs
+//! far less than an SFU: it checks what arrives and reports it, and sends on
+//! its own schedule.
+//!
+//! What it owns: the SRTP copies, the receive state of each primary RTP
+//! stream str0m has mapped to a slot (SSRC, slot, highest SRTP index), the
+//! transport-wide sequence numbers of what it sends, and the encrypted
+//! datagrams waiting for the participant's next poll. What stays with
+//! str0m: ICE (and its RTT samples), DTLS, SCTP, all RTCP (keyframe
+//! requests in, receiver reports and TWCC feedback out: the transport-wide
+//! receipts of this path are handed to str0m's register, so the feedback
+//! the server's estimator sees is str0m's own), and the first packets of
+//! every stream (an SSRC is taken over once str0m has delivered a packet
+//! of it, so mapping SSRCs to slots, RTX and padding stay str0m's).
+//!
+//! What it leaves out: NACKs for the streams it took over (a lost packet is
+//! counted as lost, not repaired) and the receiver report figures of those
+//! streams. It must not touch str0m's streams or send RTCP itself: the
+//! transmit copy's SRTCP index range is kept apart only as a safeguard.
+
+use std::time::{Duration, Instant};
+
+use str0m::media::Pt;
+use str0m::rtp::{ExtensionMap, ExtensionValues, RtpHeader, SrtpContext, Ssrc};
+
+/// Where the transmit copy's SRTCP index starts (str0m's own starts at 0).
+const SRTCP_INDEX_BASE: u32 = 1 << 30;
+/// Receipts held between polls at most (a full read budget is far less);
+/// past it the oldest are reported late rather than held without bound.
+const MAX_TWCC_RECEIPTS: usize = 4096;
+/// How long transport-wide receipts are held before they go to str0m's
+/// register (str0m sends feedback 50 ms after its last while it has
+/// receipts; this keeps that cadence without a str0m poll per packet).
+const RECEIPT_HOLD: Duration = Duration::from_millis(50);
+/// Sent datagrams held between polls at most (a video frame is a few
+/// dozen); past it a send is refused (counted by the caller).
+const MAX_OUT: usize = 1024;
+
+/// One primary RTP stream taken over from str0m.
+struct RxStream {
+    ssrc: Ssrc,
+    pt: Pt,
+    slot: usize,
+    /// Highest SRTP index (rollover counter << 16 | sequence number) seen.
+    max_index: u64,
+}
+
+/// A media packet this path received and authenticated.
+pub(crate) struct Incoming<'a> {
+    pub header: &'a RtpHeader,
+    /// Extended sequence number (the SRTP index).
+    pub seq: u64,
+    pub slot: usize,
+    pub payload: &'a [u8],
+}
+
+/// What became of a datagram offered to [`FastPath::receive`].
+pub(crate) enum Rx<'a> {
+    /// Not RTP of a stream this path took over: str0m's.
+    NotOurs,
+    /// Unparsable or failed authentication: dropped.
+    Dropped,
+    /// Padding only (no payload).
+    Padding,
+    /// Media for a slot.
+    Media(Incoming<'a>),
+}
+
+pub(crate) struct FastPath {
+    rx: SrtpContext,
+    tx: SrtpContext,
+    exts: ExtensionMap,
+    streams: Vec<RxStream>,
+    /// Transport-wide receipts not yet handed to str0m...
+    receipts: Vec<(u16, Instant)>,
+    /// ...since the first of them arrived.
+    receipts_since: Option<Instant>,
+    /// Next transport-wide sequence number to send.
+    twcc_seq: u16,
+    /// Encrypted datagrams for the next poll.
+    out: Vec<Vec<u8>>,
+    scratch: Vec<u8>,
+    /// The last received header (kept here: it is 320 bytes).
+    header: RtpHeader,
+}
+
+/// Extend a 16-bit sequence number to the index closest to `max`.
+fn extend(max: u64, seq: u16) -> u64 {
+    let roc = max >> 16;
+    let cand = |roc: u64| (roc << 16) | u64::from(seq);
+    let mut best = cand(roc);
+    if roc > 0 && cand(roc - 1).abs_diff(max) < best.abs_diff(max) {
+        best = cand(roc - 1);
+    }
+    if cand(roc + 1).abs_diff(max) < best.abs_diff(max) {
+        best = cand(roc + 1);
+    }
+    best
+}
+
+impl FastPath {
+    /// The path of a connected `rtc`; `None` before DTLS has given the keys.
+    pub fn of(rtc: &mut str0m::Rtc) -> Option<FastPath> {
+        let api = rtc.direct_api();
+        let (rx, tx) = api.srtp_contexts(SRTCP_INDEX_BASE)?;
+        Some(FastPath {
+            rx,
+            tx,
+            exts: api.extension_map().clone(),
+            streams: Vec::new(),
+            receipts: Vec::new(),
+            receipts_since: None,
+            twcc_seq: 0,
+            out: Vec::new(),
+            scratch: vec![0; 1500],
+            header: RtpHeader::default(),
+        })
+    }
+
+    /// Take over `ssrc` (payload type `pt`, for `slot`), of which str0m
+    /// delivered the packet with SRTP index `index`; a later one of a
+    /// stream already taken over moves its highest index. True when the
+    /// stream is new.
+    pub fn adopt(&mut self, ssrc: Ssrc, pt: Pt, slot: usize, index: u64) -> bool {
+        match self.streams.iter_mut().find(|s| s.ssrc == ssrc) {
+            Some(s) => {
+                s.max_index = s.max_index.max(index);
+                false
+            }
+            None => {
+                self.streams.push(RxStream {
+                    ssrc,
+                    pt,
+                    slot,
+                    max_index: index,
+                });
+                true
+            }
+        }
+    }
+
+    /// A received datagram, at `now`.
+    pub fn receive(&mut self, data: &[u8], now: Instant) -> Rx<'_> {
+        // RTP by RFC 7983's first byte, not RTCP (payload types 192 to 223
+        // with the marker bit's position).
+        let (Some(b0), Some(b1)) = (data.first(), data.get(1)) else {
+            return Rx::NotOurs;
+        };
+        if !(128..=191).contains(b0) || (192..=223).contains(b1) {
+            return Rx::NotOurs;
+        }
+        let Some(ssrc) = data
+            .get(8..12)
+            .and_then(|b| <[u8; 4]>::try_from(b).ok())
+            .map(u32::from_be_bytes)
+        else {
+            return Rx::NotOurs;
+        };
+        let ssrc = Ssrc::from(ssrc);
+        let Some(stream) = self.streams.iter_mut().find(|s| s.ssrc == ssrc) else {
+            return Rx::NotOurs;
+        };
+        if *b1 & 0x7f != *stream.pt {
+            return Rx::NotOurs;
+        }
+        let Some(parsed) = RtpHeader::parse(data, &self.exts) else {
+            return Rx::Dropped;
+        };
+        self.header = parsed;
+        let header = &self.header;
+        let index = extend(stream.max_index, header.sequence_number);
+        let Some(plain) = self.rx.unprotect_rtp(data, header, index) else {
+            return Rx::Dropped;
+        };
+        let plain = if header.has_padding {
+            let pad = plain.last().map_or(0, |&p| usize::from(p));
+            match plain.len().checked_sub(pad) {
+                Some(n) => plain.get(..n).unwrap_or_default(),
+                None => return Rx::Dropped,
+            }
+        } else {
+            plain
+        };
+        stream.max_index = stream.max_index.max(index);
+        let slot = stream.slot;
+        if let Some(t) = header.ext_vals.transport_cc {
+            if self.receipts.len() < MAX_TWCC_RECEIPTS {
+                self.receipts.push((t, now));
+            }
+            if self.receipts_since.is_none() {
+                self.receipts_since = Some(now);
+            }
+        }
+        if plain.is_empty() {
+            return Rx::Padding;
+        }
+        Rx::Media(Incoming {
+            header,
+            seq: index,
+            slot,
+            payload: plain,
+        })
+    }
+
+    /// When the held receipts are due at str0m.
+    pub fn receipts_at(&self) -> Option<Instant> {
+        self.receipts_since.map(|t| t + RECEIPT_HOLD)
+    }
+
+    /// Whether the held receipts are due at str0m by `now` (or too many).
+    pub fn receipts_due(&self, now: Instant) -> bool {
+        self.receipts_at().is_some_and(|t| now >= t) || self.receipts.len() >= MAX_TWCC_RECEIPTS / 2
+    }
+
+    /// Hand the transport-wide receipts to str0m's feedback register.
+    pub fn report_receipts(&mut self, rtc: &mut str0m::Rtc) {
+        self.receipts_since = None;
+        if self.receipts.is_empty() {
+            return;
+        }
+        let mut api = rtc.direct_api();
+        for (seq, at) in self.receipts.drain(..) {
+            api.twcc_received(seq, at);
+        }
+    }
+
+    /// Encrypt one RTP packet for the next poll; false when too many wait.
+    #[allow(clippy::too_many_arguments)]
+    pub fn send(
+        &mut self,
+        ssrc: Ssrc,
+        pt: Pt,
+        seq: u64,
+        timestamp: u32,
+        marker: bool,
+        mut ext_vals: ExtensionValues,
+        payload: &[u8],
+    ) -> bool {
+        if self.out.len() >= MAX_OUT {
+            return false;
+        }
+        ext_vals.transport_cc = Some(self.twcc_seq);
+        self.twcc_seq = self.twcc_seq.wrapping_add(1);
+        let mut header = RtpHeader {
+            payload_type: pt,
+            sequence_number: seq as u16,
+            timestamp,
+            ssrc,
+            marker,
+            has_extension: true,
+            ext_vals,
+            ..Default::default()
+        };
+        // A header is at most 12 + 4 + 255 * 4 bytes; the scratch grows to
+        // fit whatever the payload adds.
+        let need = 12 + 4 + 1020 + payload.len();
+        if self.scratch.len() < need {
+            self.scratch.resize(need, 0);
+        }
+        let hlen = header.write_to(&mut self.scratch, &self.exts);
+        header.header_len = hlen;
+        let Some(dst) = self.scratch.get_mut(hlen..hlen + payload.len()) else {
+            return false;
+        };
+        dst.copy_from_slice(payload);
+        let Some(packet) = self.scratch.get(..hlen + payload.len()) else {
+            return false;
+        };
+        let protected = self.tx.protect_rtp(packet, &header, seq);
+        self.out.push(protected);
+        true
+    }
+
+    /// The datagrams sent since the last call, in order.
+    pub fn drain_out(&mut self) -> std::vec::Drain<'_, Vec<u8>> {
+        self.out.drain(..)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sequence_numbers_extend_across_a_rollover_both_ways() {
+        assert_eq!(extend(5, 6), 6);
+        assert_eq!(extend(65_535, 0), 65_536);
+        assert_eq!(extend(65_536, 65_535), 65_535);
+        assert_eq!(extend(3 << 16 | 10, 9), 3 << 16 | 9);
+        assert_eq!(extend(0, 65_535), 65_535);
+        assert_eq!(extend(2 << 16 | 65_000, 100), 3 << 16 | 100);
+    }
+}
