@@ -10,19 +10,22 @@
 //!
 //! What it owns: the SRTP copies, the receive state of each primary RTP
 //! stream str0m has mapped to a slot (SSRC, slot, highest SRTP index), the
-//! transport-wide sequence numbers of what it sends, and the encrypted
-//! datagrams waiting for the participant's next poll. What stays with
-//! str0m: ICE (and its RTT samples), DTLS, SCTP, all RTCP (keyframe
-//! requests in, receiver reports and TWCC feedback out: the transport-wide
-//! receipts of this path are handed to str0m's register, so the feedback
-//! the server's estimator sees is str0m's own), and the first packets of
-//! every stream (an SSRC is taken over once str0m has delivered a packet
-//! of it, so mapping SSRCs to slots, RTX and padding stay str0m's).
+//! transport-wide sequence numbers of what it sends, the NACKs of the
+//! streams it took over, and the encrypted datagrams waiting for the
+//! participant's next poll. What stays with str0m: ICE (and its RTT
+//! samples), DTLS, SCTP, all other RTCP (keyframe requests in, receiver
+//! reports and TWCC feedback out: the transport-wide receipts of this path
+//! are handed to str0m's register, so the feedback the server's estimator
+//! sees is str0m's own), and the first packets of every stream (an SSRC is
+//! taken over once str0m has delivered a packet of it, so mapping SSRCs to
+//! slots, RTX (the resends its NACKs ask for) and padding stay str0m's).
 //!
-//! What it leaves out: NACKs for the streams it took over (a lost packet is
-//! counted as lost, not repaired) and the receiver report figures of those
-//! streams. It must not touch str0m's streams or send RTCP itself: the
-//! transmit copy's SRTCP index range is kept apart only as a safeguard.
+//! What it does more simply than str0m: a video stream's gap is NACKed
+//! once, when the packet after it arrives (str0m asks again every 33 ms),
+//! and the streams it took over have no receiver report figures. Its NACKs
+//! are its only RTCP, under an SRTCP index range apart from str0m's (from
+//! 2^30), so the two never share an index or a GCM nonce. It must not
+//! touch str0m's streams.
 
 use std::time::{Duration, Instant};
 
@@ -38,6 +41,11 @@ const MAX_TWCC_RECEIPTS: usize = 4096;
 /// register (str0m sends feedback 50 ms after its last while it has
 /// receipts; this keeps that cadence without a str0m poll per packet).
 const RECEIPT_HOLD: Duration = Duration::from_millis(50);
+/// Larger gaps are not NACKed (str0m's receiver keeps 100 sequence numbers).
+const MAX_NACK_GAP: u64 = 100;
+/// Received streams taken over at most (a participant has a few slots; a
+/// slot's SSRC changes only when its server changes it).
+const MAX_STREAMS: usize = 64;
 /// Sent datagrams held between polls at most (a video frame is a few
 /// dozen); past it a send is refused (counted by the caller).
 const MAX_OUT: usize = 1024;
@@ -46,6 +54,8 @@ const MAX_OUT: usize = 1024;
 struct RxStream {
     ssrc: Ssrc,
     pt: Pt,
+    /// Its losses are NACKed (video).
+    nack: bool,
     slot: usize,
     /// Highest SRTP index (rollover counter << 16 | sequence number) seen.
     max_index: u64,
@@ -86,6 +96,10 @@ pub(crate) struct FastPath {
     /// Encrypted datagrams for the next poll.
     out: Vec<Vec<u8>>,
     scratch: Vec<u8>,
+    /// Sender SSRC of its NACKs (any but 0: it is in the SRTCP nonce).
+    sender_ssrc: u32,
+    /// NACK packets sent.
+    nacks_sent: u64,
     /// The last received header (kept here: it is 320 bytes).
     header: RtpHeader,
 }
@@ -120,6 +134,8 @@ impl FastPath {
             out: Vec::new(),
             scratch: vec![0; 1500],
             header: RtpHeader::default(),
+            sender_ssrc: fastrand::u32(1..),
+            nacks_sent: 0,
         })
     }
 
@@ -127,16 +143,23 @@ impl FastPath {
     /// delivered the packet with SRTP index `index`; a later one of a
     /// stream already taken over moves its highest index. True when the
     /// stream is new.
-    pub fn adopt(&mut self, ssrc: Ssrc, pt: Pt, slot: usize, index: u64) -> bool {
+    pub fn adopt(&mut self, ssrc: Ssrc, pt: Pt, nack: bool, slot: usize, index: u64) -> bool {
         match self.streams.iter_mut().find(|s| s.ssrc == ssrc) {
             Some(s) => {
                 s.max_index = s.max_index.max(index);
+                s.slot = slot;
                 false
             }
             None => {
+                // Bounded: a server that keeps changing SSRCs costs the
+                // oldest ones their place (their packets go to str0m).
+                if self.streams.len() >= MAX_STREAMS {
+                    self.streams.remove(0);
+                }
                 self.streams.push(RxStream {
                     ssrc,
                     pt,
+                    nack,
                     slot,
                     max_index: index,
                 });
@@ -187,6 +210,23 @@ impl FastPath {
         } else {
             plain
         };
+        // A gap: NACK what is missing, once (str0m's receiver asks again
+        // every 33 ms while the packet is within its last 100; a resend
+        // comes on the RTX stream, through str0m, and counts where it
+        // lands like any packet).
+        let first_missing = stream.max_index + 1;
+        if stream.nack && index > first_missing && index - first_missing <= MAX_NACK_GAP {
+            let nack = nack_packet(
+                self.sender_ssrc,
+                *ssrc,
+                first_missing as u16,
+                index - first_missing,
+            );
+            if self.out.len() < MAX_OUT {
+                self.out.push(self.tx.protect_rtcp(&nack));
+                self.nacks_sent += 1;
+            }
+        }
         stream.max_index = stream.max_index.max(index);
         let slot = stream.slot;
         if let Some(t) = header.ext_vals.transport_cc {
@@ -277,15 +317,81 @@ impl FastPath {
         true
     }
 
+    /// NACK packets sent so far.
+    pub fn nacks_sent(&self) -> u64 {
+        self.nacks_sent
+    }
+
     /// The datagrams sent since the last call, in order.
     pub fn drain_out(&mut self) -> std::vec::Drain<'_, Vec<u8>> {
         self.out.drain(..)
     }
 }
 
+/// An empty receiver report and a generic NACK (RFC 4585, 6.2.1) for
+/// `count` packets of `media` from sequence number `first`, as one
+/// compound RTCP packet (str0m sends its feedback behind a report too).
+fn nack_packet(sender: u32, media: u32, first: u16, count: u64) -> Vec<u8> {
+    let mut fci: Vec<[u8; 4]> = Vec::new();
+    let mut seq = first;
+    let mut left = count;
+    while left > 0 {
+        let mut blp = 0u16;
+        for bit in 0..16u64 {
+            if bit + 1 < left {
+                blp |= 1 << bit;
+            }
+        }
+        let [a, b] = seq.to_be_bytes();
+        let [c, d] = blp.to_be_bytes();
+        fci.push([a, b, c, d]);
+        let covered = left.min(17);
+        seq = seq.wrapping_add(covered as u16);
+        left -= covered;
+    }
+    let mut p = Vec::with_capacity(8 + 12 + 4 * fci.len());
+    p.extend_from_slice(&[0x80, 201, 0, 1]);
+    p.extend_from_slice(&sender.to_be_bytes());
+    p.extend_from_slice(&[0x81, 205]);
+    p.extend_from_slice(&(2 + fci.len() as u16).to_be_bytes());
+    p.extend_from_slice(&sender.to_be_bytes());
+    p.extend_from_slice(&media.to_be_bytes());
+    for f in fci {
+        p.extend_from_slice(&f);
+    }
+    p
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_nack_names_every_missing_packet_and_parses_as_one() {
+        use str0m::rtp::rtcp::Rtcp;
+        // 20 missing from 65_530: two FCI entries, across the wrap.
+        let p = nack_packet(7, 9, 65_530, 20);
+        assert_eq!(p.len(), 8 + 12 + 2 * 4);
+        assert!(matches!(
+            Rtcp::try_from(&p[..8]),
+            Ok(Rtcp::ReceiverReport(_))
+        ));
+        let Ok(Rtcp::Nack(n)) = Rtcp::try_from(&p[8..]) else {
+            panic!("not a NACK: {p:?}");
+        };
+        assert_eq!((*n.sender_ssrc, *n.ssrc), (7, 9));
+        let mut seqs = Vec::new();
+        for e in n.reports.iter() {
+            seqs.push(e.pid);
+            seqs.extend(
+                (0..16u16)
+                    .filter(|b| e.blp & (1 << b) != 0)
+                    .map(|b| e.pid.wrapping_add(b + 1)),
+            );
+        }
+        let want: Vec<u16> = (0..20u16).map(|i| 65_530u16.wrapping_add(i)).collect();
+        assert_eq!(seqs, want);
+    }
 
     #[test]
     fn sequence_numbers_extend_across_a_rollover_both_ways() {

@@ -123,7 +123,7 @@ pub struct ParticipantConfig {
     pub clock: Clock,
     /// Once connected, send and receive RTP media on the participant's own
     /// path instead of str0m's streams ([`crate::fastpath`]): a fraction of
-    /// the CPU per packet, no NACKs for the streams it takes over. Off by
+    /// the CPU per packet; a loss is NACKed once, not every 33 ms. Off by
     /// default; the load generator turns it on.
     pub own_media_path: bool,
 }
@@ -282,6 +282,8 @@ pub struct Participant {
     /// nothing was handed to it since (every use of `rtc` but a poll
     /// clears it). Until then polling str0m finds nothing to do.
     rtc_idle_until: Option<Instant>,
+    /// The own media path's NACK count at the last look.
+    own_nacks: u64,
 }
 
 fn ticks_to_dur(ticks: u64, clock: u32) -> Duration {
@@ -439,6 +441,7 @@ impl Participant {
                 nacks: Vec::new(),
                 fast: None,
                 rtc_idle_until: None,
+                own_nacks: 0,
             },
             offer_sdp,
         ))
@@ -500,6 +503,7 @@ impl Participant {
                 nacks: Vec::new(),
                 fast: None,
                 rtc_idle_until: None,
+                own_nacks: 0,
             },
             answer.to_sdp_string(),
         ))
@@ -747,7 +751,12 @@ impl Participant {
                     true
                 }
             };
+            let nacked = fast.nacks_sent() != self.own_nacks;
+            self.own_nacks = fast.nacks_sent();
             self.fast = Some(fast);
+            if nacked {
+                self.count_nacks();
+            }
             if done {
                 return;
             }
@@ -993,13 +1002,20 @@ impl Participant {
                 } else {
                     self.nacks.push((st.mid, st.nacks));
                 }
-                let total = self.nacks.iter().map(|(_, n)| n).sum();
-                self.snap.nacks_sent = total;
+                self.count_nacks();
             }
             Event::RtpPacket(p) => self.on_rtp(&p, obs),
             Event::MediaAdded(m) if self.answerer => self.add_offered_slot(m.mid, m.kind),
             _ => {}
         }
+    }
+
+    /// NACKs sent: str0m's (its ingress stats, per mid) and the own media
+    /// path's.
+    fn count_nacks(&mut self) {
+        let str0m: u64 = self.nacks.iter().map(|(_, n)| n).sum();
+        let own = self.fast.as_ref().map_or(0, |f| f.nacks_sent());
+        self.snap.nacks_sent = str0m + own;
     }
 
     /// A media the server's offer added (answerer only): a receive slot.
@@ -1045,7 +1061,8 @@ impl Participant {
         // From here on the own media path takes the stream's packets
         // (`p` is the main stream's even when it came as a resend).
         if let Some(fast) = &mut self.fast {
-            if fast.adopt(p.header.ssrc, p.header.payload_type, i, *p.seq_no) {
+            let video = self.slots.get(i).is_some_and(|s| s.kind == Kind::Video);
+            if fast.adopt(p.header.ssrc, p.header.payload_type, video, i, *p.seq_no) {
                 // str0m sees none of its packets from now on: its NACK
                 // checks (every 33 ms) would find nothing.
                 if let Some(rx) = self.rtc.direct_api().stream_rx(&p.header.ssrc) {

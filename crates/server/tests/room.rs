@@ -324,3 +324,42 @@ fn the_clients_own_media_path_is_received_intact_and_feeds_the_estimate() {
         p.leave().unwrap();
     }
 }
+
+/// The own media path NACKs what it lost: behind a 250 kbit/s downlink
+/// (the client's emulated bottleneck drops what overflows its queue) a
+/// subscriber on the own path misses packets of a 400 kbit/s video, sends
+/// NACKs for them, the server counts them, and the resends arrive (on the
+/// RTX stream, which str0m unwraps: packets beyond the own path's).
+#[test]
+fn the_clients_own_media_path_nacks_what_a_limited_downlink_lost() {
+    let server = start_server(1, &[]);
+    let alice = join_with(&server, "nack", "alice", |s| {
+        s.participant.own_media_path = true;
+        s.participant.downlink_limit_bps = Some(250_000);
+        s.participant.publish_video = false;
+        s.participant.publish_audio = false;
+    });
+    let _bob = join(&server, "nack", "bob");
+    let (ok, s) = alice.wait_until(WAIT, |s| {
+        let packets: u64 = s.slots.values().map(|st| st.packets).sum();
+        s.nacks_sent >= 5 && packets > s.own_path_packets + 20
+    });
+    let packets: u64 = s.slots.values().map(|st| st.packets).sum();
+    assert!(
+        ok,
+        "nacks {} packets {packets} own path {} downlink {:?}",
+        s.nacks_sent, s.own_path_packets, s.downlink
+    );
+    // Resends arrive late, so out of order; never corrupt.
+    for (mid, st) in &s.slots {
+        assert_eq!(st.corrupt, 0, "slot {mid}: {st:?}");
+    }
+    let st = server.wait_stats(Duration::from_secs(5), |s| {
+        s["total"]["nacks_received"].as_u64() > Some(0)
+    });
+    assert!(
+        st["total"]["nacks_received"].as_u64() > Some(0),
+        "{}",
+        st["total"]
+    );
+}
