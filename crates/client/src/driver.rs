@@ -288,8 +288,6 @@ const WAKE_TOKEN: u64 = u64::MAX;
 /// at least (see the module doc for when else).
 pub const PUBLISH_INTERVAL: Duration = Duration::from_secs(1);
 const MAX_EPOLL_EVENTS: usize = 256;
-/// Due timers are run after every this many ready sockets of one wake-up.
-const TIMER_CHECK_EVERY: usize = 16;
 /// Messages read from one socket per readiness before moving on (fairness);
 /// with GRO a message may be several datagrams.
 const READ_BUDGET: usize = 32;
@@ -433,7 +431,7 @@ impl Loop {
                 None => PUBLISH_INTERVAL.as_millis() as i32,
             };
             let n = self.epoll.wait(&mut events, timeout_ms);
-            for (k, ev) in events.iter().take(n).enumerate() {
+            for ev in events.iter().take(n) {
                 let token = ev.u64;
                 if token == WAKE_TOKEN {
                     self.wake.drain();
@@ -443,12 +441,6 @@ impl Loop {
                     continue;
                 }
                 self.read(token as usize);
-                // Hundreds of ready sockets take milliseconds to read:
-                // media sends that fall due meanwhile go out between them,
-                // not after the last (which made the client's send slips).
-                if k % TIMER_CHECK_EVERY == TIMER_CHECK_EVERY - 1 {
-                    self.run_timers(Instant::now());
-                }
             }
             // A command sent without a wake (cannot happen through Driver::send,
             // but cheap to check) still gets processed.
