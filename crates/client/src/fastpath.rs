@@ -43,6 +43,8 @@ const MAX_TWCC_RECEIPTS: usize = 4096;
 const RECEIPT_HOLD: Duration = Duration::from_millis(50);
 /// Larger gaps are not NACKed (str0m's receiver keeps 100 sequence numbers).
 const MAX_NACK_GAP: u64 = 100;
+/// Nor gaps that end a silence longer than this.
+const NACK_MAX_SILENCE: Duration = Duration::from_millis(250);
 /// Received streams taken over at most (a participant has a few slots; a
 /// slot's SSRC changes only when its server changes it).
 const MAX_STREAMS: usize = 64;
@@ -56,6 +58,8 @@ struct RxStream {
     pt: Pt,
     /// Its losses are NACKed (video).
     nack: bool,
+    /// When its latest packet arrived.
+    last_at: Instant,
     slot: usize,
     /// Highest SRTP index (rollover counter << 16 | sequence number) seen.
     max_index: u64,
@@ -143,7 +147,15 @@ impl FastPath {
     /// delivered the packet with SRTP index `index`; a later one of a
     /// stream already taken over moves its highest index. True when the
     /// stream is new.
-    pub fn adopt(&mut self, ssrc: Ssrc, pt: Pt, nack: bool, slot: usize, index: u64) -> bool {
+    pub fn adopt(
+        &mut self,
+        ssrc: Ssrc,
+        pt: Pt,
+        nack: bool,
+        slot: usize,
+        index: u64,
+        at: Instant,
+    ) -> bool {
         match self.streams.iter_mut().find(|s| s.ssrc == ssrc) {
             Some(s) => {
                 s.max_index = s.max_index.max(index);
@@ -160,6 +172,7 @@ impl FastPath {
                     ssrc,
                     pt,
                     nack,
+                    last_at: at,
                     slot,
                     max_index: index,
                 });
@@ -214,8 +227,13 @@ impl FastPath {
         // every 33 ms while the packet is within its last 100; a resend
         // comes on the RTX stream, through str0m, and counts where it
         // lands like any packet).
+        // Not after a silence (a paused slot, a layer off): what was lost
+        // before it is too old to be worth a resend, which would arrive as
+        // a frame seconds late.
         let first_missing = stream.max_index + 1;
-        if stream.nack && index > first_missing && index - first_missing <= MAX_NACK_GAP {
+        let fresh = now.saturating_duration_since(stream.last_at) <= NACK_MAX_SILENCE;
+        stream.last_at = stream.last_at.max(now);
+        if stream.nack && fresh && index > first_missing && index - first_missing <= MAX_NACK_GAP {
             let nack = nack_packet(
                 self.sender_ssrc,
                 *ssrc,

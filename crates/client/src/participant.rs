@@ -1062,7 +1062,14 @@ impl Participant {
         // (`p` is the main stream's even when it came as a resend).
         if let Some(fast) = &mut self.fast {
             let video = self.slots.get(i).is_some_and(|s| s.kind == Kind::Video);
-            if fast.adopt(p.header.ssrc, p.header.payload_type, video, i, *p.seq_no) {
+            if fast.adopt(
+                p.header.ssrc,
+                p.header.payload_type,
+                video,
+                i,
+                *p.seq_no,
+                p.timestamp,
+            ) {
                 // str0m sees none of its packets from now on: its NACK
                 // checks (every 33 ms) would find nothing.
                 if let Some(rx) = self.rtc.direct_api().stream_rx(&p.header.ssrc) {
