@@ -282,8 +282,6 @@ pub struct Participant {
     /// nothing was handed to it since (every use of `rtc` but a poll
     /// clears it). Until then polling str0m finds nothing to do.
     rtc_idle_until: Option<Instant>,
-    /// The own media path's NACK count at the last look.
-    own_nacks: u64,
 }
 
 fn ticks_to_dur(ticks: u64, clock: u32) -> Duration {
@@ -441,7 +439,6 @@ impl Participant {
                 nacks: Vec::new(),
                 fast: None,
                 rtc_idle_until: None,
-                own_nacks: 0,
             },
             offer_sdp,
         ))
@@ -503,7 +500,6 @@ impl Participant {
                 nacks: Vec::new(),
                 fast: None,
                 rtc_idle_until: None,
-                own_nacks: 0,
             },
             answer.to_sdp_string(),
         ))
@@ -738,6 +734,7 @@ impl Participant {
         // str0m, which knows the ICE pair.
         let from_server = self.remote == Some(source);
         if let Some(mut fast) = self.fast.take_if(|_| from_server) {
+            let nacks_before = fast.nacks_sent();
             let done = match fast.receive(data, now) {
                 Rx::NotOurs => false,
                 Rx::Dropped => {
@@ -751,8 +748,7 @@ impl Participant {
                     true
                 }
             };
-            let nacked = fast.nacks_sent() != self.own_nacks;
-            self.own_nacks = fast.nacks_sent();
+            let nacked = fast.nacks_sent() != nacks_before;
             self.fast = Some(fast);
             if nacked {
                 self.count_nacks();
