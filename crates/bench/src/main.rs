@@ -123,8 +123,6 @@ struct CommonArgs {
     /// instead of the participants' own media path once connected (see
     /// corelay_client::fastpath): about 1.4 times the client CPU per
     /// packet, and a lost packet NACKed every 33 ms instead of once.
-    /// Implied by --downlink-limit (the own path's streams have no receiver
-    /// report figures, whose losses the server's layer choice reads).
     #[arg(long, global = true)]
     str0m_media: bool,
 }
@@ -346,10 +344,7 @@ fn main() {
             .filter(|s| !s.is_empty())
             .map(|s| s.as_bytes().to_vec()),
         layers,
-        // The own path's streams send no receiver report figures, and with
-        // an emulated bottleneck those losses are what the server's layer
-        // choice reads: there, str0m's path.
-        own_media_path: !c.str0m_media && c.downlink_limit.is_none(),
+        own_media_path: !c.str0m_media,
     };
     let code = match cli.cmd {
         Cmd::Packetize(a) => packetize(&a),

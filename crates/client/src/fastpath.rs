@@ -20,9 +20,15 @@
 //! taken over once str0m has delivered a packet of it, so mapping SSRCs to
 //! slots, RTX (the resends its NACKs ask for) and padding stay str0m's).
 //!
+//! Each packet it takes is also noted in its str0m stream (str0m patch 13,
+//! `StreamRx::note_received`, handed in with the transport-wide receipts),
+//! so str0m's receive register knows it as if str0m had received it: its
+//! receiver reports (loss, jitter, highest sequence number), statistics,
+//! pause detection and duplicate check (a resend of a packet taken here is
+//! not delivered again).
+//!
 //! What it does more simply than str0m: a video stream's gap is NACKed
-//! once, when the packet after it arrives (str0m asks again every 33 ms),
-//! and the streams it took over have no receiver report figures. Its NACKs
+//! once, when the packet after it arrives (str0m asks again every 33 ms). Its NACKs
 //! are its only RTCP, under an SRTCP index range apart from str0m's (from
 //! 2^30), so the two never share an index or a GCM nonce. It must not
 //! touch str0m's streams.
@@ -37,9 +43,11 @@ const SRTCP_INDEX_BASE: u32 = 1 << 30;
 /// Receipts held between polls at most (a full read budget is far less);
 /// past it the oldest are reported late rather than held without bound.
 const MAX_TWCC_RECEIPTS: usize = 4096;
-/// How long transport-wide receipts are held before they go to str0m's
-/// register (str0m sends feedback 50 ms after its last while it has
-/// receipts; this keeps that cadence without a str0m poll per packet).
+/// How long transport-wide receipts (and the packets noted for receiver
+/// reports) are held before they go to str0m's registers (str0m sends
+/// feedback 50 ms after its last while it has receipts; this keeps that
+/// cadence without a str0m poll per packet; a receiver report goes out
+/// about once a second).
 const RECEIPT_HOLD: Duration = Duration::from_millis(50);
 /// Larger gaps are not NACKed (str0m's receiver keeps 100 sequence numbers).
 const MAX_NACK_GAP: u64 = 100;
@@ -58,11 +66,23 @@ struct RxStream {
     pt: Pt,
     /// Its losses are NACKed (video).
     nack: bool,
+    /// RTP clock rate (for str0m's jitter figure).
+    clock: u32,
     /// When its latest packet arrived.
     last_at: Instant,
     slot: usize,
     /// Highest SRTP index (rollover counter << 16 | sequence number) seen.
     max_index: u64,
+}
+
+/// A packet taken, for str0m's receiver report figures.
+struct Noted {
+    ssrc: Ssrc,
+    index: u64,
+    timestamp: u32,
+    clock: u32,
+    at: Instant,
+    len: usize,
 }
 
 /// A media packet this path received and authenticated.
@@ -93,6 +113,10 @@ pub(crate) struct FastPath {
     streams: Vec<RxStream>,
     /// Transport-wide receipts not yet handed to str0m...
     receipts: Vec<(u16, Instant)>,
+    /// Packets taken, not yet noted in their str0m streams (for receiver
+    /// reports): SSRC, SRTP index, RTP timestamp, clock rate, arrival,
+    /// payload length. Held and bounded with the receipts...
+    noted: Vec<Noted>,
     /// ...since the first of them arrived.
     receipts_since: Option<Instant>,
     /// Next transport-wide sequence number to send.
@@ -133,6 +157,7 @@ impl FastPath {
             exts: api.extension_map().clone(),
             streams: Vec::new(),
             receipts: Vec::new(),
+            noted: Vec::new(),
             receipts_since: None,
             twcc_seq: 0,
             out: Vec::new(),
@@ -143,14 +168,16 @@ impl FastPath {
         })
     }
 
-    /// Take over `ssrc` (payload type `pt`, for `slot`), of which str0m
-    /// delivered the packet with SRTP index `index`; a later one of a
-    /// stream already taken over moves its highest index. True when the
-    /// stream is new.
+    /// Take over `ssrc` (payload type `pt` at `clock` Hz, for `slot`), of
+    /// which str0m delivered the packet with SRTP index `index`; a later one
+    /// of a stream already taken over moves its highest index. True when
+    /// the stream is new.
+    #[allow(clippy::too_many_arguments)]
     pub fn adopt(
         &mut self,
         ssrc: Ssrc,
         pt: Pt,
+        clock: u32,
         nack: bool,
         slot: usize,
         index: u64,
@@ -172,6 +199,7 @@ impl FastPath {
                     ssrc,
                     pt,
                     nack,
+                    clock,
                     last_at: at,
                     slot,
                     max_index: index,
@@ -247,13 +275,23 @@ impl FastPath {
         }
         stream.max_index = stream.max_index.max(index);
         let slot = stream.slot;
-        if let Some(t) = header.ext_vals.transport_cc {
-            if self.receipts.len() < MAX_TWCC_RECEIPTS {
-                self.receipts.push((t, now));
-            }
-            if self.receipts_since.is_none() {
-                self.receipts_since = Some(now);
-            }
+        if let Some(t) = header.ext_vals.transport_cc
+            && self.receipts.len() < MAX_TWCC_RECEIPTS
+        {
+            self.receipts.push((t, now));
+        }
+        if self.noted.len() < MAX_TWCC_RECEIPTS {
+            self.noted.push(Noted {
+                ssrc,
+                index,
+                timestamp: header.timestamp,
+                clock: stream.clock,
+                at: now,
+                len: plain.len(),
+            });
+        }
+        if self.receipts_since.is_none() {
+            self.receipts_since = Some(now);
         }
         if plain.is_empty() {
             return Rx::Padding;
@@ -273,18 +311,25 @@ impl FastPath {
 
     /// Whether the held receipts are due at str0m by `now` (or too many).
     pub fn receipts_due(&self, now: Instant) -> bool {
-        self.receipts_at().is_some_and(|t| now >= t) || self.receipts.len() >= MAX_TWCC_RECEIPTS / 2
+        self.receipts_at().is_some_and(|t| now >= t)
+            || self.receipts.len().max(self.noted.len()) >= MAX_TWCC_RECEIPTS / 2
     }
 
-    /// Hand the transport-wide receipts to str0m's feedback register.
+    /// Hand the transport-wide receipts to str0m's feedback register, and
+    /// the packets taken to their streams' receive registers.
     pub fn report_receipts(&mut self, rtc: &mut str0m::Rtc) {
         self.receipts_since = None;
-        if self.receipts.is_empty() {
+        if self.receipts.is_empty() && self.noted.is_empty() {
             return;
         }
         let mut api = rtc.direct_api();
         for (seq, at) in self.receipts.drain(..) {
             api.twcc_received(seq, at);
+        }
+        for n in self.noted.drain(..) {
+            if let Some(rx) = api.stream_rx(&n.ssrc) {
+                rx.note_received(n.at, n.index.into(), n.timestamp, n.clock, n.len);
+            }
         }
     }
 

@@ -1058,14 +1058,15 @@ impl Participant {
         // (`p` is the main stream's even when it came as a resend).
         if let Some(fast) = &mut self.fast {
             let video = self.slots.get(i).is_some_and(|s| s.kind == Kind::Video);
-            if fast.adopt(
-                p.header.ssrc,
-                p.header.payload_type,
-                video,
-                i,
-                *p.seq_no,
-                p.timestamp,
-            ) {
+            let pt = p.header.payload_type;
+            let clock = self
+                .rtc
+                .codec_config()
+                .find(|c| c.pt() == pt)
+                .map_or(if video { 90_000 } else { 48_000 }, |c| {
+                    c.spec().clock_rate.get()
+                });
+            if fast.adopt(p.header.ssrc, pt, clock, video, i, *p.seq_no, p.timestamp) {
                 // str0m sees none of its packets from now on: its NACK
                 // checks (every 33 ms) would find nothing.
                 if let Some(rx) = self.rtc.direct_api().stream_rx(&p.header.ssrc) {

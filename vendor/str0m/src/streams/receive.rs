@@ -508,6 +508,35 @@ impl StreamRx {
         self.remember_recent(seq_no, time);
     }
 
+    /// corelay patch (PATCHES.md, 13): a packet of this stream that the
+    /// application received and decrypted itself (see
+    /// [`crate::change::DirectApi::srtp_contexts`]), with its extended
+    /// sequence number, RTP timestamp (at `clock_rate`) and payload length.
+    /// It counts as if str0m had received it: in the receiver reports
+    /// (extended highest sequence number, loss, jitter), the statistics
+    /// and the pause detection. It is not NACKed as missing either, but
+    /// nothing is delivered.
+    pub fn note_received(
+        &mut self,
+        now: Instant,
+        seq_no: SeqNo,
+        rtp_time: u32,
+        clock_rate: u32,
+        payload_len: usize,
+    ) {
+        self.last_used = now;
+        if self.paused {
+            self.paused = false;
+            self.need_paused_event = true;
+        }
+        self.check_paused_at = Some(now + self.pause_threshold);
+        self.register
+            .get_or_insert_with(|| ReceiverRegister::new(None))
+            .update(seq_no, now, rtp_time, clock_rate);
+        self.stats.bytes += payload_len as u64;
+        self.stats.packets += 1;
+    }
+
     pub(crate) fn update_register(
         &mut self,
         now: Instant,
@@ -1059,6 +1088,39 @@ pub(crate) struct RegisterUpdateReceipt {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // corelay patch (PATCHES.md, 13).
+    #[test]
+    fn packets_noted_as_received_count_in_the_receiver_report() {
+        let start = Instant::now();
+        let mut stream = StreamRx::new(
+            7.into(),
+            MidRid("mid".into(), None),
+            false,
+            Duration::from_millis(1500),
+        );
+        stream.paused = true;
+        // 20 packets, 5 of them lost (every fourth), across a sequence
+        // number wrap.
+        let first = 65_530u64;
+        for i in 0..20u64 {
+            if i % 4 == 2 {
+                continue;
+            }
+            let at = start + Duration::from_millis(10 * i);
+            stream.note_received(at, (first + i).into(), 3000 * i as u32, 90_000, 100);
+        }
+        assert!(!stream.paused, "a noted packet unpauses the stream");
+        assert_eq!(stream.stats.packets, 15);
+        assert_eq!(stream.stats.bytes, 1500);
+        let rr = stream.create_receiver_report(start + Duration::from_millis(200));
+        let report = rr.reports.iter().next().expect("a reception report");
+        assert_eq!(report.ssrc, 7.into());
+        assert_eq!(report.max_seq as u64, first + 19);
+        assert_eq!(report.packets_lost, 5);
+        // 5 of 20 expected: a quarter, in 1/256 units.
+        assert_eq!(report.fraction_lost, 64);
+    }
 
     #[test]
     fn paused_timestamp_repair_moves_time_forward() {
