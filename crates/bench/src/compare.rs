@@ -246,7 +246,13 @@ pub fn compare(runs: &[String], out: &Path, title: &str) -> Result<String, Strin
         );
         rows.push(json!({
             "label": g.label,
-            "runs": g.dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>(),
+            // Relative to the comparison's folder where they are in it (as
+            // scripts/compare puts them), so a copied result names its runs.
+            "runs": g
+                .dirs
+                .iter()
+                .map(|d| d.strip_prefix(out).unwrap_or(d).display().to_string())
+                .collect::<Vec<_>>(),
             "client_bound_runs": g.client_bound,
             "server_us_per_forwarded_packet": us,
             "server_us_per_forwarded_packet_runs": g.us_per_packet,
