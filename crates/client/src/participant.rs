@@ -1067,8 +1067,10 @@ impl Participant {
                     c.spec().clock_rate.get()
                 });
             if fast.adopt(p.header.ssrc, pt, clock, video, i, *p.seq_no, p.timestamp) {
-                // str0m sees none of its packets from now on: its NACK
-                // checks (every 33 ms) would find nothing.
+                // From now on str0m learns of its packets only when they
+                // are noted, up to 50 ms late: its NACK checks (every
+                // 33 ms) would ask for packets that did arrive. The own
+                // path NACKs instead.
                 if let Some(rx) = self.rtc.direct_api().stream_rx(&p.header.ssrc) {
                     rx.suppress_nack(true);
                 }
