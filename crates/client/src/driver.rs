@@ -219,6 +219,9 @@ impl Driver {
                 if let Some(cpu) = pin {
                     pin_to_cpu(cpu);
                 }
+                // Under `chrt` (scripts/bench RT=1) the send schedule goes
+                // before the process's other threads (joins, reporting).
+                corelay_thread::rise_above_siblings();
                 let gro = client_offload();
                 let mut tx = CopyBatch::new();
                 tx.set_gso(

@@ -1,8 +1,9 @@
-//! The calling thread's CPU: pinning it to one core, and the CPU time it
-//! has used. Shared by corelay's shards and corelay-client's driver
-//! threads, so both measure "busy" the same way.
+//! The calling thread's CPU: pinning it to one core, the CPU time it has
+//! used, and its place among its process's real-time threads. Shared by
+//! corelay's shards and corelay-client's driver threads, so both measure
+//! "busy" the same way.
 //!
-//! Owns the two `libc` calls and their safety arguments; nothing else (no
+//! Owns those `libc` calls and their safety arguments; nothing else (no
 //! logging, no policy: callers decide what a failed pin means).
 
 use std::time::Duration;
@@ -43,9 +44,65 @@ pub fn thread_cpu() -> Duration {
     )
 }
 
+/// Under a real-time policy (SCHED_RR or SCHED_FIFO, as `chrt -r 10`
+/// starts a whole process), raises the calling thread one priority above
+/// the one it inherited and returns the new one. Its process's other
+/// threads keep the inherited priority, and at an equal one a thread that
+/// is woken waits until the running one blocks (SCHED_RR's slice is
+/// 100 ms): a data-plane thread must not wait behind its process's
+/// bookkeeping on its core. `None`, and nothing changed, under any other
+/// policy or where the kernel refuses.
+pub fn rise_above_siblings() -> Option<i32> {
+    // SAFETY: sched_getscheduler(0) reads the calling thread's policy.
+    let policy = unsafe { libc::sched_getscheduler(0) };
+    if policy != libc::SCHED_RR && policy != libc::SCHED_FIFO {
+        return None;
+    }
+    let mut param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: sched_getparam(0, ...) writes one sched_param we own.
+    if unsafe { libc::sched_getparam(0, &mut param) } != 0 {
+        return None;
+    }
+    // SAFETY: takes and returns plain integers.
+    let max = unsafe { libc::sched_get_priority_max(policy) };
+    param.sched_priority = (param.sched_priority + 1).min(max);
+    // SAFETY: sched_setscheduler(0, ...) reads one sched_param we own and
+    // changes the calling thread only (on Linux a thread is a task).
+    let ok = unsafe { libc::sched_setscheduler(0, policy, &param) } == 0;
+    ok.then_some(param.sched_priority)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn policy_and_priority() -> (i32, i32) {
+        let mut param = libc::sched_param { sched_priority: 0 };
+        // SAFETY: as in `rise_above_siblings`.
+        unsafe {
+            libc::sched_getparam(0, &mut param);
+            (libc::sched_getscheduler(0), param.sched_priority)
+        }
+    }
+
+    #[test]
+    fn a_thread_rises_above_its_siblings_only_under_a_real_time_policy() {
+        std::thread::spawn(|| {
+            // The default policy: nothing changes.
+            assert_eq!(rise_above_siblings(), None);
+            assert_eq!(policy_and_priority(), (libc::SCHED_OTHER, 0));
+            let param = libc::sched_param { sched_priority: 10 };
+            // SAFETY: as in `rise_above_siblings`.
+            if unsafe { libc::sched_setscheduler(0, libc::SCHED_RR, &param) } != 0 {
+                eprintln!("SKIPPED the real-time half: SCHED_RR refused (no CAP_SYS_NICE)");
+                return;
+            }
+            assert_eq!(rise_above_siblings(), Some(11));
+            assert_eq!(policy_and_priority(), (libc::SCHED_RR, 11));
+        })
+        .join()
+        .unwrap_or_else(|e| std::panic::resume_unwind(e));
+    }
 
     #[test]
     fn cpu_time_moves_with_work() {

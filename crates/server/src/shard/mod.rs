@@ -280,6 +280,9 @@ pub fn spawn(spec: ShardSpec) -> io::Result<(ShardHandle, std::thread::JoinHandl
             if let Some(core) = spec.core {
                 pin_to_core(core);
             }
+            // Under a real-time policy the data plane goes before the
+            // control thread and the rest of the process.
+            corelay_thread::rise_above_siblings();
             let outcome = corelay_core::guard::isolate(|| {
                 tokio::runtime::Builder::new_current_thread()
                     .enable_all()

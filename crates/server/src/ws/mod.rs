@@ -136,7 +136,12 @@ pub fn spawn(spec: WsSpec) -> io::Result<(ShardHandle, WsRuntime)> {
         .thread_name("corelay-ws")
         .on_thread_start({
             let clocks = clocks.clone();
-            move || clocks.register_current()
+            move || {
+                clocks.register_current();
+                // As a shard's thread: the data plane first (real-time
+                // policies only).
+                corelay_thread::rise_above_siblings();
+            }
         })
         .enable_all()
         .build()?;
