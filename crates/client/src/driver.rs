@@ -23,12 +23,14 @@
 //! milliseconds for nobody.
 
 use std::cmp::Reverse;
+use std::collections::VecDeque;
 use std::collections::{BinaryHeap, HashMap};
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
-use std::sync::mpsc::{Receiver, Sender, SyncSender, TryRecvError, channel};
+use std::sync::mpsc::SyncSender;
+use std::sync::{Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -191,9 +193,34 @@ fn client_offload() -> bool {
     std::env::var_os("CORELAY_CLIENT_NO_UDP_OFFLOAD").is_none()
 }
 
+/// Commands on their way to a driver thread. Not `std::sync::mpsc`: its
+/// receiver spins (yielding) while a sender is between claiming a slot and
+/// writing it, and a driver thread raised above its process's other threads
+/// on the same core ([`corelay_thread::rise_above_siblings`], under
+/// `chrt`) then never lets that sender finish: the driver spun on one core
+/// for 20 minutes in a `RT=1` run. A lock puts the driver to sleep instead,
+/// so the sender runs and lets go.
+#[derive(Default)]
+struct Mailbox(Mutex<VecDeque<Command>>);
+
+impl Mailbox {
+    fn push(&self, cmd: Command) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push_back(cmd);
+    }
+
+    /// Everything sent so far, in order.
+    fn take(&self, into: &mut VecDeque<Command>) {
+        let mut q = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        std::mem::swap(&mut *q, into);
+    }
+}
+
 /// A running driver thread.
 pub struct Driver {
-    tx: Sender<Command>,
+    tx: Arc<Mailbox>,
     wake: Arc<EventFd>,
     thread: Option<JoinHandle<()>>,
     stats: Arc<DriverStats>,
@@ -206,7 +233,8 @@ impl Driver {
         observer: Box<dyn Observer>,
         pin: Option<usize>,
     ) -> io::Result<Driver> {
-        let (tx, rx) = channel();
+        let tx = Arc::new(Mailbox::default());
+        let rx = tx.clone();
         let wake = Arc::new(EventFd::new()?);
         let epoll = Epoll::new()?;
         epoll.add(wake.0, WAKE_TOKEN)?;
@@ -232,6 +260,7 @@ impl Driver {
                     epoll,
                     wake: wk,
                     rx,
+                    inbox: VecDeque::new(),
                     entries: Vec::new(),
                     free: Vec::new(),
                     by_id: HashMap::new(),
@@ -260,7 +289,9 @@ impl Driver {
 
     /// Send a command; false if the thread is gone.
     pub fn send(&self, cmd: Command) -> bool {
-        let ok = self.tx.send(cmd).is_ok();
+        // The thread holds the other reference until it ends.
+        let ok = Arc::strong_count(&self.tx) > 1;
+        self.tx.push(cmd);
         self.wake.wake();
         ok
     }
@@ -272,7 +303,7 @@ impl Driver {
 
     /// Stop the thread and wait for it.
     pub fn shutdown(&mut self) {
-        let _ = self.tx.send(Command::Shutdown);
+        self.tx.push(Command::Shutdown);
         self.wake.wake();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
@@ -336,7 +367,9 @@ impl Entry {
 struct Loop {
     epoll: Epoll,
     wake: Arc<EventFd>,
-    rx: Receiver<Command>,
+    rx: Arc<Mailbox>,
+    /// Commands taken from `rx` and not processed yet.
+    inbox: VecDeque<Command>,
     entries: Vec<Option<Entry>>,
     free: Vec<usize>,
     by_id: HashMap<u64, usize>,
@@ -566,11 +599,13 @@ impl Loop {
 
     /// Process queued commands; false on shutdown.
     fn commands(&mut self) -> bool {
+        if self.inbox.is_empty() {
+            self.rx.take(&mut self.inbox);
+        }
         for _ in 0..10_000 {
-            let cmd = match self.rx.try_recv() {
-                Ok(c) => c,
-                Err(TryRecvError::Empty) => return true,
-                Err(TryRecvError::Disconnected) => return false,
+            let Some(cmd) = self.inbox.pop_front() else {
+                // Nobody left to send a command, or to stop the thread.
+                return Arc::strong_count(&self.rx) > 1;
             };
             match cmd {
                 Command::Shutdown => return false,
