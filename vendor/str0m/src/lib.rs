@@ -856,6 +856,8 @@ mod poll;
 use crate::poll::Readiness;
 
 mod session;
+// corelay patch (PATCHES.md, 14).
+pub use session::OwnSend;
 use session::Session;
 
 pub mod stats;

@@ -35,7 +35,7 @@ use crate::rtp_::SeqNoWindow;
 use crate::rtp_::{Bitrate, ExtensionMap, Goodbye, Mid, ReportList, Rtcp, RtcpFb};
 use crate::rtp_::{Dlrr, DlrrItem, ExtendedReport, ReportBlock};
 use crate::rtp_::{RtpHeader, SessionId, TwccPacketId, extend_u16};
-use crate::rtp_::{SrtpContext, Ssrc};
+use crate::rtp_::{Rid, SrtpContext, Ssrc};
 use crate::rtp_::{TwccRecvRegister, TwccSendRegister};
 use crate::stats::StatsSnapshot;
 use crate::streams::{RtpPacket, StreamTimeoutConfig, Streams};
@@ -188,6 +188,27 @@ struct LastRrtr {
     received_at: Instant,
 }
 
+/// corelay patch (PATCHES.md, 14): what a packet the application sends
+/// itself carries ([`Session::note_own_send`]): the stream's SSRC, its
+/// transport-wide sequence number (when negotiated), and the mid and rid
+/// while the receiver has not reported on the SSRC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OwnSend {
+    /// SSRC of the send stream.
+    pub ssrc: Ssrc,
+    /// Transport-wide sequence number, when TWCC is negotiated.
+    pub transport_cc: Option<u16>,
+    /// The mid header extension's value, until the receiver has bound the SSRC.
+    pub mid: Option<Mid>,
+    /// The rid header extension's value, likewise.
+    pub rid: Option<Rid>,
+    /// str0m wants this packet in its resend history as well, as material
+    /// for padding (its padding resends packets sent before): hand it over
+    /// with [`StreamTx::cache_own`](crate::rtp::StreamTx::cache_own) (every
+    /// 250 ms or so of a stream with RTX).
+    pub cache: bool,
+}
+
 impl Session {
     pub fn new(config: &RtcConfig) -> Self {
         let mut id = SessionId::new();
@@ -332,6 +353,58 @@ impl Session {
         let prev = self.twcc_rx_register.max_seq();
         let extended = extend_u16(prev.map(|s| *s), seq);
         self.twcc_rx_register.update_seq(extended.into(), now);
+    }
+
+    /// corelay patch (PATCHES.md, 14): a regular RTP packet of `payload_size`
+    /// bytes on `midrid`'s send stream that the application writes and
+    /// encrypts itself at `now`: counted by the stream (sender report,
+    /// statistics) and by the session as `poll_packet` counts one it sends
+    /// (the pacer's media debt, the TWCC send register, the estimator).
+    /// `None`, with nothing counted, where str0m must send it: no such
+    /// stream, str0m not yet having sent one of the stream's packets itself,
+    /// or a bandwidth probe running (the pacer tags the media it releases
+    /// during a probe, and the probe measures those).
+    #[allow(clippy::too_many_arguments)]
+    pub fn note_own_send(
+        &mut self,
+        midrid: MidRid,
+        now: Instant,
+        seq_no: SeqNo,
+        time: u32,
+        wallclock: Instant,
+        payload_size: usize,
+    ) -> Option<OwnSend> {
+        if self.pacer.active_cluster().is_some() {
+            return None;
+        }
+        let media = self.medias.iter().find(|m| m.mid() == midrid.mid())?;
+        let twcc_enabled = media
+            .remote_extmap()
+            .id_of(Extension::TransportSequenceNumber)
+            .is_some();
+        let stream = self.streams.stream_tx_by_midrid(midrid)?;
+        let ssrc = stream.ssrc();
+        let (attach_mid, cache) =
+            stream.note_own_send(now, seq_no, time, wallclock, payload_size)?;
+        self.pacer.register_send(now, payload_size.into(), midrid);
+        let transport_cc = twcc_enabled.then(|| {
+            let seq = self.twcc;
+            self.twcc += 1;
+            self.twcc_tx_register
+                .register_seq(TwccPacketId::new(seq), now, payload_size);
+            seq as u16
+        });
+        if let Some(bwe) = self.bwe.as_mut() {
+            bwe.on_media_sent(payload_size.into(), false, now);
+        }
+        self.media_bytes_tx += payload_size as u64;
+        Some(OwnSend {
+            ssrc,
+            transport_cc,
+            mid: attach_mid.then_some(midrid.mid()),
+            rid: if attach_mid { midrid.rid() } else { None },
+            cache,
+        })
     }
 
     pub fn handle_timeout(&mut self, now: Instant, wake: &mut Wake) -> Result<(), RtcError> {

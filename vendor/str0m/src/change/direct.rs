@@ -1,3 +1,4 @@
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -10,7 +11,9 @@ use crate::crypto::Fingerprint;
 use crate::crypto::dtls::ProtocolVersion;
 use crate::media::{Media, MediaKind};
 use crate::poll::RtcMut;
+use crate::net::Protocol;
 use crate::rtp_::MidRid;
+use crate::rtp_::SeqNo;
 use crate::rtp_::{ExtensionMap, Mid, Rid, SrtpContext, Ssrc};
 use crate::sctp::{ChannelConfig, SctpInitData};
 use crate::streams::{DEFAULT_RTX_CACHE_DURATION, DEFAULT_RTX_RATIO_CAP, StreamRx, StreamTx};
@@ -223,6 +226,41 @@ impl<'a> DirectApi<'a> {
     /// session's TWCC feedback like one str0m received.
     pub fn twcc_received(&mut self, seq: u16, now: Instant) {
         self.rtc.session.twcc_received(seq, now);
+    }
+
+    /// corelay patch (PATCHES.md, 14): the application writes and encrypts
+    /// (with [`DirectApi::srtp_contexts`]) a regular RTP packet of `mid`'s
+    /// send stream itself, to send at `now` from [`DirectApi::send_addr`]:
+    /// str0m counts it as one it sent (see [`crate::OwnSend`] for what the
+    /// packet must carry, `None` where str0m must send it instead). A NACK
+    /// for such a packet reaches the application through
+    /// [`StreamTx::take_unanswered_nacks`](crate::rtp::StreamTx::take_unanswered_nacks).
+    pub fn note_own_send(
+        &mut self,
+        mid: Mid,
+        rid: Option<Rid>,
+        now: Instant,
+        seq_no: SeqNo,
+        time: u32,
+        wallclock: Instant,
+        payload_size: usize,
+    ) -> Option<crate::OwnSend> {
+        self.rtc.session.note_own_send(
+            MidRid(mid, rid),
+            now,
+            seq_no,
+            time,
+            wallclock,
+            payload_size,
+        )
+    }
+
+    /// corelay patch (PATCHES.md, 14): where the session sends its
+    /// datagrams (protocol, local and remote address of the nominated ICE
+    /// pair); `None` until ICE has nominated one.
+    pub fn send_addr(&self) -> Option<(Protocol, SocketAddr, SocketAddr)> {
+        let a = self.rtc.send_addr.as_ref()?;
+        Some((a.proto, a.source, a.destination))
     }
 
     /// Generate a ssrc that is not already used in session

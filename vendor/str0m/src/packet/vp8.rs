@@ -49,7 +49,10 @@ impl Vp8Patch {
     /// # Panics
     ///
     /// Panics if `dst` is not the same length as `payload`.
-    pub(crate) fn copy_to(&self, payload: &[u8], dst: &mut [u8]) {
+    ///
+    /// corelay patch (PATCHES.md, 14): public, for an application that
+    /// writes its own packets ([`crate::change::DirectApi::note_own_send`]).
+    pub fn copy_to(&self, payload: &[u8], dst: &mut [u8]) {
         assert_eq!(payload.len(), dst.len());
 
         dst.copy_from_slice(payload);

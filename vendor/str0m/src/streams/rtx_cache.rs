@@ -64,7 +64,8 @@ impl RtxCache {
         self.get_cached_packet_by_seq_no(*seq_no)
     }
 
-    fn remove_old_packets(&mut self, now: Instant) {
+    // corelay patch (PATCHES.md, 14): also called when a NACK arrives.
+    pub(crate) fn remove_old_packets(&mut self, now: Instant) {
         self.packet_by_seq_no.maybe_evict(now);
     }
 

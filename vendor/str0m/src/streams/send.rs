@@ -179,7 +179,46 @@ pub struct StreamTx {
 
     /// MTU warn threshold; used to cap spurious-padding RTX cache lookups.
     mtu_warn: usize,
+
+    /// corelay patch (PATCHES.md, 14): the application sent packets of this
+    /// stream itself ([`StreamTx::note_own_send`]), so a NACKed sequence
+    /// number missing from the resend history may be one of them.
+    own_sends: bool,
+
+    /// corelay patch (PATCHES.md, 14): NACKed sequence numbers the resend
+    /// history did not have while the application sends itself, for
+    /// [`StreamTx::take_unanswered_nacks`]. Bounded by [`MAX_UNANSWERED`].
+    unanswered_nacks: Vec<SeqNo>,
+
+    /// corelay patch (PATCHES.md, 14): packets the application handed back
+    /// for a resend ([`StreamTx::resend_own`]) and not sent yet, looked up
+    /// by the resend queue before the history. Bounded by
+    /// [`MAX_OWN_RESENDS`].
+    own_resends: VecDeque<RtpPacket>,
+
+    /// corelay patch (PATCHES.md, 14): the handed-back packet `poll_packet`
+    /// sends now (it leaves `own_resends` as it goes).
+    own_resend_sending: Option<RtpPacket>,
+
+    /// corelay patch (PATCHES.md, 14): when a packet the application sent
+    /// itself last went into the resend history ([`StreamTx::cache_own`]),
+    /// as material for padding.
+    own_cached_at: Option<Instant>,
 }
+
+/// corelay patch (PATCHES.md, 14): how often a packet the application sends
+/// itself goes into the resend history as well, so that padding finds
+/// packets of the sizes it wants there (spurious resends; blank padding
+/// packets hold at most 224 bytes, and probes made of them measured lower
+/// estimates, so that corelay's simulcast tests failed).
+const OWN_CACHE_INTERVAL: Duration = Duration::from_millis(250);
+
+/// corelay patch (PATCHES.md, 14): the most unanswered NACKs a stream keeps
+/// until the application takes them (more are dropped), and the most packets
+/// handed back for a resend it holds (the oldest go first). A NACK after an
+/// outage lists a few hundred.
+const MAX_UNANSWERED: usize = 1024;
+const MAX_OWN_RESENDS: usize = 256;
 
 /// RTP packet data to enqueue on a direct RTP send stream.
 ///
@@ -390,6 +429,11 @@ impl StreamTx {
             remote_acked_ssrc: false,
             remote_acked_rtx_ssrc: false,
             mtu_warn,
+            own_sends: false,
+            unanswered_nacks: Vec::new(),
+            own_resends: VecDeque::new(),
+            own_resend_sending: None,
+            own_cached_at: None,
         }
     }
 
@@ -577,6 +621,136 @@ impl StreamTx {
         };
 
         self.send_queue.push(packet);
+    }
+
+    /// corelay patch (PATCHES.md, 14): the application sent a regular
+    /// packet of this stream itself (its own header, its own SRTP copy, see
+    /// [`crate::change::DirectApi::note_own_send`]), which is counted here
+    /// as `poll_packet` counts one: sender report counts and RTP time,
+    /// statistics, the last sequence number sent. `None` (nothing counted)
+    /// until str0m has sent a packet of the stream itself, which sets the
+    /// clock rate a sender report needs, or while str0m still holds packets
+    /// of it not sent; else whether the packet must still
+    /// carry the mid (and rid) header extensions: until the receiver
+    /// reported on the SSRC, and whether str0m wants the packet in its
+    /// resend history too ([`StreamTx::cache_own`]).
+    pub(crate) fn note_own_send(
+        &mut self,
+        now: Instant,
+        seq_no: SeqNo,
+        time: u32,
+        wallclock: Instant,
+        payload_size: usize,
+    ) -> Option<(bool, bool)> {
+        self.clock_rate?;
+        // Packets str0m still holds (paced during a probe, or written in
+        // this same round) leave first: the stream stays in order.
+        if !self.send_queue.is_empty() {
+            return None;
+        }
+        self.own_sends = true;
+        self.rtp_and_wallclock = Some((time, wallclock));
+        let len = payload_size as u64;
+        self.stats.update_packet_counts(len, false);
+        if let Some(h) = &mut self.stats.bytes_transmitted {
+            h.push(now, len);
+            // `poll_packet` purges it when it looks for a resend; the
+            // application's packets do not pass there.
+            h.purge_old(now);
+        }
+        // A late packet (its publisher's resend) keeps the newest as the
+        // reference that NACKs are lengthened against.
+        if seq_no > self.last_sent_seq_no {
+            self.last_sent_seq_no = seq_no;
+        }
+        self.last_used = now;
+        let cache = self.padding_enabled()
+            && self
+                .own_cached_at
+                .is_none_or(|t| now.saturating_duration_since(t) >= OWN_CACHE_INTERVAL);
+        Some((!self.remote_acked_ssrc, cache))
+    }
+
+    /// corelay patch (PATCHES.md, 14): moves into `out` the sequence numbers
+    /// the receiver NACKed since the last call that the resend history did
+    /// not have, since the application sends this stream itself: it may
+    /// hand them back with [`StreamTx::resend_own`].
+    pub fn take_unanswered_nacks(&mut self, out: &mut Vec<SeqNo>) {
+        out.append(&mut self.unanswered_nacks);
+    }
+
+    /// corelay patch (PATCHES.md, 14): resend a packet the application sent
+    /// itself, as `write_rtp` would have written it (same sequence number,
+    /// time, payload): it goes out on the RTX stream like a resend from the
+    /// history, with the same cap on the resend ratio. `false` (nothing
+    /// queued) unless the stream has RTX and `rtp`'s payload type is the one
+    /// str0m last sent with an RTX payload type.
+    pub fn resend_own(&mut self, rtp: RtpWrite, now: Instant) -> bool {
+        let Some(packet) = self.own_packet(rtp, now) else {
+            return false;
+        };
+        let seq_no = packet.seq_no;
+        let payload_size = packet.payload.len();
+        if self.own_resends.len() >= MAX_OWN_RESENDS {
+            self.own_resends.pop_front();
+        }
+        self.own_resends.push_back(packet);
+        self.resends.push_back(Resend {
+            seq_no,
+            queued_at: now,
+            payload_size,
+        });
+        true
+    }
+
+    /// corelay patch (PATCHES.md, 14): puts a packet the application sent
+    /// itself into the resend history, when [`crate::OwnSend::cache`] asked
+    /// for it (padding's material; a NACK for it is then answered by str0m).
+    /// A packet older than the history's newest is left out.
+    pub fn cache_own(&mut self, rtp: RtpWrite, now: Instant) {
+        if self
+            .rtx_cache
+            .last_cached_seq_no()
+            .is_some_and(|last| last >= rtp.seq_no)
+        {
+            return;
+        }
+        let Some(packet) = self.own_packet(rtp, now) else {
+            return;
+        };
+        self.own_cached_at = Some(now);
+        self.rtx_cache.cache_sent_packet(packet, now);
+    }
+
+    /// corelay patch (PATCHES.md, 14): `rtp` as the nackable packet
+    /// `poll_packet` would have sent and kept; `None` unless the stream has
+    /// RTX and `rtp`'s payload type is the one str0m last sent with an RTX
+    /// payload type (so a resend of it has one).
+    fn own_packet(&self, rtp: RtpWrite, now: Instant) -> Option<RtpPacket> {
+        if self.rtx.is_none() || self.pt_for_padding != Some(rtp.pt) {
+            return None;
+        }
+        let clock_rate = self.clock_rate?;
+        Some(RtpPacket {
+            seq_no: rtp.seq_no,
+            time: MediaTime::new(rtp.time as u64, clock_rate),
+            header: RtpHeader {
+                csrc_count: rtp.csrc_count,
+                sequence_number: *rtp.seq_no as u16,
+                marker: rtp.marker,
+                payload_type: rtp.pt,
+                timestamp: rtp.time,
+                ssrc: self.ssrc,
+                csrc: rtp.csrc,
+                ext_vals: rtp.ext_vals,
+                ..Default::default()
+            },
+            payload: rtp.payload,
+            vp8_patch: rtp.vp8_patch,
+            nackable: true,
+            timestamp: now,
+            last_sender_info: None,
+        })
     }
 
     fn padding_enabled(&self) -> bool {
@@ -900,8 +1074,20 @@ impl StreamTx {
             }
         }
 
+        let mut own = None;
         let seq_no = loop {
             let resend = self.resends.pop_front()?;
+
+            // corelay patch (PATCHES.md, 14): a packet the application
+            // handed back, before the history.
+            if let Some(i) = self
+                .own_resends
+                .iter()
+                .position(|p| p.seq_no == resend.seq_no)
+            {
+                own = Some(i);
+                break resend.seq_no;
+            }
 
             let pkt = self.rtx_cache.get_cached_packet_by_seq_no(resend.seq_no);
 
@@ -919,7 +1105,10 @@ impl StreamTx {
         };
 
         // Borrow checker gymnastics.
-        let pkt = self.rtx_cache.get_cached_packet_by_seq_no(seq_no).unwrap();
+        let pkt = match own {
+            Some(i) => self.own_resend_sending.insert(self.own_resends.remove(i)?),
+            None => self.rtx_cache.get_cached_packet_by_seq_no(seq_no).unwrap(),
+        };
 
         let len = pkt.payload.len() as u64;
         self.stats.update_packet_counts(len, true);
@@ -1048,11 +1237,13 @@ impl StreamTx {
         use RtcpFb::*;
         match fb {
             ReceptionReport(r) => {
-                if let Some(rtx_ssrc) = self.rtx {
-                    if rtx_ssrc == r.ssrc {
-                        // Receiver has bound MidRid to RTX SSRC
-                        self.remote_acked_rtx_ssrc = true;
-                    }
+                // corelay patch (PATCHES.md, 14): a report on the main SSRC
+                // acknowledges it whether or not the stream has RTX (upstream
+                // only looked at the RTX SSRC when there was one, so the mid
+                // went on every packet of such a stream).
+                if self.rtx == Some(r.ssrc) {
+                    // Receiver has bound MidRid to RTX SSRC
+                    self.remote_acked_rtx_ssrc = true;
                 } else if r.ssrc == self.ssrc {
                     // Receiver has bound MidRid to SSRC
                     self.remote_acked_ssrc = true;
@@ -1088,13 +1279,28 @@ impl StreamTx {
     ) -> Option<()> {
         // Turning NackEntry into SeqNo we need to know a SeqNo "close by" to lengthen the 16 bit
         // sequence number into the 64 bit we have in SeqNo.
-        let seq_no = self.rtx_cache.last_cached_seq_no()?;
+        //
+        // corelay patch (PATCHES.md, 14): once the application sends packets
+        // itself, the last one sent is the nearest (the history has only
+        // str0m's own), and a number the history lacks is handed to the
+        // application.
+        let seq_no = if self.own_sends {
+            // Only one packet in a while goes into the history then, so it
+            // is not evicted to the moment by the next one.
+            self.rtx_cache.remove_old_packets(now);
+            self.last_sent_seq_no
+        } else {
+            self.rtx_cache.last_cached_seq_no()?
+        };
         let iter = entries.flat_map(|n| n.into_iter(seq_no));
 
         // Schedule all resends. They will be handled on next poll_packet
         for seq_no in iter {
             let Some(packet) = self.rtx_cache.get_cached_packet_by_seq_no(seq_no) else {
                 // Packet was not available in RTX cache, it has probably expired.
+                if self.own_sends && self.unanswered_nacks.len() < MAX_UNANSWERED {
+                    self.unanswered_nacks.push(seq_no);
+                }
                 continue;
             };
 
@@ -1355,6 +1561,10 @@ impl StreamTx {
         self.rtx_cache.clear();
         self.resends.clear();
         self.padding = 0;
+        // corelay patch (PATCHES.md, 14).
+        self.unanswered_nacks.clear();
+        self.own_resends.clear();
+        self.own_resend_sending = None;
     }
 
     /// Reset this stream to use a new SSRC and optionally a new RTX SSRC.
@@ -1386,6 +1596,9 @@ impl StreamTx {
         self.stats = StreamTxStats::new(stats_enabled);
         self.rtx_ratio = (0.0, already_happened());
         self.remote_acked_ssrc = false;
+        // corelay patch (PATCHES.md, 14): str0m sends the new SSRC's first
+        // packets itself again (its clock rate is known by then).
+        self.own_sends = false;
 
         // Clear all buffers
         self.reset_buffers();
@@ -1518,6 +1731,83 @@ mod test {
             lens.push(receipt.len);
         }
         assert!(lens[1] < lens[0]);
+    }
+
+    #[test]
+    fn packets_the_application_sent_are_counted_reported_and_resent_on_nack() {
+        // corelay patch (PATCHES.md, 14).
+        use crate::rtp_::ReceptionReport;
+        let now = Instant::now();
+        let codecs = CodecConfig::new_with_defaults();
+        let param = codecs
+            .params()
+            .iter()
+            .find(|p| p.resend().is_some())
+            .expect("a payload type with RTX");
+        let (pt, rtx_pt) = (param.pt(), param.resend().unwrap());
+        let exts = ExtensionMap::standard();
+        let mut streams = crate::streams::Streams::new(false, 1200, Duration::from_millis(1500));
+        let stream =
+            streams.declare_stream_tx(42.into(), Some(44.into()), MidRid("vid".into(), None));
+        let mut buf = vec![];
+        // Nothing is counted before str0m has sent one of the stream's
+        // packets itself (no clock rate for a sender report yet).
+        assert_eq!(stream.note_own_send(now, 0.into(), 0, now, 1000), None);
+        stream.write_rtp(RtpWrite::new(pt, 0.into(), 0, now, vec![0_u8; 1000]).nackable(true));
+        stream.send_queue.handle_timeout(now);
+        stream
+            .poll_packet(now, &exts, None, codecs.params(), &mut buf)
+            .expect("str0m's own first packet");
+        // The application sends 1..=10; the mid goes on them until the
+        // receiver reports on the SSRC (also with RTX, unlike upstream).
+        for i in 1..=10_u64 {
+            let (mid, _) = stream
+                .note_own_send(now, i.into(), 3000 * i as u32, now, 1000)
+                .expect("counted");
+            assert!(mid);
+        }
+        stream.handle_rtcp(
+            now,
+            RtcpFb::ReceptionReport(ReceptionReport {
+                ssrc: 42.into(),
+                fraction_lost: 0,
+                packets_lost: 0,
+                max_seq: 10,
+                jitter: 0,
+                last_sr_time: 0,
+                last_sr_delay: 0,
+            }),
+        );
+        let (mid, _) = stream
+            .note_own_send(now, 11.into(), 33_000, now, 1000)
+            .expect("counted");
+        assert!(!mid);
+        let info = stream.sender_info(now);
+        assert_eq!(info.sender_packet_count, 12);
+        assert_eq!(info.sender_octet_count, 12_000);
+        // The last packet's RTP time (now is its wallclock), give or take
+        // the rounding of str0m's media time arithmetic.
+        let rtp_time = info.rtp_time.rebase(Frequency::NINETY_KHZ).numer();
+        assert!((32_999..=33_000).contains(&rtp_time), "{rtp_time}");
+        // A NACK for 0 (str0m's history has it) and 5 (the application's):
+        // 5 is handed to the application, which hands the packet back.
+        stream.handle_nack([NackEntry { pid: 0, blp: 1 << 4 }].into_iter(), now);
+        let mut unanswered = vec![];
+        stream.take_unanswered_nacks(&mut unanswered);
+        assert_eq!(unanswered, vec![SeqNo::from(5)]);
+        let back = RtpWrite::new(pt, 5.into(), 15_000, now, vec![5_u8; 700]);
+        assert!(stream.resend_own(back, now));
+        let mut sent = vec![];
+        while let Some(r) = stream.poll_packet(now, &exts, None, codecs.params(), &mut buf) {
+            assert_eq!((r.header.ssrc, r.header.payload_type), (44.into(), rtx_pt));
+            let body = &buf[r.header.header_len..r.len];
+            sent.push((u16::from_be_bytes([body[0], body[1]]), body.len() - 2));
+        }
+        assert_eq!(sent, vec![(0, 1000), (5, 700)]);
+        assert!(
+            !stream.resend_own(RtpWrite::new(rtx_pt, 6.into(), 0, now, vec![0_u8; 10]), now),
+            "a payload type str0m never sent with RTX"
+        );
     }
 
     #[test]
