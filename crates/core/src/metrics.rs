@@ -17,6 +17,12 @@ pub struct Counters {
     pub tx_messages: u64,
     /// RTP packets written to a subscriber leg.
     pub forwarded: u64,
+    /// Of those, the ones the shard wrote and encrypted itself, past str0m
+    /// (`engine::egress`).
+    pub forwarded_direct: u64,
+    /// NACKed packets of the shard's own egress handed back to str0m for a
+    /// resend on the RTX stream.
+    pub resent_direct: u64,
     /// Datagrams that are not STUN/DTLS/RTP/RTCP, or that str0m refused.
     pub dropped_malformed: u64,
     /// Datagrams from an address no participant owns and without a known ufrag.
@@ -81,6 +87,8 @@ impl Counters {
             tx_bytes,
             tx_messages,
             forwarded,
+            forwarded_direct,
+            resent_direct,
             dropped_malformed,
             dropped_unknown_source,
             dropped_waiting_keyframe,

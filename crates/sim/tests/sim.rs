@@ -542,6 +542,15 @@ fn sim_loss_jitter_reordering_nack_recovers() {
     assert!(snap.nacks_sent > 0);
     assert_eq!(snap.corrupt(), 0);
     assert!(snap.frames_from("p") > 150, "{}", snap.frames_from("p"));
+    // The shard's own egress carried the video after its first packets,
+    // and answered NACKs for it through str0m's RTX stream.
+    let c = s.shards[0].engine.counters();
+    eprintln!(
+        "forwarded {} ({} direct), resent direct {}",
+        c.forwarded, c.forwarded_direct, c.resent_direct
+    );
+    assert!(c.forwarded_direct * 10 > c.forwarded * 9, "{c:?}");
+    assert!(c.resent_direct > 0, "{c:?}");
 }
 
 /// The downlink outage of [`downlink_outage`].

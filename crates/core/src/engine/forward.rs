@@ -7,9 +7,11 @@
 //! Owns the per-packet path. Must not: change slot assignments or choose
 //! layers (it only asks for a keyframe when a slot waits for one, and
 //! switches a slot to its target layer on that layer's keyframe), or
-//! allocate per subscriber beyond what str0m's `write_rtp` takes. A
-//! subscriber written to is drained once at the end of the batch
-//! ([`Engine::drain_pending`]), not after each packet.
+//! allocate per subscriber beyond what str0m's `write_rtp` takes. A packet
+//! goes out on the shard's own egress ([`super::egress`]) where str0m lets
+//! it, through `write_rtp` otherwise (a slot's first packets, probes). A
+//! subscriber written to is drained (and its own datagrams flushed) once at
+//! the end of the batch ([`Engine::drain_pending`]), not after each packet.
 
 use std::time::{Duration, Instant};
 
@@ -17,6 +19,7 @@ use str0m::format::Codec;
 use str0m::media::MediaKind;
 use str0m::rtp::{RtpPacket, RtpWrite, SeqNo, Vp8Descriptor};
 
+use super::egress;
 use super::io::{feed_time, guarded};
 use super::participant::Participant;
 use super::slot::Admit;
@@ -155,6 +158,8 @@ impl Engine {
         }
         let mut want_keyframe: Option<u8> = None;
         let mut reached = false;
+        // Its number in the own egress's history, once kept there.
+        let mut kept = None;
         for &sub in &room.local {
             if sub == media.track.participant {
                 continue;
@@ -168,6 +173,9 @@ impl Engine {
                 poisoned,
                 undrained,
                 connected,
+                egress,
+                held,
+                rtx_history,
                 ..
             } = p;
             // Not before its DTLS handshake is done: str0m would queue the
@@ -223,6 +231,44 @@ impl Engine {
                     continue;
                 };
                 let patch = media.vp8.as_ref().and_then(|d| slot.pictures.patch(d));
+                let nackable = media.kind == MediaKind::Video;
+                // The shard's own egress, where str0m lets it
+                // ([`super::egress`]); str0m's send path otherwise.
+                let direct = guarded(&mut self.io, sub, poisoned, |_| {
+                    egress::send(
+                        egress,
+                        &mut slot.egress,
+                        rtc,
+                        now,
+                        egress::Out {
+                            mid: slot.mid,
+                            pt: out_pt,
+                            seq,
+                            time: ts,
+                            patch,
+                            media,
+                            nackable,
+                            kept: &mut kept,
+                        },
+                        &mut self.recent,
+                        *rtx_history,
+                    )
+                });
+                match direct {
+                    Some(Some(t)) => {
+                        held.push(t);
+                        self.io.counters.forwarded += 1;
+                        self.io.counters.forwarded_direct += 1;
+                        reached = true;
+                        if !*undrained && held.len() == 1 {
+                            self.io.pending.push(sub);
+                            self.io.pending_at = Some(now);
+                        }
+                        continue;
+                    }
+                    Some(None) => {}
+                    None => continue,
+                }
                 let fed = *undrained;
                 let written = guarded(&mut self.io, sub, poisoned, |io| {
                     // The subscriber's clock to now first: str0m stamps the
@@ -248,7 +294,7 @@ impl Engine {
                     )
                     .marker(media.marker)
                     .ext_vals(media.ext.to_ext())
-                    .nackable(media.kind == MediaKind::Video);
+                    .nackable(nackable);
                     if let Some(p) = patch {
                         w = w.vp8_patch(p);
                     }
@@ -265,7 +311,9 @@ impl Engine {
                 // a frame's packets cost one walk of the subscriber's `Rtc`.
                 if !*undrained {
                     *undrained = true;
-                    self.io.pending.push(sub);
+                    if held.is_empty() {
+                        self.io.pending.push(sub);
+                    }
                     self.io.pending_at = Some(now);
                 }
             }

@@ -41,6 +41,7 @@
 
 mod channel;
 mod demux;
+mod egress;
 mod forward;
 mod io;
 mod keyframes;
@@ -196,6 +197,10 @@ pub struct Engine {
     demand_sent: HashMap<TrackKey, u32>,
     demand_remote: HashMap<(TrackKey, ShardId), u32>,
     io: Io,
+    /// Reused by [`Engine::answer_nacks`].
+    nack_scratch: Vec<str0m::rtp::SeqNo>,
+    /// The publisher packets the own egress may still resend.
+    recent: egress::Recent,
 }
 
 impl Engine {
@@ -211,6 +216,8 @@ impl Engine {
             demand_sent: HashMap::new(),
             demand_remote: HashMap::new(),
             io: Io::default(),
+            nack_scratch: Vec::new(),
+            recent: egress::Recent::default(),
         }
     }
 
@@ -508,6 +515,9 @@ impl Engine {
         if !known {
             self.demux.learn(id, source);
         }
+        if is_rtcp(data) {
+            self.answer_nacks(now, id);
+        }
         self.drain(now, kernel_rx, id);
         // str0m drops some datagrams without a word (an SRTP packet that fails
         // authentication or replays, a STUN request with bad integrity, a DTLS
@@ -575,6 +585,33 @@ impl Engine {
     // ---------------------------------------------------------------- the step
 
     /// Drains one participant's `Rtc` to its next timeout (str0m's invariant).
+    /// Hands str0m the packets of the own egress that `id` NACKed
+    /// ([`egress::answer_nacks`]), and the time, so that its pacer releases
+    /// them in the drain that follows.
+    fn answer_nacks(&mut self, now: Instant, id: ParticipantId) {
+        let Some(p) = self.participants.get_mut(&id) else {
+            return;
+        };
+        let Participant {
+            rtc,
+            slots,
+            poisoned,
+            rtx_history,
+            ..
+        } = p;
+        let scratch = &mut self.nack_scratch;
+        let recent = &self.recent;
+        let handed = guarded(&mut self.io, id, poisoned, |_| {
+            let slots = slots.iter().map(|s| (s.mid, &s.egress));
+            egress::answer_nacks(rtc, slots, recent, now, *rtx_history, scratch)
+        })
+        .unwrap_or(0);
+        if handed > 0 {
+            self.io.counters.resent_direct += handed;
+            feed_time(&mut self.io, id, rtc, now);
+        }
+    }
+
     fn drain(&mut self, now: Instant, kernel_rx: Option<Duration>, id: ParticipantId) {
         if let Some(p) = self.participants.get_mut(&id) {
             drain_rtc(
@@ -603,6 +640,12 @@ impl Engine {
                 let Some(p) = self.participants.get_mut(&id) else {
                     continue;
                 };
+                // The own egress's datagrams first, in the order written.
+                for t in p.held.drain(..) {
+                    self.io.counters.tx_packets += 1;
+                    self.io.counters.tx_bytes += t.contents.len() as u64;
+                    self.io.out.transmits.push(t);
+                }
                 if std::mem::take(&mut p.undrained) {
                     drain_rtc(&mut self.io, at, None, id, &mut p.rtc, &mut p.poisoned);
                 }

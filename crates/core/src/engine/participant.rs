@@ -80,6 +80,13 @@ pub(super) struct Participant {
     /// Forwarded media was written into its `Rtc` and not drained yet: it is
     /// in [`super::io::Io::pending`], its clock already at `pending_at`.
     pub(super) undrained: bool,
+    /// Its side of the shard's own egress ([`super::egress`]), from its
+    /// first packet sent there.
+    pub(super) egress: Option<Box<super::egress::Egress>>,
+    /// Datagrams of the own egress for it, held until the end of the
+    /// receive batch (so a frame leaves as one GSO run); while any are, it
+    /// is in [`super::io::Io::pending`].
+    pub(super) held: Vec<str0m::net::Transmit>,
     /// ICE and DTLS came up (the connect deadline no longer applies).
     pub(super) connected: bool,
     /// What its connection did, so that an eviction can say why.
@@ -95,7 +102,7 @@ pub(super) struct Participant {
     nack_seen: Vec<(Mid, bool, u64)>,
     /// How long its slots' sent packets stay resendable
     /// ([`rtx_history_for`], applied by [`Participant::fit_rtx_history`]).
-    rtx_history: Duration,
+    pub(super) rtx_history: Duration,
 }
 
 /// str0m's RTX history (3 s), kept until a subscriber's first round-trip
@@ -144,6 +151,8 @@ impl Participant {
             channel: None,
             poisoned: false,
             undrained: false,
+            egress: None,
+            held: Vec::new(),
             connected: false,
             trail: Trail::default(),
             request_tokens: 0.0,
@@ -183,7 +192,8 @@ impl Participant {
         // the per-subscriber NACK budget. Slots this negotiation added get
         // the RTX history as fitted so far ([`Self::fit_rtx_history`]).
         let mut api = self.rtc.direct_api();
-        for s in &self.slots {
+        for s in &mut self.slots {
+            s.egress.renegotiated();
             if let Some(tx) = api.stream_tx_by_mid(s.mid, None) {
                 tx.set_unpaced(true);
                 tx.set_rtx_max_age(self.rtx_history);

@@ -82,6 +82,8 @@ pub(super) struct Slot {
     /// When the allocation last changed the target, and last moved it down.
     pub(super) last_move: Option<Instant>,
     pub(super) last_down: Option<Instant>,
+    /// Its side of the shard's own egress: extension ids, resend history.
+    pub(super) egress: super::egress::SlotEgress,
 }
 
 impl Slot {
@@ -98,6 +100,7 @@ impl Slot {
             rewriter: Rewriter::default(),
             pictures: PictureIds::default(),
             temporal: Temporal::default(),
+            egress: super::egress::SlotEgress::default(),
             switches: 0,
             fresh: false,
             last_move: None,

@@ -238,6 +238,18 @@ impl Collector for MetricsSnapshot {
         )?;
         c(
             &mut enc,
+            "corelay_forwarded_direct",
+            "Forwarded RTP packets the shard wrote and encrypted itself, past str0m.",
+            &|r| r.counters.forwarded_direct,
+        )?;
+        c(
+            &mut enc,
+            "corelay_resent_direct",
+            "NACKed packets of the shard's own egress resent on the RTX stream.",
+            &|r| r.counters.resent_direct,
+        )?;
+        c(
+            &mut enc,
             "corelay_temporal_skipped",
             "VP8 packets of temporal layers a slot left out (a frame-rate down-switch).",
             &|r| r.counters.temporal_skipped,

@@ -1,0 +1,415 @@
+//! The shard's own egress: a forwarded RTP packet written, encrypted and
+//! handed to the socket by the engine, past str0m's send path.
+//!
+//! str0m sends each slot's first packets itself (which settles the stream's
+//! clock rate, payload type for resends and the mid until the receiver binds
+//! the SSRC); after that every packet of a connected subscriber goes here:
+//! its header (the slot's SSRC, sequence number and timestamp, the end-to-end
+//! extensions, a transport-wide sequence number from str0m, the mid until the
+//! receiver has reported on the SSRC), its payload (VP8 descriptor patched),
+//! AES with a copy of the subscriber's SRTP transmit context, and str0m told
+//! of the send ([`str0m::change::DirectApi::note_own_send`]: sender report
+//! counts and RTP time, statistics, the pacer's debt, the TWCC send register,
+//! the estimator) so that reports, feedback, the estimate and padding stay
+//! str0m's and stay right. The datagrams wait in the subscriber's `held`
+//! list until the end of the receive batch, so that a frame's packets
+//! still leave as one GSO run.
+//!
+//! Resends: each forwarded video packet is kept once in the shard's
+//! [`Recent`] (the publisher's payload, shared) and each slot it went to
+//! keeps a small entry naming it, for the subscriber's resend history time;
+//! a NACK str0m cannot answer from its own history reaches
+//! [`answer_nacks`], which hands the packet back to str0m to send on the
+//! RTX stream, under its resend-ratio cap. About every 250 ms a stream's
+//! packet also goes into str0m's history, for its padding to resend.
+//!
+//! What it saves per forwarded packet against `write_rtp`: str0m's send
+//! queue and 430-byte resend-history entry, its walk of the subscriber's
+//! `Rtc` to find the packet, and the clock feed before each write (the send
+//! is told its time). docs/benchmarks.md, "The shard's own egress".
+//!
+//! Owns: the per-subscriber SRTP copy and scratch buffer, the resend
+//! history (the shard's and each slot's). Must not: choose what a slot
+//! shows or rewrite numbering (that is [`super::forward`] and
+//! [`super::slot`]); send anything str0m has not been told of.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use str0m::Rtc;
+use str0m::media::{Mid, Pt};
+use str0m::net::Transmit;
+use str0m::rtp::{ExtensionMap, RtpHeader, RtpWrite, SeqNo, SrtpContext, Vp8Patch};
+
+use crate::media::{E2eExt, MediaPacket};
+
+/// Room for the largest packet: an RTP header with every extension and a
+/// payload that fits a datagram (larger payloads go through str0m, which
+/// refuses them in its own way).
+const BUF_LEN: usize = 2048;
+/// The largest payload this path writes.
+const MAX_PAYLOAD: usize = 1500;
+/// The most packets a slot's history holds, whatever its time (about 3 s of
+/// a 3 Mbit/s layer).
+const MAX_HISTORY: usize = 1024;
+
+/// A subscriber's side of the own egress: its SRTP transmit context (a copy
+/// of str0m's, same keys) and the buffer a packet is written into before it
+/// is encrypted.
+pub(super) struct Egress {
+    tx: SrtpContext,
+    buf: Vec<u8>,
+}
+
+impl Egress {
+    /// From the subscriber's `Rtc` once its DTLS handshake gave SRTP keys.
+    fn new(rtc: &mut Rtc) -> Option<Box<Self>> {
+        // The copy never sends SRTCP (str0m sends every report itself).
+        let (_, tx) = rtc.direct_api().srtp_contexts(0)?;
+        Some(Box::new(Egress {
+            tx,
+            buf: vec![0; BUF_LEN],
+        }))
+    }
+}
+
+/// The video packets the shard forwarded on the own egress lately, once
+/// each however many subscribers it went to: what a resend needs of the
+/// publisher's packet (its payload, shared, not copied). A slot's history
+/// refers to them by number, so that a forwarded packet costs its slot a
+/// small entry and no reference count (str0m's per-subscriber history
+/// entry, and a first form of this one that held the payload per slot,
+/// were each about 7 % of the shard at 70 rooms of 4).
+#[derive(Default)]
+pub(super) struct Recent {
+    /// The number of `items`' first entry.
+    first: u64,
+    items: VecDeque<Kept>,
+    /// The instant slot histories count their milliseconds from.
+    epoch: Option<Instant>,
+    /// The longest resend history of the subscribers sent to, in the last
+    /// [`KEEP_WINDOW`] and the one before: how long packets stay here.
+    longest: [Duration; 2],
+    window_at: Option<Instant>,
+}
+
+/// How often [`Recent`] forgets the longest resend history it has seen (so
+/// that a long one leaving shortens what it keeps).
+const KEEP_WINDOW: Duration = Duration::from_secs(2);
+
+struct Kept {
+    at: Instant,
+    received: Instant,
+    marker: bool,
+    ext: E2eExt,
+    payload: Arc<[u8]>,
+}
+
+/// The most packets [`Recent`] holds, whatever their age (about 5 s of a
+/// shard forwarding 50,000 a second).
+const MAX_RECENT: usize = 1 << 18;
+
+impl Recent {
+    /// A subscriber whose history is `keep` long was sent a packet.
+    fn note_keep(&mut self, keep: Duration) {
+        if let Some(l) = self.longest.get_mut(1)
+            && keep > *l
+        {
+            *l = keep;
+        }
+    }
+
+    /// Keeps `media` (sent at `now`) and returns its number. What is older
+    /// than the longest resend history of the subscribers sent to lately
+    /// goes (so the payloads are held as long as str0m's per-subscriber
+    /// history held them).
+    pub(super) fn keep(&mut self, now: Instant, media: &MediaPacket) -> u64 {
+        if self
+            .window_at
+            .is_none_or(|t| now.saturating_duration_since(t) >= KEEP_WINDOW)
+        {
+            self.window_at = Some(now);
+            self.longest = [self.longest[1], Duration::ZERO];
+        }
+        let age = self.longest[0].max(self.longest[1]);
+        while self
+            .items
+            .front()
+            .is_some_and(|k| now.saturating_duration_since(k.at) > age)
+            || self.items.len() >= MAX_RECENT
+        {
+            self.items.pop_front();
+            self.first += 1;
+        }
+        self.items.push_back(Kept {
+            at: now,
+            received: media.received,
+            marker: media.marker,
+            ext: media.ext,
+            payload: media.payload.clone(),
+        });
+        self.first + self.items.len() as u64 - 1
+    }
+
+    /// `now` in milliseconds since the first packet kept (wraps after 49
+    /// days; only differences of a few seconds are taken).
+    fn ms(&mut self, now: Instant) -> u32 {
+        let epoch = *self.epoch.get_or_insert(now);
+        now.saturating_duration_since(epoch).as_millis() as u32
+    }
+
+    fn get(&self, n: u64) -> Option<&Kept> {
+        let i = usize::try_from(n.checked_sub(self.first)?).ok()?;
+        self.items.get(i)
+    }
+}
+
+/// One packet a slot sent on the own egress, kept for a resend: what its
+/// header said that is the slot's own, and the number of the publisher's
+/// packet in [`Recent`].
+struct Sent {
+    seq: u64,
+    kept: u64,
+    time: u32,
+    /// When it was sent, in milliseconds of [`Recent`]'s clock.
+    at_ms: u32,
+    pt: Pt,
+    patch: Option<Vp8Patch>,
+}
+
+/// A slot's side of the own egress: the header extension ids of its m-line
+/// and its resend history (video only; in sequence order).
+#[derive(Default)]
+pub(super) struct SlotEgress {
+    exts: Option<ExtensionMap>,
+    history: VecDeque<Sent>,
+}
+
+impl std::fmt::Debug for SlotEgress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SlotEgress")
+            .field("history", &self.history.len())
+            .finish()
+    }
+}
+
+impl SlotEgress {
+    /// A renegotiation may have moved the extension ids.
+    pub(super) fn renegotiated(&mut self) {
+        self.exts = None;
+    }
+
+    /// Whether any packet of this slot went out on the own egress lately
+    /// (only such a slot can have NACKs str0m cannot answer).
+    fn active(&self) -> bool {
+        !self.history.is_empty()
+    }
+
+    /// Adds `sent`; what was sent more than `keep` before it goes (and
+    /// what [`Recent`] let go of, which cannot be resent).
+    fn remember(&mut self, sent: Sent, recent: &Recent, keep: Duration) {
+        let keep_ms = keep.as_millis() as u32;
+        while self
+            .history
+            .front()
+            .is_some_and(|s| s.kept < recent.first || sent.at_ms.wrapping_sub(s.at_ms) > keep_ms)
+            || self.history.len() >= MAX_HISTORY
+        {
+            self.history.pop_front();
+        }
+        // Kept sorted for the lookup of a NACK: a late packet (the
+        // publisher's resend of one lost on its way in) goes in its place.
+        match self.history.back() {
+            Some(last) if last.seq >= sent.seq => {
+                if let Err(i) = self.history.binary_search_by_key(&sent.seq, |s| s.seq) {
+                    self.history.insert(i, sent);
+                }
+            }
+            _ => self.history.push_back(sent),
+        }
+    }
+
+    /// Packet `seq` and the publisher's packet it carried, if sent at most
+    /// `keep` before `now`.
+    fn find<'r>(
+        &self,
+        seq: u64,
+        recent: &'r Recent,
+        now: Instant,
+        keep: Duration,
+    ) -> Option<(&Sent, &'r Kept)> {
+        let i = self.history.binary_search_by_key(&seq, |s| s.seq).ok()?;
+        let sent = self.history.get(i)?;
+        let kept = recent
+            .get(sent.kept)
+            .filter(|k| now.saturating_duration_since(k.at) <= keep)?;
+        Some((sent, kept))
+    }
+}
+
+/// What forwarding knows of one packet for one slot.
+pub(super) struct Out<'a> {
+    pub(super) mid: Mid,
+    pub(super) pt: Pt,
+    pub(super) seq: u64,
+    pub(super) time: u32,
+    pub(super) patch: Option<Vp8Patch>,
+    pub(super) media: &'a MediaPacket,
+    pub(super) nackable: bool,
+    /// Its number in [`Recent`], once kept there for an earlier slot.
+    pub(super) kept: &'a mut Option<u64>,
+}
+
+/// Writes `out` as a datagram for the subscriber whose `rtc` this is, and
+/// tells str0m it was sent; `None` (nothing written, nothing counted) where
+/// str0m must send it ([`str0m::change::DirectApi::note_own_send`]), or the
+/// subscriber has no nominated ICE pair or SRTP keys yet. `keep` is how long
+/// a video packet stays resendable (the subscriber's resend history).
+pub(super) fn send(
+    egress: &mut Option<Box<Egress>>,
+    slot: &mut SlotEgress,
+    rtc: &mut Rtc,
+    now: Instant,
+    out: Out<'_>,
+    recent: &mut Recent,
+    keep: Duration,
+) -> Option<Transmit> {
+    let media = out.media;
+    if media.payload.len() > MAX_PAYLOAD {
+        return None;
+    }
+    let (proto, source, destination) = rtc.direct_api().send_addr()?;
+    if egress.is_none() {
+        *egress = Egress::new(rtc);
+    }
+    let e = egress.as_mut()?;
+    if slot.exts.is_none() {
+        slot.exts = rtc.media(out.mid).map(|m| m.remote_extmap().clone());
+    }
+    let exts = slot.exts.as_ref()?;
+    let own = rtc.direct_api().note_own_send(
+        out.mid,
+        None,
+        now,
+        SeqNo::from(out.seq),
+        out.time,
+        media.received,
+        media.payload.len(),
+    )?;
+    let mut ext_vals = media.ext.to_ext();
+    ext_vals.transport_cc = own.transport_cc;
+    ext_vals.mid = own.mid;
+    ext_vals.rid = own.rid;
+    ext_vals.abs_send_time = Some(now);
+    let mut header = RtpHeader {
+        payload_type: out.pt,
+        sequence_number: out.seq as u16,
+        timestamp: out.time,
+        ssrc: own.ssrc,
+        marker: media.marker,
+        ext_vals,
+        ..Default::default()
+    };
+    let header_len = header.write_to(&mut e.buf, exts);
+    header.header_len = header_len;
+    let end = header_len + media.payload.len();
+    let body = e.buf.get_mut(header_len..end)?;
+    match &out.patch {
+        Some(p) => p.copy_to(&media.payload, body),
+        None => body.copy_from_slice(&media.payload),
+    }
+    let contents = e.tx.protect_rtp(e.buf.get(..end)?, &header, out.seq);
+    if own.cache
+        && out.nackable
+        && let Some(tx) = rtc.direct_api().stream_tx_by_mid(out.mid, None)
+    {
+        tx.cache_own(write(&out, media), now);
+    }
+    if out.nackable {
+        recent.note_keep(keep);
+        // The publisher's packet once, however many slots it goes to.
+        let kept = match *out.kept {
+            Some(k) => k,
+            None => {
+                let k = recent.keep(now, media);
+                *out.kept = Some(k);
+                k
+            }
+        };
+        let sent = Sent {
+            seq: out.seq,
+            kept,
+            time: out.time,
+            at_ms: recent.ms(now),
+            pt: out.pt,
+            patch: out.patch,
+        };
+        slot.remember(sent, recent, keep);
+    }
+    Some(Transmit {
+        proto,
+        source,
+        destination,
+        contents: contents.into(),
+    })
+}
+
+/// `out` as str0m's `write_rtp` would have taken it.
+fn write(out: &Out<'_>, media: &MediaPacket) -> RtpWrite {
+    let mut w = RtpWrite::new(
+        out.pt,
+        SeqNo::from(out.seq),
+        out.time,
+        media.received,
+        media.payload.clone(),
+    )
+    .marker(media.marker)
+    .ext_vals(media.ext.to_ext())
+    .nackable(true);
+    if let Some(p) = out.patch {
+        w = w.vp8_patch(p);
+    }
+    w
+}
+
+/// Hands str0m the packets of the own egress its subscriber NACKed (str0m's
+/// history does not have them) for a resend on the RTX stream; the number
+/// handed back (those sent at most `keep` ago). `scratch` is reused between
+/// calls.
+pub(super) fn answer_nacks<'a>(
+    rtc: &mut Rtc,
+    slots: impl Iterator<Item = (Mid, &'a SlotEgress)>,
+    recent: &Recent,
+    now: Instant,
+    keep: Duration,
+    scratch: &mut Vec<SeqNo>,
+) -> u64 {
+    let mut handed = 0;
+    let mut api = rtc.direct_api();
+    for (mid, slot) in slots.filter(|(_, s)| s.active()) {
+        let Some(tx) = api.stream_tx_by_mid(mid, None) else {
+            continue;
+        };
+        scratch.clear();
+        tx.take_unanswered_nacks(scratch);
+        for seq in scratch.iter() {
+            // Not in the history: older than the subscriber's resend
+            // history, or sent by str0m (whose history answered already).
+            let Some((s, k)) = slot.find(**seq, recent, now, keep) else {
+                continue;
+            };
+            let mut w = RtpWrite::new(s.pt, *seq, s.time, k.received, k.payload.clone())
+                .marker(k.marker)
+                .ext_vals(k.ext.to_ext())
+                .nackable(true);
+            if let Some(p) = s.patch {
+                w = w.vp8_patch(p);
+            }
+            if tx.resend_own(w, now) {
+                handed += 1;
+            }
+        }
+    }
+    handed
+}
