@@ -205,7 +205,7 @@ pub struct OwnSend {
     /// str0m wants this packet in its resend history as well, as material
     /// for padding (its padding resends packets sent before): hand it over
     /// with [`StreamTx::cache_own`](crate::rtp::StreamTx::cache_own) (every
-    /// 250 ms or so of a stream with RTX).
+    /// packet of a stream that can pad).
     pub cache: bool,
 }
 

@@ -20,13 +20,14 @@
 //! keeps a small entry naming it, for the subscriber's resend history time;
 //! a NACK str0m cannot answer from its own history reaches
 //! [`answer_nacks`], which hands the packet back to str0m to send on the
-//! RTX stream, under its resend-ratio cap. About every 250 ms a stream's
-//! packet also goes into str0m's history, for its padding to resend.
+//! RTX stream, under its resend-ratio cap. Each packet of a stream that can
+//! pad also goes into str0m's history: its padding resends recent packets
+//! from there, and without them it probed too little (str0m patch 14).
 //!
 //! What it saves per forwarded packet against `write_rtp`: str0m's send
-//! queue and 430-byte resend-history entry, its walk of the subscriber's
-//! `Rtc` to find the packet, and the clock feed before each write (the send
-//! is told its time). docs/benchmarks.md, "The shard's own egress".
+//! queue, its walk of the subscriber's `Rtc` to find the packet, and the
+//! clock feed before each write (the send is told its time).
+//! docs/benchmarks.md, "The shard's own egress".
 //!
 //! Owns: the per-subscriber SRTP copy and scratch buffer, the resend
 //! history (the shard's and each slot's). Must not: choose what a slot

@@ -64,8 +64,7 @@ impl RtxCache {
         self.get_cached_packet_by_seq_no(*seq_no)
     }
 
-    // corelay patch (PATCHES.md, 14): also called when a NACK arrives.
-    pub(crate) fn remove_old_packets(&mut self, now: Instant) {
+    fn remove_old_packets(&mut self, now: Instant) {
         self.packet_by_seq_no.maybe_evict(now);
     }
 

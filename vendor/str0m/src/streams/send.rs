@@ -199,19 +199,7 @@ pub struct StreamTx {
     /// corelay patch (PATCHES.md, 14): the handed-back packet `poll_packet`
     /// sends now (it leaves `own_resends` as it goes).
     own_resend_sending: Option<RtpPacket>,
-
-    /// corelay patch (PATCHES.md, 14): when a packet the application sent
-    /// itself last went into the resend history ([`StreamTx::cache_own`]),
-    /// as material for padding.
-    own_cached_at: Option<Instant>,
 }
-
-/// corelay patch (PATCHES.md, 14): how often a packet the application sends
-/// itself goes into the resend history as well, so that padding finds
-/// packets of the sizes it wants there (spurious resends; blank padding
-/// packets hold at most 224 bytes, and probes made of them measured lower
-/// estimates, so that corelay's simulcast tests failed).
-const OWN_CACHE_INTERVAL: Duration = Duration::from_millis(250);
 
 /// corelay patch (PATCHES.md, 14): the most unanswered NACKs a stream keeps
 /// until the application takes them (more are dropped), and the most packets
@@ -433,7 +421,6 @@ impl StreamTx {
             unanswered_nacks: Vec::new(),
             own_resends: VecDeque::new(),
             own_resend_sending: None,
-            own_cached_at: None,
         }
     }
 
@@ -664,10 +651,12 @@ impl StreamTx {
             self.last_sent_seq_no = seq_no;
         }
         self.last_used = now;
-        let cache = self.padding_enabled()
-            && self
-                .own_cached_at
-                .is_none_or(|t| now.saturating_duration_since(t) >= OWN_CACHE_INTERVAL);
+        // Padding resends recent packets of the size it wants from the
+        // history: with one packet in 250 ms there, it was mostly blank
+        // packets, probes measured less, and the estimate of a real client
+        // on a fast link did not climb to the top simulcast layer in half
+        // the runs of corelay's scenario test.
+        let cache = self.padding_enabled();
         Some((!self.remote_acked_ssrc, cache))
     }
 
@@ -718,7 +707,6 @@ impl StreamTx {
         let Some(packet) = self.own_packet(rtp, now) else {
             return;
         };
-        self.own_cached_at = Some(now);
         self.rtx_cache.cache_sent_packet(packet, now);
     }
 
@@ -1285,9 +1273,6 @@ impl StreamTx {
         // str0m's own), and a number the history lacks is handed to the
         // application.
         let seq_no = if self.own_sends {
-            // Only one packet in a while goes into the history then, so it
-            // is not evicted to the moment by the next one.
-            self.rtx_cache.remove_old_packets(now);
             self.last_sent_seq_no
         } else {
             self.rtx_cache.last_cached_seq_no()?
