@@ -38,7 +38,7 @@ use crate::rtp_::{RtpHeader, SessionId, TwccPacketId, extend_u16};
 use crate::rtp_::{Rid, SrtpContext, Ssrc};
 use crate::rtp_::{TwccRecvRegister, TwccSendRegister};
 use crate::stats::StatsSnapshot;
-use crate::streams::{RtpPacket, StreamTimeoutConfig, Streams};
+use crate::streams::{RtpPacket, RtpWrite, StreamTimeoutConfig, Streams};
 use crate::util::{Soonest, SystemTimeExt, already_happened, not_happening};
 use crate::{Reason, net};
 use crate::{RtcConfig, RtcError};
@@ -202,11 +202,6 @@ pub struct OwnSend {
     pub mid: Option<Mid>,
     /// The rid header extension's value, likewise.
     pub rid: Option<Rid>,
-    /// str0m wants this packet in its resend history as well, as material
-    /// for padding (its padding resends packets sent before): hand it over
-    /// with [`StreamTx::cache_own`](crate::rtp::StreamTx::cache_own) (every
-    /// packet of a stream that can pad).
-    pub cache: bool,
 }
 
 impl Session {
@@ -373,6 +368,7 @@ impl Session {
         time: u32,
         wallclock: Instant,
         payload_size: usize,
+        packet: impl FnOnce() -> RtpWrite,
     ) -> Option<OwnSend> {
         if self.pacer.active_cluster().is_some() {
             return None;
@@ -384,8 +380,7 @@ impl Session {
             .is_some();
         let stream = self.streams.stream_tx_by_midrid(midrid)?;
         let ssrc = stream.ssrc();
-        let (attach_mid, cache) =
-            stream.note_own_send(now, seq_no, time, wallclock, payload_size)?;
+        let attach_mid = stream.note_own_send(now, seq_no, time, wallclock, payload_size, packet)?;
         self.pacer.register_send(now, payload_size.into(), midrid);
         let transport_cc = twcc_enabled.then(|| {
             let seq = self.twcc;
@@ -403,7 +398,6 @@ impl Session {
             transport_cc,
             mid: attach_mid.then_some(midrid.mid()),
             rid: if attach_mid { midrid.rid() } else { None },
-            cache,
         })
     }
 

@@ -20,9 +20,9 @@
 //! keeps a small entry naming it, for the subscriber's resend history time;
 //! a NACK str0m cannot answer from its own history reaches
 //! [`answer_nacks`], which hands the packet back to str0m to send on the
-//! RTX stream, under its resend-ratio cap. Each packet of a stream that can
-//! pad also goes into str0m's history: its padding resends recent packets
-//! from there, and without them it probed too little (str0m patch 14).
+//! RTX stream, under its resend-ratio cap. str0m keeps a few of the packets
+//! a second as padding material (it pads and probes by resending recent
+//! packets; str0m patch 15), not in its resend history.
 //!
 //! What it saves per forwarded packet against `write_rtp`: str0m's send
 //! queue, its walk of the subscriber's `Rtc` to find the packet, and the
@@ -289,6 +289,17 @@ pub(super) fn send(
         slot.exts = rtc.media(out.mid).map(|m| m.remote_extmap().clone());
     }
     let exts = slot.exts.as_ref()?;
+    // str0m takes a few of these packets a second as padding material.
+    let packet = || {
+        rtp_write(
+            out.pt,
+            SeqNo::from(out.seq),
+            out.time,
+            media.into(),
+            out.patch,
+        )
+        .nackable(out.nackable)
+    };
     let own = rtc.direct_api().note_own_send(
         out.mid,
         None,
@@ -297,6 +308,7 @@ pub(super) fn send(
         out.time,
         media.received,
         media.payload.len(),
+        packet,
     )?;
     let mut ext_vals = media.ext.to_ext();
     ext_vals.transport_cc = own.transport_cc;
@@ -321,12 +333,6 @@ pub(super) fn send(
         None => body.copy_from_slice(&media.payload),
     }
     let contents = e.tx.protect_rtp(e.buf.get(..end)?, &header, out.seq);
-    if own.cache
-        && out.nackable
-        && let Some(tx) = rtc.direct_api().stream_tx_by_mid(out.mid, None)
-    {
-        tx.cache_own(write(&out, media), now);
-    }
     if out.nackable {
         recent.note_keep(keep);
         // The publisher's packet once, however many slots it goes to.
@@ -356,22 +362,55 @@ pub(super) fn send(
     })
 }
 
-/// `out` as str0m's `write_rtp` would have taken it.
-fn write(out: &Out<'_>, media: &MediaPacket) -> RtpWrite {
-    let mut w = RtpWrite::new(
-        out.pt,
-        SeqNo::from(out.seq),
-        out.time,
-        media.received,
-        media.payload.clone(),
-    )
-    .marker(media.marker)
-    .ext_vals(media.ext.to_ext())
-    .nackable(true);
-    if let Some(p) = out.patch {
-        w = w.vp8_patch(p);
+/// What str0m's `write_rtp` takes of a forwarded packet, wherever the
+/// shard holds it (the packet being forwarded, or [`Recent`]).
+pub(super) struct Body<'a> {
+    received: Instant,
+    marker: bool,
+    ext: &'a E2eExt,
+    payload: &'a Arc<[u8]>,
+}
+
+impl<'a> From<&'a MediaPacket> for Body<'a> {
+    fn from(m: &'a MediaPacket) -> Self {
+        Body {
+            received: m.received,
+            marker: m.marker,
+            ext: &m.ext,
+            payload: &m.payload,
+        }
     }
-    w
+}
+
+impl<'a> From<&'a Kept> for Body<'a> {
+    fn from(k: &'a Kept) -> Self {
+        Body {
+            received: k.received,
+            marker: k.marker,
+            ext: &k.ext,
+            payload: &k.payload,
+        }
+    }
+}
+
+/// A forwarded packet as str0m's `write_rtp` takes it, nackable (str0m's
+/// send path, a resend handed back, padding material); the one place that
+/// builds it. The payload is shared, not copied.
+pub(super) fn rtp_write(
+    pt: Pt,
+    seq: SeqNo,
+    time: u32,
+    body: Body<'_>,
+    patch: Option<Vp8Patch>,
+) -> RtpWrite {
+    let w = RtpWrite::new(pt, seq, time, body.received, body.payload.clone())
+        .marker(body.marker)
+        .ext_vals(body.ext.to_ext())
+        .nackable(true);
+    match patch {
+        Some(p) => w.vp8_patch(p),
+        None => w,
+    }
 }
 
 /// Hands str0m the packets of the own egress its subscriber NACKed (str0m's
@@ -400,14 +439,7 @@ pub(super) fn answer_nacks<'a>(
             let Some((s, k)) = slot.find(**seq, recent, now, keep) else {
                 continue;
             };
-            let mut w = RtpWrite::new(s.pt, *seq, s.time, k.received, k.payload.clone())
-                .marker(k.marker)
-                .ext_vals(k.ext.to_ext())
-                .nackable(true);
-            if let Some(p) = s.patch {
-                w = w.vp8_patch(p);
-            }
-            if tx.resend_own(w, now) {
+            if tx.resend_own(rtp_write(s.pt, *seq, s.time, k.into(), s.patch), now) {
                 handed += 1;
             }
         }

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use str0m::format::Codec;
 use str0m::media::MediaKind;
-use str0m::rtp::{RtpPacket, RtpWrite, SeqNo, Vp8Descriptor};
+use str0m::rtp::{RtpPacket, SeqNo, Vp8Descriptor};
 
 use super::egress;
 use super::io::{feed_time, guarded};
@@ -285,20 +285,8 @@ impl Engine {
                     let Some(tx) = api.stream_tx_by_mid(slot.mid, None) else {
                         return false;
                     };
-                    let mut w = RtpWrite::new(
-                        out_pt,
-                        SeqNo::from(seq),
-                        ts,
-                        media.received,
-                        media.payload.clone(),
-                    )
-                    .marker(media.marker)
-                    .ext_vals(media.ext.to_ext())
-                    .nackable(nackable);
-                    if let Some(p) = patch {
-                        w = w.vp8_patch(p);
-                    }
-                    tx.write_rtp(w);
+                    let w = egress::rtp_write(out_pt, SeqNo::from(seq), ts, media.into(), patch);
+                    tx.write_rtp(w.nackable(nackable));
                     true
                 });
                 if written != Some(true) {

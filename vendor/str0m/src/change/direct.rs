@@ -235,6 +235,10 @@ impl<'a> DirectApi<'a> {
     /// packet must carry, `None` where str0m must send it instead). A NACK
     /// for such a packet reaches the application through
     /// [`StreamTx::take_unanswered_nacks`](crate::rtp::StreamTx::take_unanswered_nacks).
+    /// `packet` gives the packet as [`StreamTx::write_rtp`](crate::rtp::StreamTx::write_rtp)
+    /// would have taken it; str0m calls it for the few it keeps as padding
+    /// material (patch 15).
+    #[allow(clippy::too_many_arguments)]
     pub fn note_own_send(
         &mut self,
         mid: Mid,
@@ -244,6 +248,7 @@ impl<'a> DirectApi<'a> {
         time: u32,
         wallclock: Instant,
         payload_size: usize,
+        packet: impl FnOnce() -> crate::rtp::RtpWrite,
     ) -> Option<crate::OwnSend> {
         self.rtc.session.note_own_send(
             MidRid(mid, rid),
@@ -252,6 +257,7 @@ impl<'a> DirectApi<'a> {
             time,
             wallclock,
             payload_size,
+            packet,
         )
     }
 

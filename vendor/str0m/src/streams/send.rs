@@ -199,7 +199,37 @@ pub struct StreamTx {
     /// corelay patch (PATCHES.md, 14): the handed-back packet `poll_packet`
     /// sends now (it leaves `own_resends` as it goes).
     own_resend_sending: Option<RtpPacket>,
+
+    /// corelay patch (PATCHES.md, 15): padding material from the packets the
+    /// application sends itself (which never enter `rtx_cache`): per size
+    /// class of [`OWN_PADDING_CLASS`] bytes, the last packet taken. Empty
+    /// until the first is taken.
+    own_padding: Vec<Option<RtpPacket>>,
+
+    /// corelay patch (PATCHES.md, 15): the size classes of `own_padding`
+    /// taken since `own_tick_at` was last passed (one bit each).
+    own_padding_taken: u128,
+
+    /// corelay patch (PATCHES.md, 15): when `own_padding_taken` is cleared
+    /// and the sent-bytes window purged next ([`OWN_TICK`]).
+    own_tick_at: Instant,
 }
+
+/// corelay patch (PATCHES.md, 15): padding's spurious resends need recent
+/// packets of about the size asked for, not every packet: of the packets
+/// the application sends itself, the first of each size class in each
+/// 200 ms is taken, at most 4 in each (20 a second), usable for 1 s. The
+/// classes are the history's own (25 bytes, 80 up to the largest
+/// datagram): with 100-byte classes, or 2 taken per 200 ms, a simulcast
+/// scenario in corelay's virtual-time tests climbed back late more often.
+/// Each take is a cache miss (the class's previous packet), hence the cap
+/// and the bits. The sent-bytes window (the resend-ratio cap's) is purged
+/// on the same tick: per packet, reading its oldest entry was a cache miss.
+const OWN_PADDING_CLASS: usize = 25;
+const OWN_PADDING_CLASSES: usize = DATAGRAM_MAX_PACKET_SIZE / OWN_PADDING_CLASS;
+const OWN_TAKES: u32 = 4;
+const OWN_TICK: Duration = Duration::from_millis(200);
+const OWN_PADDING_MAX_AGE: Duration = Duration::from_secs(1);
 
 /// corelay patch (PATCHES.md, 14): the most unanswered NACKs a stream keeps
 /// until the application takes them (more are dropped), and the most packets
@@ -421,6 +451,9 @@ impl StreamTx {
             unanswered_nacks: Vec::new(),
             own_resends: VecDeque::new(),
             own_resend_sending: None,
+            own_padding: Vec::new(),
+            own_padding_taken: 0,
+            own_tick_at: already_happened(),
         }
     }
 
@@ -619,8 +652,9 @@ impl StreamTx {
     /// clock rate a sender report needs, or while str0m still holds packets
     /// of it not sent; else whether the packet must still
     /// carry the mid (and rid) header extensions: until the receiver
-    /// reported on the SSRC, and whether str0m wants the packet in its
-    /// resend history too ([`StreamTx::cache_own`]).
+    /// reported on the SSRC. `packet` gives the packet as `write_rtp` would
+    /// have taken it; it is called only when str0m keeps the packet as
+    /// padding material (patch 15: a few a second).
     pub(crate) fn note_own_send(
         &mut self,
         now: Instant,
@@ -628,7 +662,8 @@ impl StreamTx {
         time: u32,
         wallclock: Instant,
         payload_size: usize,
-    ) -> Option<(bool, bool)> {
+        packet: impl FnOnce() -> RtpWrite,
+    ) -> Option<bool> {
         self.clock_rate?;
         // Packets str0m still holds (paced during a probe, or written in
         // this same round) leave first: the stream stays in order.
@@ -641,9 +676,6 @@ impl StreamTx {
         self.stats.update_packet_counts(len, false);
         if let Some(h) = &mut self.stats.bytes_transmitted {
             h.push(now, len);
-            // `poll_packet` purges it when it looks for a resend; the
-            // application's packets do not pass there.
-            h.purge_old(now);
         }
         // A late packet (its publisher's resend) keeps the newest as the
         // reference that NACKs are lengthened against.
@@ -651,13 +683,67 @@ impl StreamTx {
             self.last_sent_seq_no = seq_no;
         }
         self.last_used = now;
-        // Padding resends recent packets of the size it wants from the
-        // history: with one packet in 250 ms there, it was mostly blank
-        // packets, probes measured less, and the estimate of a real client
-        // on a fast link did not climb to the top simulcast layer in half
-        // the runs of corelay's scenario test.
-        let cache = self.padding_enabled();
-        Some((!self.remote_acked_ssrc, cache))
+        if now >= self.own_tick_at {
+            self.own_tick_at = now + OWN_TICK;
+            self.own_padding_taken = 0;
+            // `poll_packet` purges the window when it looks for a resend;
+            // the application's packets do not pass there.
+            if let Some(h) = &mut self.stats.bytes_transmitted {
+                h.purge_old(now);
+            }
+        }
+        self.keep_own_padding(payload_size, now, packet);
+        Some(!self.remote_acked_ssrc)
+    }
+
+    /// corelay patch (PATCHES.md, 15): keeps the packet the application sent
+    /// as padding material, the first of its size class since the tick.
+    /// Padding resends recent packets of about the
+    /// size it wants: with none of the application's packets to resend (or
+    /// one in 250 ms in the resend history), it was mostly blank packets of
+    /// at most 224 bytes, probes measured less, and a real client's estimate
+    /// on a fast link did not climb to the top simulcast layer in half the
+    /// runs of corelay's scenario test.
+    fn keep_own_padding(
+        &mut self,
+        payload_size: usize,
+        now: Instant,
+        packet: impl FnOnce() -> RtpWrite,
+    ) {
+        let class = (payload_size / OWN_PADDING_CLASS).min(OWN_PADDING_CLASSES - 1);
+        let bit = 1 << class;
+        let taken = self.own_padding_taken;
+        if taken & bit != 0 || taken.count_ones() >= OWN_TAKES || !self.padding_enabled() {
+            return;
+        }
+        self.own_padding_taken |= bit;
+        if self.own_padding.is_empty() {
+            self.own_padding.resize_with(OWN_PADDING_CLASSES, || None);
+        }
+        // As the history, only packets that may be resent.
+        let rtp = packet();
+        if !rtp.nackable {
+            return;
+        }
+        if let Some(p) = self.own_packet(rtp, now) {
+            self.own_padding[class] = Some(p);
+        }
+    }
+
+    /// corelay patch (PATCHES.md, 15): the size class of the largest packet
+    /// of the padding material of at most `max_size` bytes of payload and at
+    /// most [`OWN_PADDING_MAX_AGE`] old.
+    fn own_padding_smaller_than(&self, max_size: usize, now: Instant) -> Option<(usize, usize)> {
+        self.own_padding
+            .iter()
+            .enumerate()
+            .rev()
+            .filter_map(|(i, p)| Some((i, p.as_ref()?)))
+            .find(|(_, p)| {
+                p.payload.len() <= max_size
+                    && now.saturating_duration_since(p.timestamp) <= OWN_PADDING_MAX_AGE
+            })
+            .map(|(i, p)| (i, p.payload.len()))
     }
 
     /// corelay patch (PATCHES.md, 14): moves into `out` the sequence numbers
@@ -690,24 +776,6 @@ impl StreamTx {
             payload_size,
         });
         true
-    }
-
-    /// corelay patch (PATCHES.md, 14): puts a packet the application sent
-    /// itself into the resend history, when [`crate::OwnSend::cache`] asked
-    /// for it (padding's material; a NACK for it is then answered by str0m).
-    /// A packet older than the history's newest is left out.
-    pub fn cache_own(&mut self, rtp: RtpWrite, now: Instant) {
-        if self
-            .rtx_cache
-            .last_cached_seq_no()
-            .is_some_and(|last| last >= rtp.seq_no)
-        {
-            return;
-        }
-        let Some(packet) = self.own_packet(rtp, now) else {
-            return;
-        };
-        self.rtx_cache.cache_sent_packet(packet, now);
     }
 
     /// corelay patch (PATCHES.md, 14): `rtp` as the nackable packet
@@ -1136,7 +1204,7 @@ impl StreamTx {
         })
     }
 
-    fn poll_packet_padding(&mut self, _now: Instant) -> Option<NextPacket> {
+    fn poll_packet_padding(&mut self, now: Instant) -> Option<NextPacket> {
         if !self.padding_enabled() {
             self.padding = 0;
             return None;
@@ -1152,6 +1220,25 @@ impl StreamTx {
                 // Find a historic packet that is smaller than this max size. The max size
                 // is a headroom since we can accept slightly larger padding than asked for.
                 let max_size = (self.padding * 2).min(self.mtu_warn - MAX_RTP_OVERHEAD);
+
+                // corelay patch (PATCHES.md, 15): the larger of the packets
+                // the history and the application's padding material offer.
+                if let Some((class, len)) = self.own_padding_smaller_than(max_size, now) {
+                    let cached = self
+                        .rtx_cache
+                        .get_cached_packet_smaller_than(max_size)
+                        .map_or(0, |p| p.payload.len());
+                    if len >= cached {
+                        let seq_no = self.seq_no_rtx.inc();
+                        self.padding = self.padding.saturating_sub(len);
+                        let pkt = self.own_padding.get_mut(class)?.as_mut()?;
+                        return Some(NextPacket {
+                            kind: NextPacketKind::Resend(pkt.seq_no),
+                            seq_no,
+                            pkt,
+                        });
+                    }
+                }
 
                 let Some(pkt) = self.rtx_cache.get_cached_packet_smaller_than(max_size) else {
                     // Couldn't find spurious packet, try a blank packet instead.
@@ -1550,6 +1637,8 @@ impl StreamTx {
         self.unanswered_nacks.clear();
         self.own_resends.clear();
         self.own_resend_sending = None;
+        self.own_padding.clear();
+        self.own_padding_taken = 0;
     }
 
     /// Reset this stream to use a new SSRC and optionally a new RTX SSRC.
@@ -1737,7 +1826,10 @@ mod test {
         let mut buf = vec![];
         // Nothing is counted before str0m has sent one of the stream's
         // packets itself (no clock rate for a sender report yet).
-        assert_eq!(stream.note_own_send(now, 0.into(), 0, now, 1000), None);
+        let own = |i: u64| {
+            move || RtpWrite::new(pt, i.into(), 3000 * i as u32, now, vec![i as u8; 1000]).nackable(true)
+        };
+        assert_eq!(stream.note_own_send(now, 0.into(), 0, now, 1000, own(0)), None);
         stream.write_rtp(RtpWrite::new(pt, 0.into(), 0, now, vec![0_u8; 1000]).nackable(true));
         stream.send_queue.handle_timeout(now);
         stream
@@ -1746,8 +1838,8 @@ mod test {
         // The application sends 1..=10; the mid goes on them until the
         // receiver reports on the SSRC (also with RTX, unlike upstream).
         for i in 1..=10_u64 {
-            let (mid, _) = stream
-                .note_own_send(now, i.into(), 3000 * i as u32, now, 1000)
+            let mid = stream
+                .note_own_send(now, i.into(), 3000 * i as u32, now, 1000, own(i))
                 .expect("counted");
             assert!(mid);
         }
@@ -1763,8 +1855,8 @@ mod test {
                 last_sr_delay: 0,
             }),
         );
-        let (mid, _) = stream
-            .note_own_send(now, 11.into(), 33_000, now, 1000)
+        let mid = stream
+            .note_own_send(now, 11.into(), 33_000, now, 1000, own(11))
             .expect("counted");
         assert!(!mid);
         let info = stream.sender_info(now);
@@ -1793,6 +1885,25 @@ mod test {
             !stream.resend_own(RtpWrite::new(rtx_pt, 6.into(), 0, now, vec![0_u8; 10]), now),
             "a payload type str0m never sent with RTX"
         );
+        // Padding (patch 15) resends the application's packet kept as
+        // material (1, the first of its size class), not a blank packet.
+        stream.generate_padding(1000);
+        let r = stream
+            .poll_packet(now, &exts, None, codecs.params(), &mut buf)
+            .expect("padding");
+        assert_eq!((r.header.ssrc, r.header.payload_type), (44.into(), rtx_pt));
+        let body = &buf[r.header.header_len..r.len];
+        assert_eq!(u16::from_be_bytes([body[0], body[1]]), 1);
+        assert!(body[2..].iter().all(|b| *b == 1) && body.len() == 1002);
+        // 200 ms on, the next of its size class replaces it.
+        let later = now + Duration::from_millis(200);
+        stream.note_own_send(later, 12.into(), 36_000, later, 1000, own(12));
+        stream.generate_padding(1000);
+        let r = stream
+            .poll_packet(later, &exts, None, codecs.params(), &mut buf)
+            .expect("padding");
+        let body = &buf[r.header.header_len..r.len];
+        assert_eq!(u16::from_be_bytes([body[0], body[1]]), 12);
     }
 
     #[test]
