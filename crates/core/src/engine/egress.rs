@@ -185,7 +185,21 @@ struct Sent {
 pub(super) struct SlotEgress {
     exts: Option<ExtensionMap>,
     history: VecDeque<Sent>,
+    /// When `history` was last trimmed, in milliseconds of [`Recent`]'s
+    /// clock (see [`PRUNE_MS`]).
+    pruned_ms: u32,
+    /// The highest sequence number in `history` (its last entry's), kept
+    /// here: reading that entry for the order check was a cache miss per
+    /// packet.
+    last_seq: Option<u64>,
 }
+
+/// How often a slot's history drops what it need not keep any more, in
+/// milliseconds: each look at its oldest entry was a cache miss when made
+/// per packet. The history holds at most this much more than the
+/// subscriber's resend time, and a NACK is answered only within that time
+/// anyway ([`SlotEgress::find`]).
+const PRUNE_MS: u32 = 100;
 
 impl std::fmt::Debug for SlotEgress {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -210,24 +224,30 @@ impl SlotEgress {
     /// Adds `sent`; what was sent more than `keep` before it goes (and
     /// what [`Recent`] let go of, which cannot be resent).
     fn remember(&mut self, sent: Sent, recent: &Recent, keep: Duration) {
-        let keep_ms = keep.as_millis() as u32;
-        while self
-            .history
-            .front()
-            .is_some_and(|s| s.kept < recent.first || sent.at_ms.wrapping_sub(s.at_ms) > keep_ms)
-            || self.history.len() >= MAX_HISTORY
-        {
+        if sent.at_ms.wrapping_sub(self.pruned_ms) >= PRUNE_MS {
+            self.pruned_ms = sent.at_ms;
+            let keep_ms = keep.as_millis() as u32;
+            while self.history.front().is_some_and(|s| {
+                s.kept < recent.first || sent.at_ms.wrapping_sub(s.at_ms) > keep_ms
+            }) {
+                self.history.pop_front();
+            }
+        }
+        if self.history.len() >= MAX_HISTORY {
             self.history.pop_front();
         }
         // Kept sorted for the lookup of a NACK: a late packet (the
         // publisher's resend of one lost on its way in) goes in its place.
-        match self.history.back() {
-            Some(last) if last.seq >= sent.seq => {
+        match self.last_seq {
+            Some(last) if last >= sent.seq => {
                 if let Err(i) = self.history.binary_search_by_key(&sent.seq, |s| s.seq) {
                     self.history.insert(i, sent);
                 }
             }
-            _ => self.history.push_back(sent),
+            _ => {
+                self.last_seq = Some(sent.seq);
+                self.history.push_back(sent);
+            }
         }
     }
 
@@ -326,13 +346,21 @@ pub(super) fn send(
     };
     let header_len = header.write_to(&mut e.buf, exts);
     header.header_len = header_len;
-    let end = header_len + media.payload.len();
-    let body = e.buf.get_mut(header_len..end)?;
-    match &out.patch {
-        Some(p) => p.copy_to(&media.payload, body),
-        None => body.copy_from_slice(&media.payload),
-    }
-    let contents = e.tx.protect_rtp(e.buf.get(..end)?, &header, out.seq);
+    let contents = match &out.patch {
+        // A VP8 picture-id patch rewrites the payload's first bytes: the
+        // patched copy goes behind the header in the scratch buffer.
+        Some(p) => {
+            let end = header_len + media.payload.len();
+            p.copy_to(&media.payload, e.buf.get_mut(header_len..end)?);
+            e.tx.protect_rtp(e.buf.get(..end)?, &header, out.seq)
+        }
+        // Unchanged: encrypted from the publisher's payload where it lies
+        // (str0m patch 16), not copied behind the header first.
+        None => {
+            let head = e.buf.get(..header_len)?;
+            e.tx.protect_rtp_parts(head, &media.payload, &header, out.seq)
+        }
+    };
     if out.nackable {
         recent.note_keep(keep);
         // The publisher's packet once, however many slots it goes to.

@@ -264,6 +264,22 @@ impl SrtpContext {
         header: &RtpHeader,
         srtp_index: u64, // same as ext_seq
     ) -> Vec<u8> {
+        let hlen = header.header_len;
+        self.protect_rtp_parts(&buf[..hlen], &buf[hlen..], header, srtp_index)
+    }
+
+    /// corelay patch (PATCHES.md, 16): [`SrtpContext::protect_rtp`] of the
+    /// packet whose header bytes are `head` (`header.header_len` long) and
+    /// whose payload is `input`, wherever each lies: an application that
+    /// forwards a payload unchanged encrypts it from where it is instead of
+    /// copying it behind the header first.
+    pub fn protect_rtp_parts(
+        &mut self,
+        head: &[u8],
+        input: &[u8],
+        header: &RtpHeader,
+        srtp_index: u64, // same as ext_seq
+    ) -> Vec<u8> {
         // SRTP layout
         // [header, [rtp, (padding + pad_count)], tag]
 
@@ -291,8 +307,8 @@ impl SrtpContext {
         //  | +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+ |
         //  |                                                                   |
         //  +- Encrypted Portion*                      Authenticated Portion ---+
-        let hlen = header.header_len;
-        let input = &buf[hlen..];
+        let hlen = head.len();
+        let len = hlen + input.len();
 
         match &mut self.rtp {
             Derived::Aes128CmSha1_80 { key, salt, enc, .. } => {
@@ -306,29 +322,29 @@ impl SrtpContext {
                 let padding_needed =
                     CTR_BUFFER_PADDING.saturating_sub(Aes128CmSha1_80::HMAC_TAG_LEN);
                 let mut output =
-                    vec![0_u8; buf.len() + Aes128CmSha1_80::HMAC_TAG_LEN + padding_needed];
+                    vec![0_u8; len + Aes128CmSha1_80::HMAC_TAG_LEN + padding_needed];
 
                 enc.encrypt(&iv, input, &mut output[hlen..])
                     .expect("rtp encrypt");
 
-                output[..hlen].copy_from_slice(&buf[..hlen]);
+                output[..hlen].copy_from_slice(head);
 
-                let hmac_start = buf.len();
+                let hmac_start = len;
                 let sha1_hmac = |k: &[u8], p: &[&[u8]]| self.sha1_hmac_provider.sha1_hmac(k, p);
                 Aes128CmSha1_80::rtp_hmac(sha1_hmac, key, &mut output, srtp_index, hmac_start);
 
-                output.truncate(buf.len() + Aes128CmSha1_80::HMAC_TAG_LEN);
+                output.truncate(len + Aes128CmSha1_80::HMAC_TAG_LEN);
                 output
             }
             Derived::AeadAes128Gcm { salt, enc, .. } => {
                 let roc = (srtp_index >> 16) as u32;
 
                 let iv = AeadAes128Gcm::rtp_iv(*salt, *header.ssrc, roc, header.sequence_number);
-                let aad = &buf[..hlen];
+                let aad = head;
 
                 // Input and output lengths for encryption:
                 // https://www.rfc-editor.org/rfc/rfc7714#section-5.2.1
-                let mut output = vec![0_u8; buf.len() + AeadAes128Gcm::TAG_LEN];
+                let mut output = vec![0_u8; len + AeadAes128Gcm::TAG_LEN];
                 enc.encrypt(&iv, aad, input, &mut output[hlen..])
                     .expect("rtp encrypt");
 
@@ -340,11 +356,11 @@ impl SrtpContext {
                 let roc = (srtp_index >> 16) as u32;
 
                 let iv = AeadAes256Gcm::rtp_iv(*salt, *header.ssrc, roc, header.sequence_number);
-                let aad = &buf[..hlen];
+                let aad = head;
 
                 // Input and output lengths for encryption:
                 // https://www.rfc-editor.org/rfc/rfc7714#section-5.2.1
-                let mut output = vec![0_u8; buf.len() + AeadAes256Gcm::TAG_LEN];
+                let mut output = vec![0_u8; len + AeadAes256Gcm::TAG_LEN];
                 enc.encrypt(&iv, aad, input, &mut output[hlen..])
                     .expect("rtp encrypt");
 
@@ -1401,6 +1417,19 @@ mod test {
                 out,
                 rfc7714::PLAINTEXT_RTP_PACKET
             );
+        }
+
+        /// corelay patch (PATCHES.md, 16): the header and the payload apart
+        /// give the same packet as together.
+        #[test]
+        fn protect_rtp_parts_is_protect_rtp() {
+            let mut context = make_rtp_context();
+            let packet = rfc7714::PLAINTEXT_RTP_PACKET;
+            let header = RtpHeader::parse(&packet[..12], &ExtensionMap::empty())
+                .expect("header to parse");
+            let payload = packet[12..].to_vec();
+            let out = context.protect_rtp_parts(&packet[..12], &payload, &header, 0);
+            assert_eq!(out, rfc7714::PROTECTED_RTP_PACKET);
         }
 
         #[test]
