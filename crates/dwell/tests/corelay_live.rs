@@ -323,10 +323,24 @@ fn tracer_agrees_with_corelay_in_process_so_timestampns() {
         "tracer matched {count} reads, corelay timed {}",
         corelay.count
     );
-    // Tens of microseconds per packet on average.
+    // Tens of microseconds per packet on average. corelay's clock is read
+    // after `recvmmsg` returns, the tracer's at the dequeue inside it: a
+    // shard preempted between the two (CI runs other tests on the same two
+    // cores) reads a few datagrams milliseconds later than the tracer saw
+    // them leave the queue. Each such datagram, one corelay puts at 5 ms or
+    // more beyond what the tracer has there, may add up to corelay's
+    // largest dwell to its sum: 3 of 1,276 moved the mean by 54 us once.
+    let late: u64 = cb
+        .iter()
+        .zip(&tb)
+        .skip(6)
+        .map(|(c, t)| c.saturating_sub(*t))
+        .sum();
+    let allowance = late as f64 * corelay.max_us as f64 / corelay.count.max(1) as f64;
     assert!(
-        diff.abs() < 50.0,
-        "tracer mean {mean:.1} us vs corelay {:.1} us",
+        diff.abs() < 50.0 + allowance,
+        "tracer mean {mean:.1} us vs corelay {:.1} us (allowance {allowance:.1} us for \
+         {late} datagrams corelay read 5 ms or more late)",
         corelay.mean_us()
     );
 }
