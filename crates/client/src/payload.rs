@@ -227,7 +227,7 @@ fn write_codec_header(
 }
 
 #[inline]
-fn splitmix(state: &mut u64) -> u64 {
+const fn splitmix(state: &mut u64) -> u64 {
     *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
     let mut z = *state;
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -267,12 +267,7 @@ const fn filler_table() -> [u8; FILLER_LEN] {
     let mut st: u64 = 0x243f_6a88_85a3_08d3;
     let mut i = 0;
     while i < FILLER_LEN {
-        st = st.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = st;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^= z >> 31;
-        let w = z.to_le_bytes();
+        let w = splitmix(&mut st).to_le_bytes();
         let mut k = 0;
         while k < 8 {
             t[i + k] = w[k];
