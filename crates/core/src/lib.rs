@@ -31,4 +31,6 @@ pub mod room;
 
 pub use engine::{Engine, LeaveReason, Outputs, PeerMsg, ShardEvent};
 pub use ids::{ParticipantId, RoomId, ShardId, TrackKey};
-pub use offer::{Accepted, OfferError, OfferLimits, ParticipantLimits, RtcSettings, VideoCodec};
+pub use offer::{
+    Accepted, DtlsIdentity, OfferError, OfferLimits, ParticipantLimits, RtcSettings, VideoCodec,
+};

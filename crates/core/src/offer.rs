@@ -17,6 +17,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use str0m::change::SdpOffer;
+use str0m::crypto::dtls::DtlsCert;
 use str0m::format::Codec;
 use str0m::media::{Direction, MediaKind, Mid};
 use str0m::net::TcpType;
@@ -90,6 +91,22 @@ pub struct RtcSettings {
     /// bits per second; `None`: no estimate, every slot gets the best layer
     /// its view allows.
     pub bwe_initial_bps: Option<u64>,
+    /// The DTLS certificate every participant's `Rtc` presents; `None`:
+    /// str0m makes one per `Rtc` (a key generation per join).
+    pub dtls_identity: Option<DtlsIdentity>,
+}
+
+/// A server's DTLS certificate and key: one for all its participants (its
+/// fingerprint is in every answer), made at startup. The DTLS provider
+/// builds its OpenSSL context for it once, so a join costs no key
+/// generation and no context.
+#[derive(Clone)]
+pub struct DtlsIdentity(pub DtlsCert);
+
+impl std::fmt::Debug for DtlsIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DtlsIdentity(..)")
+    }
 }
 
 impl Default for RtcSettings {
@@ -100,6 +117,7 @@ impl Default for RtcSettings {
             participant: ParticipantLimits::default(),
             ice_tcp: false,
             bwe_initial_bps: Some(DEFAULT_BWE_INITIAL_BPS),
+            dtls_identity: None,
         }
     }
 }
@@ -253,9 +271,10 @@ impl std::fmt::Debug for Accepted {
 }
 
 /// Builds the `Rtc` for one participant: ICE-lite, RTP mode, Opus and only
-/// the video `codecs` given (the room's), and the send-side bandwidth
-/// estimate when `bwe_initial_bps` is set.
-pub fn build_rtc(codecs: &[VideoCodec], bwe_initial_bps: Option<u64>, now: Instant) -> Rtc {
+/// the video `codecs` given (the room's), the send-side bandwidth estimate
+/// when `settings.bwe_initial_bps` is set, the server's DTLS identity.
+pub fn build_rtc(codecs: &[VideoCodec], settings: &RtcSettings, now: Instant) -> Rtc {
+    let bwe_initial_bps = settings.bwe_initial_bps;
     let mut cfg = Rtc::builder()
         // Per-participant loss/jitter/RTT for /api/v1/stats, once a second.
         .set_stats_interval(Some(std::time::Duration::from_secs(1)))
@@ -269,6 +288,9 @@ pub fn build_rtc(codecs: &[VideoCodec], bwe_initial_bps: Option<u64>, now: Insta
             VideoCodec::H264 => cfg.enable_h264(true),
             VideoCodec::Vp8 => cfg.enable_vp8(true),
         };
+    }
+    if let Some(DtlsIdentity(cert)) = &settings.dtls_identity {
+        cfg = cfg.set_dtls_cert(cert.clone());
     }
     // str0m's standard map. The RTP stream id extensions (rid, repaired rid)
     // name simulcast layers; str0m maps an unseen SSRC with a rid before it
@@ -314,7 +336,7 @@ pub fn accept_offer(
         None
     };
     let accepted = guard::isolate(|| {
-        let mut rtc = build_rtc(&codecs, settings.bwe_initial_bps, now);
+        let mut rtc = build_rtc(&codecs, settings, now);
         // UDP first: a client pairs it when it can (lower priority for TCP,
         // RFC 6544 §4.2 and str0m's type preference, does the rest).
         rtc.add_local_candidate(udp);
@@ -358,7 +380,7 @@ pub fn check_renegotiation(
     let rehearsal = parse_offer(settings, sdp)?;
     let before = parse_offer(settings, previous)?;
     let shadow = guard::isolate(|| {
-        let mut rtc = build_rtc(codecs, settings.bwe_initial_bps, now);
+        let mut rtc = build_rtc(codecs, settings, now);
         apply_offer(&mut rtc, before)?;
         settle(&mut rtc)?;
         apply_offer(&mut rtc, rehearsal)?;

@@ -29,6 +29,7 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::io;
 use std::panic::{RefUnwindSafe, UnwindSafe};
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use dimpl::{CryptoError as DimplCrypto, CryptoOperation, Error as DtlsImplError};
@@ -38,7 +39,7 @@ use openssl::pkey::PKey;
 use openssl::srtp::SrtpProfileId;
 use openssl::ssl::{
     ErrorCode, HandshakeError, MidHandshakeSslStream, Ssl, SslContext, SslContextBuilder,
-    SslMethod, SslOptions, SslRef, SslStream, SslVerifyMode,
+    SslMethod, SslOptions, SslRef, SslSessionCacheMode, SslStream, SslVerifyMode,
 };
 use openssl::x509::X509;
 use str0m::crypto::CryptoProvider;
@@ -86,6 +87,9 @@ const MAX_DATAGRAM: usize = 16 * 1024;
 
 /// When no retransmission timer runs, str0m is asked back after this long.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long after str0m asks a client to start its handshake begins (see
+/// [`Session::request_start`]).
+const START_DELAY: Duration = Duration::from_millis(1);
 
 /// The DTLS factory: OpenSSL for the handshake, str0m's default provider
 /// for the certificate (ECDSA P-256).
@@ -99,6 +103,8 @@ impl DtlsProvider for OpensslDtls {
             .generate_certificate()
     }
 
+    /// Touches no OpenSSL state: the session is made at its first datagram
+    /// or timer (see [`Session`]).
     fn new_dtls(
         &self,
         cert: &DtlsCert,
@@ -106,13 +112,56 @@ impl DtlsProvider for OpensslDtls {
         _version: DtlsVersion,
         mtu: Option<usize>,
     ) -> Result<Box<dyn DtlsInstance>, str0m::crypto::CryptoError> {
-        let ssl = new_ssl(cert, mtu)
-            .map_err(|e| str0m::crypto::CryptoError::Other(format!("OpenSSL DTLS setup: {e}")))?;
-        Ok(Box::new(Session::new(ssl, now)))
+        Ok(Box::new(Session::new(cert.clone(), mtu, now)))
     }
 }
 
-fn new_ssl(cert: &DtlsCert, mtu: Option<usize>) -> Result<Ssl, ErrorStack> {
+/// A new certificate (ECDSA P-256) with its OpenSSL context built: a
+/// server's one identity for all its participants, made at startup before
+/// any shard runs. `None` if either step fails.
+pub fn server_certificate() -> Option<DtlsCert> {
+    let cert = OpensslDtls.generate_certificate()?;
+    match prepare(&cert) {
+        Ok(()) => Some(cert),
+        Err(e) => {
+            tracing::error!(error = %e, "OpenSSL refused the DTLS certificate");
+            None
+        }
+    }
+}
+
+/// Builds (once) the OpenSSL context for `cert`, so that sessions with it
+/// only make their own `SSL`. Call it where OpenSSL's global state may be
+/// touched, before the threads that run sessions start: a server with one
+/// certificate for all its participants does so at startup.
+pub fn prepare(cert: &DtlsCert) -> Result<(), ErrorStack> {
+    context_for(cert).map(drop)
+}
+
+/// The context of the last certificate sessions were made with. A server
+/// passes every `Rtc` the same certificate (str0m would otherwise make one
+/// per `Rtc`), so this is built once and each session costs an `SSL_new`;
+/// with a certificate per session it is rebuilt for each (as before).
+fn context_for(cert: &DtlsCert) -> Result<SslContext, ErrorStack> {
+    type Cached = Option<(Vec<u8>, Vec<u8>, SslContext)>;
+    static LAST: Mutex<Cached> = Mutex::new(None);
+    let mut last = LAST.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some((der, key, ctx)) = last.as_ref()
+        && *der == cert.certificate
+        && *key == cert.private_key
+    {
+        return Ok(ctx.clone());
+    }
+    let ctx = new_context(cert)?;
+    *last = Some((
+        cert.certificate.clone(),
+        cert.private_key.clone(),
+        ctx.clone(),
+    ));
+    Ok(ctx)
+}
+
+fn new_context(cert: &DtlsCert) -> Result<SslContext, ErrorStack> {
     let mut ctx = SslContextBuilder::new(SslMethod::dtls())?;
     ctx.set_cipher_list(CIPHERS)?;
     ctx.set_tlsext_use_srtp(SRTP_PROFILES)?;
@@ -130,7 +179,14 @@ fn new_ssl(cert: &DtlsCert, mtu: Option<usize>) -> Result<Ssl, ErrorStack> {
     ctx.set_options(
         SslOptions::NO_DTLSV1 | SslOptions::NO_QUERY_MTU | SslOptions::NO_RENEGOTIATION,
     );
-    let ctx: SslContext = ctx.build();
+    // WebRTC never resumes a DTLS session; a shared context would otherwise
+    // keep every handshake's session (up to 20,480) under its lock.
+    ctx.set_session_cache_mode(SslSessionCacheMode::OFF);
+    Ok(ctx.build())
+}
+
+fn new_ssl(cert: &DtlsCert, mtu: Option<usize>) -> Result<Ssl, ErrorStack> {
+    let ctx = context_for(cert)?;
     let mut ssl = Ssl::new(&ctx)?;
     // str0m's DATAGRAM_MTU_TARGET when it does not say.
     let mtu = mtu.unwrap_or(1150).clamp(256, MAX_DATAGRAM);
@@ -175,8 +231,16 @@ impl io::Write for Pipe {
     }
 }
 
+/// What a session is made from, when it is made.
+struct Recipe {
+    cert: DtlsCert,
+    mtu: Option<usize>,
+}
+
 enum State {
-    /// Before `set_active`, or a server before its first datagram.
+    /// No OpenSSL object yet (see [`Session`]); datagrams wait in the pipe.
+    Unmade(Box<Recipe>, Pipe),
+    /// Made, its handshake not begun.
     Ready(Ssl, Pipe),
     Handshaking(MidHandshakeSslStream<Pipe>),
     Established(SslStream<Pipe>),
@@ -196,6 +260,20 @@ enum Event {
 }
 
 /// One peer's DTLS session.
+///
+/// It touches no OpenSSL state until the thread that moves its packets
+/// drives it: a server's session is made at its first datagram, a client's
+/// at the first timer after str0m asked it to start. str0m makes each
+/// `Rtc`'s DTLS instance where the `Rtc` is built and its offer answered
+/// (corelay's control thread), then the `Rtc` moves to a shard. OpenSSL's
+/// global locks are glibc rwlocks, whose writers spin without sleeping
+/// while another writer holds the lock but has not yet said so (a window of
+/// a few instructions). A shard one real-time priority above the control
+/// thread on the same core (`chrt`, `corelay_thread::rise_above_siblings`)
+/// that preempts it in that window spins there for good: the control thread
+/// never runs again. Seen once in a bench run (`RT=1`): the shard at 100 %
+/// in `pthread_rwlock_wrlock`, every participant lost. With the sessions
+/// made on the shards, the control thread takes none of OpenSSL's locks.
 pub struct Session {
     state: State,
     /// Records taken from the pipe after each call into OpenSSL, so that
@@ -203,6 +281,9 @@ pub struct Session {
     /// into OpenSSL's structures: reading the pipe goes through SSL_get_rbio.
     out: VecDeque<Vec<u8>>,
     active: Option<bool>,
+    /// A client's handshake begins at a timer at or after this (str0m asked
+    /// it to start: an empty datagram, or a poll).
+    start_at: Option<Instant>,
     now: Instant,
     events: VecDeque<Event>,
     app_data: VecDeque<Vec<u8>>,
@@ -220,6 +301,7 @@ impl RefUnwindSafe for Session {}
 impl fmt::Debug for Session {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = match self.state {
+            State::Unmade(..) => "unmade",
             State::Ready(..) => "ready",
             State::Handshaking(_) => "handshaking",
             State::Established(_) => "established",
@@ -237,11 +319,12 @@ fn failed(op: CryptoOperation) -> DtlsImplError {
 }
 
 impl Session {
-    fn new(ssl: Ssl, now: Instant) -> Self {
+    fn new(cert: DtlsCert, mtu: Option<usize>, now: Instant) -> Self {
         Session {
-            state: State::Ready(ssl, Pipe::default()),
+            state: State::Unmade(Box::new(Recipe { cert, mtu }), Pipe::default()),
             out: VecDeque::new(),
             active: None,
+            start_at: None,
             now,
             events: VecDeque::new(),
             app_data: VecDeque::new(),
@@ -252,7 +335,7 @@ impl Session {
 
     fn pipe(&mut self) -> &mut Pipe {
         match &mut self.state {
-            State::Ready(_, pipe) | State::Done(pipe) => pipe,
+            State::Unmade(_, pipe) | State::Ready(_, pipe) | State::Done(pipe) => pipe,
             State::Handshaking(mid) => mid.get_mut(),
             State::Established(stream) => stream.get_mut(),
         }
@@ -270,12 +353,24 @@ impl Session {
         self.pipe().outgoing = records;
     }
 
+    /// A client not yet started begins at the first timer strictly after
+    /// the instant str0m last gave it: str0m's own calls at that instant
+    /// (where the `Rtc` is built) do not start it, the shard's next do.
+    fn request_start(&mut self) {
+        if self.active == Some(true)
+            && self.start_at.is_none()
+            && matches!(self.state, State::Unmade(..) | State::Ready(..))
+        {
+            self.start_at = Some(self.now + START_DELAY);
+        }
+    }
+
     fn ssl(&self) -> Option<&SslRef> {
         match &self.state {
             State::Ready(ssl, _) => Some(ssl),
             State::Handshaking(mid) => Some(mid.ssl()),
             State::Established(stream) => Some(stream.ssl()),
-            State::Done(_) => None,
+            State::Unmade(..) | State::Done(_) => None,
         }
     }
 
@@ -286,6 +381,17 @@ impl Session {
             return Ok(());
         };
         let state = std::mem::replace(&mut self.state, State::Done(Pipe::default()));
+        let state = match state {
+            State::Unmade(recipe, pipe) => match new_ssl(&recipe.cert, recipe.mtu) {
+                Ok(ssl) => State::Ready(ssl, pipe),
+                Err(e) => {
+                    tracing::warn!(error = %e, "OpenSSL DTLS setup failed");
+                    self.state = State::Done(pipe);
+                    return Err(failed(CryptoOperation::StartKeyExchange));
+                }
+            },
+            other => other,
+        };
         let result = match state {
             State::Ready(ssl, pipe) => {
                 if active {
@@ -441,6 +547,11 @@ impl DtlsInstance for Session {
     }
 
     fn handle_packet(&mut self, packet: &[u8]) -> Result<(), DtlsImplError> {
+        if packet.is_empty() {
+            // No datagram: str0m's signal to a client to start (see `Session`).
+            self.request_start();
+            return Ok(());
+        }
         if packet.len() > MAX_DATAGRAM {
             return Ok(());
         }
@@ -459,13 +570,8 @@ impl DtlsInstance for Session {
     }
 
     fn poll_output<'a>(&mut self, buf: &'a mut [u8]) -> DtlsOutput<'a> {
-        // A client starts its handshake (ClientHello) on the first poll.
-        if self.active == Some(true) && matches!(self.state, State::Ready(..)) {
-            if let Err(e) = self.drive() {
-                tracing::debug!(error = %e, "DTLS connect failed");
-            }
-            self.collect();
-        }
+        // A client starts its handshake (ClientHello) at the timer this asks for.
+        self.request_start();
         if let Some(record) = self.out.pop_front() {
             return match copy_out(buf, &record) {
                 Ok(out) => DtlsOutput::Packet(out),
@@ -498,11 +604,20 @@ impl DtlsInstance for Session {
                 }
             };
         }
+        if let Some(at) = self.start_at {
+            return DtlsOutput::Timeout(at);
+        }
         DtlsOutput::Timeout(self.now + self.timeout().unwrap_or(IDLE_TIMEOUT))
     }
 
     fn handle_timeout(&mut self, now: Instant) -> Result<(), DtlsImplError> {
         self.now = now;
+        if self.start_at.is_some_and(|at| at <= now) {
+            self.start_at = None;
+            let started = self.drive();
+            self.collect();
+            return started;
+        }
         if let State::Handshaking(mid) = &self.state {
             // SAFETY: DTLSv1_handle_timeout(ssl) is this SSL_ctrl call; it
             // retransmits the last flight into our pipe if OpenSSL's timer
@@ -571,7 +686,7 @@ impl DtlsInstance for Session {
                 State::Done(std::mem::take(stream.get_mut()))
             }
             State::Handshaking(mut mid) => State::Done(std::mem::take(mid.get_mut())),
-            State::Ready(_, pipe) | State::Done(pipe) => State::Done(pipe),
+            State::Unmade(_, pipe) | State::Ready(_, pipe) | State::Done(pipe) => State::Done(pipe),
         };
         self.collect();
         Ok(())
@@ -647,14 +762,30 @@ mod tests {
         }
     }
 
+    /// What str0m's `Rtc::init_dtls` does when the offer is answered.
+    fn init(side: &mut dyn DtlsInstance, active: bool, now: Instant) {
+        side.set_active(active);
+        side.handle_timeout(now).unwrap();
+        if active {
+            side.handle_packet(&[]).unwrap();
+        }
+    }
+
+    /// The first timers on the thread that moves the packets (a client's
+    /// handshake begins at one).
+    fn first_timers(sides: [&mut dyn DtlsInstance; 2], now: Instant) {
+        for side in sides {
+            side.handle_timeout(now + Duration::from_millis(5)).unwrap();
+        }
+    }
+
     /// Runs a handshake between a client and a server; returns what each saw.
     fn handshake(client: &mut dyn DtlsInstance, server: &mut dyn DtlsInstance) -> (Seen, Seen) {
-        client.set_active(true);
-        server.set_active(false);
-        let (mut c, mut s) = (Seen::default(), Seen::default());
         let now = Instant::now();
-        client.handle_timeout(now).unwrap();
-        server.handle_timeout(now).unwrap();
+        init(client, true, now);
+        init(server, false, now);
+        let (mut c, mut s) = (Seen::default(), Seen::default());
+        first_timers([client, server], now);
         for _ in 0..20 {
             for p in poll(client, &mut c) {
                 s.error |= server.handle_packet(&p).is_err();
@@ -742,7 +873,10 @@ mod tests {
     #[test]
     fn a_small_buffer_keeps_the_record() {
         let mut client = ours(&ecdsa_cert());
-        client.set_active(true);
+        let mut server = ours(&ecdsa_cert());
+        let now = Instant::now();
+        init(client.as_mut(), true, now);
+        first_timers([client.as_mut(), server.as_mut()], now);
         let mut small = [0u8; 8];
         let needed = match client.poll_output(&mut small) {
             DtlsOutput::BufferTooSmall { needed } => needed,
@@ -760,7 +894,7 @@ mod tests {
     #[test]
     fn garbage_is_refused() {
         let mut server = ours(&ecdsa_cert());
-        server.set_active(false);
+        init(server.as_mut(), false, Instant::now());
         let mut seen = Seen::default();
         for i in 0..100u8 {
             let _ = server.handle_packet(&[22, 0xfe, 0xfd, i, 1, 2, 3]);
@@ -770,13 +904,54 @@ mod tests {
         assert!(!seen.connected);
     }
 
+    /// What str0m does with a session where the `Rtc` is built (corelay's
+    /// control thread: build, answer, poll to the first timeout, twice)
+    /// makes no OpenSSL object; the shard's first datagram or timer does.
+    #[test]
+    fn str0m_s_setup_calls_make_no_openssl_session() {
+        let cert = ecdsa_cert();
+        let now = Instant::now();
+        let mut buf = vec![0u8; 2048];
+        let mut unmade = |active: bool| {
+            let mut side = Session::new(cert.clone(), Some(1150), now);
+            init(&mut side, active, now);
+            for _ in 0..2 {
+                // str0m's poll fires a DTLS timer due at its last instant.
+                match side.poll_output(&mut buf) {
+                    DtlsOutput::Timeout(due) if due <= now => side.handle_timeout(now).unwrap(),
+                    DtlsOutput::Timeout(_) => {}
+                    other => panic!("active {active}: unexpected {other:?}"),
+                }
+            }
+            assert!(
+                matches!(side.state, State::Unmade(..)),
+                "active {active}: made at setup: {side:?}"
+            );
+            side
+        };
+        let (mut client, mut server) = (unmade(true), unmade(false));
+        // The client begins at its first later timer; the server at its
+        // first datagram.
+        client.handle_timeout(now + START_DELAY).unwrap();
+        assert!(matches!(client.state, State::Handshaking(_)), "{client:?}");
+        let hello = poll(&mut client, &mut Seen::default());
+        assert!(!hello.is_empty(), "a ClientHello");
+        for p in hello {
+            server.handle_packet(&p).unwrap();
+        }
+        assert!(matches!(server.state, State::Handshaking(_)), "{server:?}");
+        assert!(!poll(&mut server, &mut Seen::default()).is_empty());
+    }
+
     /// A handshake whose server flight is lost is retransmitted on
     /// OpenSSL's timer (about a second).
     #[test]
     fn a_lost_flight_is_retransmitted() {
         let (mut client, mut server) = (ours(&rsa_cert()), ours(&ecdsa_cert()));
-        client.set_active(true);
-        server.set_active(false);
+        let now = Instant::now();
+        init(client.as_mut(), true, now);
+        init(server.as_mut(), false, now);
+        first_timers([client.as_mut(), server.as_mut()], now);
         let (mut c, mut s) = (Seen::default(), Seen::default());
         for p in poll(client.as_mut(), &mut c) {
             server.handle_packet(&p).unwrap();

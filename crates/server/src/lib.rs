@@ -16,7 +16,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use corelay_core::{OfferLimits, ParticipantLimits, RtcSettings, ShardId};
+use corelay_core::{DtlsIdentity, OfferLimits, ParticipantLimits, RtcSettings, ShardId};
 use tokio::sync::mpsc;
 
 use crate::config::{Config, Runtime, ShardFailure};
@@ -33,6 +33,11 @@ pub fn run(cfg: Config) -> Result<(), Box<dyn std::error::Error>> {
     // aws-lc-rs for SRTP, OpenSSL for the DTLS handshake: it takes RSA client
     // certificates (GStreamer), which str0m's own DTLS refuses.
     corelay_dtls::provider().install_process_default();
+    // One DTLS identity for every participant, its OpenSSL context built
+    // here, before any shard runs: a join then costs no key generation on
+    // the control thread, and no OpenSSL lock is ever taken there.
+    let identity =
+        corelay_dtls::server_certificate().ok_or("could not make the server's DTLS certificate")?;
     let access = Arc::new(control::auth::Access::from_config(&cfg)?);
     if !access.enabled() {
         tracing::warn!("no --auth-secret: the API runs without authentication, open to anyone");
@@ -60,6 +65,7 @@ pub fn run(cfg: Config) -> Result<(), Box<dyn std::error::Error>> {
         },
         ice_tcp,
         bwe_initial_bps: (!cfg.no_bwe).then_some(cfg.bwe_start_kbps.max(50) * 1000),
+        dtls_identity: Some(DtlsIdentity(identity)),
     };
     let (to_control, from_shards) = mpsc::unbounded_channel();
     let mut handles = Vec::with_capacity(n);
