@@ -240,8 +240,6 @@ struct Recipe {
 enum State {
     /// No OpenSSL object yet (see [`Session`]); datagrams wait in the pipe.
     Unmade(Box<Recipe>, Pipe),
-    /// Made, its handshake not begun.
-    Ready(Ssl, Pipe),
     Handshaking(MidHandshakeSslStream<Pipe>),
     Established(SslStream<Pipe>),
     /// The handshake failed or the session closed; only queued output is left.
@@ -302,7 +300,6 @@ impl fmt::Debug for Session {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = match self.state {
             State::Unmade(..) => "unmade",
-            State::Ready(..) => "ready",
             State::Handshaking(_) => "handshaking",
             State::Established(_) => "established",
             State::Done(_) => "done",
@@ -335,7 +332,7 @@ impl Session {
 
     fn pipe(&mut self) -> &mut Pipe {
         match &mut self.state {
-            State::Unmade(_, pipe) | State::Ready(_, pipe) | State::Done(pipe) => pipe,
+            State::Unmade(_, pipe) | State::Done(pipe) => pipe,
             State::Handshaking(mid) => mid.get_mut(),
             State::Established(stream) => stream.get_mut(),
         }
@@ -359,7 +356,7 @@ impl Session {
     fn request_start(&mut self) {
         if self.active == Some(true)
             && self.start_at.is_none()
-            && matches!(self.state, State::Unmade(..) | State::Ready(..))
+            && matches!(self.state, State::Unmade(..))
         {
             self.start_at = Some(self.now + START_DELAY);
         }
@@ -367,7 +364,6 @@ impl Session {
 
     fn ssl(&self) -> Option<&SslRef> {
         match &self.state {
-            State::Ready(ssl, _) => Some(ssl),
             State::Handshaking(mid) => Some(mid.ssl()),
             State::Established(stream) => Some(stream.ssl()),
             State::Unmade(..) | State::Done(_) => None,
@@ -381,19 +377,16 @@ impl Session {
             return Ok(());
         };
         let state = std::mem::replace(&mut self.state, State::Done(Pipe::default()));
-        let state = match state {
-            State::Unmade(recipe, pipe) => match new_ssl(&recipe.cert, recipe.mtu) {
-                Ok(ssl) => State::Ready(ssl, pipe),
-                Err(e) => {
-                    tracing::warn!(error = %e, "OpenSSL DTLS setup failed");
-                    self.state = State::Done(pipe);
-                    return Err(failed(CryptoOperation::StartKeyExchange));
-                }
-            },
-            other => other,
-        };
         let result = match state {
-            State::Ready(ssl, pipe) => {
+            State::Unmade(recipe, pipe) => {
+                let ssl = match new_ssl(&recipe.cert, recipe.mtu) {
+                    Ok(ssl) => ssl,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "OpenSSL DTLS setup failed");
+                        self.state = State::Done(pipe);
+                        return Err(failed(CryptoOperation::StartKeyExchange));
+                    }
+                };
                 if active {
                     ssl.connect(pipe)
                 } else {
@@ -686,7 +679,7 @@ impl DtlsInstance for Session {
                 State::Done(std::mem::take(stream.get_mut()))
             }
             State::Handshaking(mut mid) => State::Done(std::mem::take(mid.get_mut())),
-            State::Unmade(_, pipe) | State::Ready(_, pipe) | State::Done(pipe) => State::Done(pipe),
+            State::Unmade(_, pipe) | State::Done(pipe) => State::Done(pipe),
         };
         self.collect();
         Ok(())
