@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use corelay_client::{JoinSpec, ParticipantHandle, Snapshot};
 pub use corelay_testkit::Server;
@@ -101,4 +101,52 @@ pub fn unconnectable_offer() -> String {
     api.add_channel("events".into());
     let (offer, _pending) = api.apply().unwrap();
     offer.to_sdp_string()
+}
+
+/// Frames received over every slot so far.
+pub fn frames(p: &corelay_client::ParticipantHandle) -> u64 {
+    p.snapshot().slots.values().map(|s| s.frames).sum()
+}
+
+/// Waits for `p`'s media to grow by `more` frames; true if it did.
+pub fn keeps_flowing(p: &corelay_client::ParticipantHandle, more: u64, within: Duration) -> bool {
+    let start = frames(p);
+    p.wait_until(within, |s| {
+        s.slots.values().map(|x| x.frames).sum::<u64>() >= start + more
+    })
+    .0
+}
+
+/// Two participants in `room`, each receiving the other's video.
+pub fn two_in_a_call(
+    server: &Server,
+    room: &str,
+) -> (
+    corelay_client::ParticipantHandle,
+    corelay_client::ParticipantHandle,
+) {
+    let a = join(server, room, "a");
+    let b = join(server, room, "b");
+    let (ok, _) = a.wait_until(Duration::from_secs(20), |s| {
+        video_sources(s, 20) == names(&["b"])
+    });
+    assert!(ok, "a does not receive b");
+    (a, b)
+}
+
+/// The server is healthy and still forwards to both.
+pub fn both_keep_flowing(
+    server: &Server,
+    a: &corelay_client::ParticipantHandle,
+    b: &corelay_client::ParticipantHandle,
+) {
+    assert_eq!(server.get_json("/healthz")["status"], "ok");
+    assert!(
+        keeps_flowing(a, 60, Duration::from_secs(10)),
+        "a's media stopped"
+    );
+    assert!(
+        keeps_flowing(b, 60, Duration::from_secs(10)),
+        "b's media stopped"
+    );
 }
