@@ -7,7 +7,8 @@
 //! its header (the slot's SSRC, sequence number and timestamp, the end-to-end
 //! extensions, a transport-wide sequence number from str0m, the mid until the
 //! receiver has reported on the SSRC), its payload (VP8 descriptor patched),
-//! AES with a copy of the subscriber's SRTP transmit context, and str0m told
+//! AES with a copy of the subscriber's SRTP transmit context into the buffer
+//! of a datagram already sent (no allocation per packet), and str0m told
 //! of the send ([`str0m::change::DirectApi::note_own_send`]: sender report
 //! counts and RTP time, statistics, the pacer's debt, the TWCC send register,
 //! the estimator) so that reports, feedback, the estimate and padding stay
@@ -287,6 +288,9 @@ pub(super) struct Out<'a> {
 /// str0m must send it ([`str0m::change::DirectApi::note_own_send`]), or the
 /// subscriber has no nominated ICE pair or SRTP keys yet. `keep` is how long
 /// a video packet stays resendable (the subscriber's resend history).
+/// The datagram is written into `buffer` (a sent one's, from
+/// [`super::Outputs::spare_buffer`]), dropped when nothing is written.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn send(
     egress: &mut Option<Box<Egress>>,
     slot: &mut SlotEgress,
@@ -295,6 +299,7 @@ pub(super) fn send(
     out: Out<'_>,
     recent: &mut Recent,
     keep: Duration,
+    buffer: impl FnOnce() -> Vec<u8>,
 ) -> Option<Transmit> {
     let media = out.media;
     if media.payload.len() > MAX_PAYLOAD {
@@ -346,21 +351,21 @@ pub(super) fn send(
     };
     let header_len = header.write_to(&mut e.buf, exts);
     header.header_len = header_len;
-    let contents = match &out.patch {
+    let (head, payload) = match &out.patch {
         // A VP8 picture-id patch rewrites the payload's first bytes: the
         // patched copy goes behind the header in the scratch buffer.
         Some(p) => {
             let end = header_len + media.payload.len();
             p.copy_to(&media.payload, e.buf.get_mut(header_len..end)?);
-            e.tx.protect_rtp(e.buf.get(..end)?, &header, out.seq)
+            e.buf.get(..end)?.split_at_checked(header_len)?
         }
         // Unchanged: encrypted from the publisher's payload where it lies
         // (str0m patch 16), not copied behind the header first.
-        None => {
-            let head = e.buf.get(..header_len)?;
-            e.tx.protect_rtp_parts(head, &media.payload, &header, out.seq)
-        }
+        None => (e.buf.get(..header_len)?, media.payload.as_ref()),
     };
+    // Into a sent datagram's buffer (str0m patch 17): no allocation.
+    let mut contents = buffer();
+    e.tx.protect_rtp_parts_into(head, payload, &header, out.seq, &mut contents);
     if out.nackable {
         recent.note_keep(keep);
         // The publisher's packet once, however many slots it goes to.

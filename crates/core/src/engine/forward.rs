@@ -234,7 +234,7 @@ impl Engine {
                 let nackable = media.kind == MediaKind::Video;
                 // The shard's own egress, where str0m lets it
                 // ([`super::egress`]); str0m's send path otherwise.
-                let direct = guarded(&mut self.io, sub, poisoned, |_| {
+                let direct = guarded(&mut self.io, sub, poisoned, |io| {
                     egress::send(
                         egress,
                         &mut slot.egress,
@@ -252,6 +252,7 @@ impl Engine {
                         },
                         &mut self.recent,
                         *rtx_history,
+                        || io.out.spare_buffer(),
                     )
                 });
                 match direct {

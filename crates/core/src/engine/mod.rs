@@ -171,6 +171,14 @@ impl std::fmt::Display for LeaveReason {
     }
 }
 
+/// Sent datagrams' buffers kept for the own egress to write into, at most
+/// (with [`MAX_SPARE_CAPACITY`], 512 KiB an engine). The pool holds no more
+/// than the largest batch sent so far: a work-stealing participant task's
+/// engine, which sends one subscriber's datagrams, keeps a few dozen.
+const MAX_SPARE_BUFFERS: usize = 256;
+/// Larger buffers are freed rather than kept (a datagram is at most an MTU).
+const MAX_SPARE_CAPACITY: usize = 2048;
+
 /// Everything the engine produced since the shard last emptied it.
 #[derive(Default)]
 pub struct Outputs {
@@ -181,6 +189,31 @@ pub struct Outputs {
     pub forwarded: Vec<(Duration, bool)>,
     pub peers: Vec<(ShardId, PeerMsg)>,
     pub control: Vec<ShardEvent>,
+    /// Buffers of datagrams already sent ([`Outputs::clear_transmits`]):
+    /// the own egress encrypts into them, so a forwarded packet costs no
+    /// allocation (str0m patch 17).
+    spare: Vec<Vec<u8>>,
+}
+
+impl Outputs {
+    /// Empties `transmits` once they are sent, keeping their buffers (up to
+    /// [`MAX_SPARE_BUFFERS`]) for the own egress.
+    pub fn clear_transmits(&mut self) {
+        for t in self.transmits.drain(..) {
+            if self.spare.len() >= MAX_SPARE_BUFFERS {
+                break; // the rest are freed with the drain
+            }
+            let buf = Vec::from(t.contents);
+            if buf.capacity() <= MAX_SPARE_CAPACITY {
+                self.spare.push(buf);
+            }
+        }
+    }
+
+    /// A buffer to write a datagram into: the last one kept, or a new one.
+    pub(super) fn spare_buffer(&mut self) -> Vec<u8> {
+        self.spare.pop().unwrap_or_default()
+    }
 }
 
 pub struct Engine {
@@ -1035,5 +1068,42 @@ fn plausible(data: &[u8]) -> bool {
         Some(128..=191) => data.len() >= 8,
         Some(20..=63) => data.len() >= 13,
         Some(_) => true, // str0m's demux refuses the rest and we count it
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use str0m::net::{Protocol, Transmit};
+
+    fn sent(len: usize, capacity: usize) -> Transmit {
+        let mut contents = Vec::with_capacity(capacity);
+        contents.resize(len, 7);
+        let addr: std::net::SocketAddr = ([127, 0, 0, 1], 9).into();
+        Transmit {
+            proto: Protocol::Udp,
+            source: addr,
+            destination: addr,
+            contents: contents.into(),
+        }
+    }
+
+    #[test]
+    fn sent_buffers_are_kept_for_the_egress_up_to_a_bound() {
+        let mut out = Outputs::default();
+        out.transmits.push(sent(500, 600));
+        out.transmits.push(sent(100, MAX_SPARE_CAPACITY + 1));
+        out.clear_transmits();
+        assert!(out.transmits.is_empty());
+        // The oversized one was freed; the other comes back as it was.
+        let b = out.spare_buffer();
+        assert_eq!((b.len(), b.capacity()), (500, 600));
+        assert_eq!(out.spare_buffer().capacity(), 0, "then new ones");
+
+        out.transmits
+            .extend((0..MAX_SPARE_BUFFERS + 10).map(|_| sent(10, 10)));
+        out.clear_transmits();
+        assert!(out.transmits.is_empty());
+        assert_eq!(out.spare.len(), MAX_SPARE_BUFFERS);
     }
 }

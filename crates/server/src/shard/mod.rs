@@ -106,7 +106,7 @@ pub(crate) fn send_datagrams(
                 .filter(|t| t.proto == Protocol::Udp)
                 .map(|t| (&t.destination, &t.contents[..])),
         );
-        out.transmits.clear();
+        out.clear_transmits();
         let sent_at = if packet_metrics && !out.forwarded.is_empty() {
             realtime()
         } else {

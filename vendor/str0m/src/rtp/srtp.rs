@@ -280,6 +280,24 @@ impl SrtpContext {
         header: &RtpHeader,
         srtp_index: u64, // same as ext_seq
     ) -> Vec<u8> {
+        let mut output = Vec::new();
+        self.protect_rtp_parts_into(head, input, header, srtp_index, &mut output);
+        output
+    }
+
+    /// corelay patch (PATCHES.md, 17): [`SrtpContext::protect_rtp_parts`]
+    /// into `output`, whatever it held (its length is set to the packet's):
+    /// an application that sends many packets hands back the buffers of
+    /// those it sent, so a packet costs no allocation, and no zero fill
+    /// beyond where the buffer's last contents ended.
+    pub fn protect_rtp_parts_into(
+        &mut self,
+        head: &[u8],
+        input: &[u8],
+        header: &RtpHeader,
+        srtp_index: u64, // same as ext_seq
+        output: &mut Vec<u8>,
+    ) {
         // SRTP layout
         // [header, [rtp, (padding + pad_count)], tag]
 
@@ -321,8 +339,7 @@ impl SrtpContext {
                 // HMAC_TAG_LEN is 10, CTR_BUFFER_PADDING is 15, so we need 5 extra bytes
                 let padding_needed =
                     CTR_BUFFER_PADDING.saturating_sub(Aes128CmSha1_80::HMAC_TAG_LEN);
-                let mut output =
-                    vec![0_u8; len + Aes128CmSha1_80::HMAC_TAG_LEN + padding_needed];
+                output.resize(len + Aes128CmSha1_80::HMAC_TAG_LEN + padding_needed, 0);
 
                 enc.encrypt(&iv, input, &mut output[hlen..])
                     .expect("rtp encrypt");
@@ -331,10 +348,9 @@ impl SrtpContext {
 
                 let hmac_start = len;
                 let sha1_hmac = |k: &[u8], p: &[&[u8]]| self.sha1_hmac_provider.sha1_hmac(k, p);
-                Aes128CmSha1_80::rtp_hmac(sha1_hmac, key, &mut output, srtp_index, hmac_start);
+                Aes128CmSha1_80::rtp_hmac(sha1_hmac, key, output, srtp_index, hmac_start);
 
                 output.truncate(len + Aes128CmSha1_80::HMAC_TAG_LEN);
-                output
             }
             Derived::AeadAes128Gcm { salt, enc, .. } => {
                 let roc = (srtp_index >> 16) as u32;
@@ -344,13 +360,11 @@ impl SrtpContext {
 
                 // Input and output lengths for encryption:
                 // https://www.rfc-editor.org/rfc/rfc7714#section-5.2.1
-                let mut output = vec![0_u8; len + AeadAes128Gcm::TAG_LEN];
+                output.resize(len + AeadAes128Gcm::TAG_LEN, 0);
                 enc.encrypt(&iv, aad, input, &mut output[hlen..])
                     .expect("rtp encrypt");
 
                 output[..hlen].copy_from_slice(aad);
-
-                output
             }
             Derived::AeadAes256Gcm { salt, enc, .. } => {
                 let roc = (srtp_index >> 16) as u32;
@@ -360,13 +374,11 @@ impl SrtpContext {
 
                 // Input and output lengths for encryption:
                 // https://www.rfc-editor.org/rfc/rfc7714#section-5.2.1
-                let mut output = vec![0_u8; len + AeadAes256Gcm::TAG_LEN];
+                output.resize(len + AeadAes256Gcm::TAG_LEN, 0);
                 enc.encrypt(&iv, aad, input, &mut output[hlen..])
                     .expect("rtp encrypt");
 
                 output[..hlen].copy_from_slice(aad);
-
-                output
             }
         }
     }
@@ -1430,6 +1442,24 @@ mod test {
             let payload = packet[12..].to_vec();
             let out = context.protect_rtp_parts(&packet[..12], &payload, &header, 0);
             assert_eq!(out, rfc7714::PROTECTED_RTP_PACKET);
+        }
+
+        /// corelay patch (PATCHES.md, 17): a buffer handed back, longer or
+        /// shorter than the packet and full of old bytes, holds exactly the
+        /// protected packet afterwards.
+        #[test]
+        fn protect_rtp_parts_into_a_used_buffer_is_protect_rtp() {
+            let mut context = make_rtp_context();
+            let packet = rfc7714::PLAINTEXT_RTP_PACKET;
+            let header = RtpHeader::parse(&packet[..12], &ExtensionMap::empty())
+                .expect("header to parse");
+            let payload = packet[12..].to_vec();
+            let want = rfc7714::PROTECTED_RTP_PACKET.len();
+            for len in [0, 1, want - 1, want, want + 1, 1500] {
+                let mut out = vec![0xa5_u8; len];
+                context.protect_rtp_parts_into(&packet[..12], &payload, &header, 0, &mut out);
+                assert_eq!(out, rfc7714::PROTECTED_RTP_PACKET, "a buffer of {len} bytes");
+            }
         }
 
         #[test]
