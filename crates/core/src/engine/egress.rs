@@ -288,8 +288,9 @@ pub(super) struct Out<'a> {
 /// str0m must send it ([`str0m::change::DirectApi::note_own_send`]), or the
 /// subscriber has no nominated ICE pair or SRTP keys yet. `keep` is how long
 /// a video packet stays resendable (the subscriber's resend history).
-/// The datagram is written into `buffer` (a sent one's, from
-/// [`super::Outputs::spare_buffer`]), dropped when nothing is written.
+/// The datagram is written into the buffer `buffer` gives (a sent one's,
+/// from [`super::Outputs::spare_buffer`]), taken only once the packet is
+/// sure to be written.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn send(
     egress: &mut Option<Box<Egress>>,
