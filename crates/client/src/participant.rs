@@ -55,7 +55,8 @@ const MAX_CATCH_UP: Duration = Duration::from_millis(200);
 /// How long str0m's own timers may wait for the participant's next media
 /// send, so that one wake-up serves both (one 30 fps frame interval).
 /// Once connected they are RTCP and keepalives (receive-side NACK checks
-/// every 33 ms, TWCC feedback every 50 ms, reports, ICE consent): TWCC
+/// every 33 ms while a packet is missing (str0m patch 18), TWCC feedback
+/// every 50 ms, reports, ICE consent): TWCC
 /// feedback then comes every 33 to 84 ms, within what libwebrtc sends
 /// (50 to 250 ms), and its arrival times are the kernel's, so the
 /// server's estimate is as exact, only later. The client uses no pacer,

@@ -890,6 +890,17 @@ impl Session {
         // Register reception in nack registers.
         let receipt_outer = stream.update_register(now, &header, clock_rate, is_repair, seq_no);
 
+        // corelay patch (PATCHES.md, 18): the NACK timer idles while no
+        // stream misses a packet. A gap that shows after it has idled a
+        // while restarts it half an interval on: upstream's timer never
+        // idled, and its first NACK of a gap came 0 to 33 ms after it, half
+        // an interval on average (a packet only reordered by a few ms is
+        // not asked for). Within two intervals of its last run the timer
+        // may just be late: left alone.
+        if now >= self.last_nack + 2 * NACK_MIN_INTERVAL && stream.nack_may_be_due() {
+            self.last_nack = now.checked_sub(NACK_MIN_INTERVAL / 2).unwrap_or(now);
+        }
+
         // RED-recovered packets (frame mode) are collected here and delivered after the
         // primary, filling single-packet losses from the next packet's redundancy.
         let mut red_recovered: Vec<(RtpHeader, Arc<[u8]>, SeqNo, MediaTime)> = Vec::new();
@@ -1534,7 +1545,8 @@ impl Session {
     fn nack_at(&self) -> Option<Instant> {
         // Paused streams stop counting as NACK-enabled once their pending retries finish,
         // so an idle session doesn't wake every NACK_MIN_INTERVAL for as long as it lives.
-        if !self.streams.any_nack_enabled() {
+        // corelay patch (PATCHES.md, 18): nor does one that misses no packet.
+        if !self.streams.any_nack_may_be_due() {
             return None;
         }
 
@@ -1964,6 +1976,81 @@ mod tests {
         let mut readiness = Readiness::idle();
         session.handle_rtp_receive(now, &again, &mut readiness.wake());
         assert_eq!(quiet(&mut session), None);
+    }
+
+    // corelay patch (PATCHES.md, 18).
+    #[test]
+    fn the_nack_timer_runs_only_while_a_packet_is_missing() {
+        let start = Instant::now();
+        let ms = Duration::from_millis;
+        let mut session = keyed_session();
+        session.rtp_mode = true;
+        let pt = session.codec_config.params()[0].pt();
+        let ssrc: Ssrc = 7.into();
+        let exts = session.exts.clone();
+        session
+            .streams
+            .expect_stream_rx(ssrc, None, MidRid("vid".into(), None), false);
+        let receive = |session: &mut Session, seq: u16, at: Instant| {
+            let mut header = RtpHeader {
+                payload_type: pt,
+                sequence_number: seq,
+                timestamp: u32::from(seq) * 3000,
+                ssrc,
+                ..Default::default()
+            };
+            let mut buf = vec![0; 200];
+            header.header_len = header.write_to(&mut buf, &exts);
+            buf.truncate(header.header_len);
+            buf.extend_from_slice(&[seq as u8; 50]);
+            let srtp = session.srtp_tx.as_mut().unwrap();
+            let packet = srtp.protect_rtp(&buf, &header, u64::from(seq));
+            let mut readiness = Readiness::idle();
+            session.handle_rtp_receive(at, &packet, &mut readiness.wake());
+            while session.poll_event().is_some() {}
+        };
+        let nacks = |session: &mut Session| {
+            let n = session
+                .feedback_tx
+                .iter()
+                .filter(|r| matches!(r, Rtcp::Nack(_)))
+                .count();
+            session.feedback_tx.retain(|r| !matches!(r, Rtcp::Nack(_)));
+            n
+        };
+
+        // In order: NACKs are on for the stream, but nothing is missing, so
+        // the session never wakes for them (upstream: every 33 ms).
+        for seq in 1..=3 {
+            receive(&mut session, seq, start + ms(u64::from(seq)));
+        }
+        assert!(session.streams.stream_rx(&ssrc).unwrap().nack_enabled());
+        assert_eq!(session.nack_at(), None);
+
+        // A gap starts it, half an interval on (upstream's average wait).
+        let gap_at = start + ms(100);
+        receive(&mut session, 5, gap_at);
+        let due = session.nack_at().expect("a NACK timer");
+        assert_eq!(due, gap_at + NACK_MIN_INTERVAL / 2);
+        let mut readiness = Readiness::idle();
+        session.handle_timeout(due, &mut readiness.wake()).unwrap();
+        assert_eq!(nacks(&mut session), 1);
+        // Asked again an interval later while still missing.
+        assert_eq!(session.nack_at(), Some(due + NACK_MIN_INTERVAL));
+
+        // The resend fills the gap: the timer stops.
+        receive(&mut session, 4, due + ms(10));
+        assert_eq!(session.nack_at(), None);
+        let mut readiness = Readiness::idle();
+        session
+            .handle_timeout(due + NACK_MIN_INTERVAL, &mut readiness.wake())
+            .unwrap();
+        assert_eq!(nacks(&mut session), 0);
+
+        // A gap within two intervals of the last run may find it merely
+        // late: it is not moved, and the NACK is due at once.
+        receive(&mut session, 7, due + ms(40));
+        assert_eq!(session.nack_at(), Some(due + NACK_MIN_INTERVAL));
     }
 
     #[test]

@@ -778,11 +778,14 @@ impl Streams {
             .find(|s| s.ssrc() == ssrc || s.rtx() == Some(ssrc))
     }
 
-    /// Whether any receive stream currently needs NACK reports (see [`StreamRx::nack_enabled`]).
+    /// Whether any receive stream may need NACK reports: NACKs on (see
+    /// [`StreamRx::nack_enabled`]) and a packet missing. corelay patch
+    /// (PATCHES.md, 18): upstream asked only whether NACKs were on, so every
+    /// session with video woke every 33 ms to find nothing missing.
     ///
     /// Not cached: the answer changes with pause state and pending NACK retries.
-    pub(crate) fn any_nack_enabled(&self) -> bool {
-        self.streams_rx.values().any(|s| s.nack_enabled())
+    pub(crate) fn any_nack_may_be_due(&self) -> bool {
+        self.streams_rx.values().any(|s| s.nack_may_be_due())
     }
 
     fn rx_lookup_at(&self) -> Instant {

@@ -858,6 +858,13 @@ impl StreamRx {
         register.has_pending_nacks()
     }
 
+    /// Whether a NACK may be due: NACKs are on and a packet is missing.
+    /// corelay patch (PATCHES.md, 18): the session's NACK timer runs only
+    /// while this holds for some stream.
+    pub(crate) fn nack_may_be_due(&self) -> bool {
+        self.register.as_ref().is_some_and(|r| r.has_gap()) && self.nack_enabled()
+    }
+
     pub(crate) fn maybe_create_nack(
         &mut self,
         now: Instant,

@@ -113,6 +113,11 @@ impl ReceiverRegister {
         self.nack.recovery_deadline(range, received, rtt)
     }
 
+    /// corelay patch (PATCHES.md, 18).
+    pub fn has_gap(&self) -> bool {
+        self.nack.has_gap()
+    }
+
     pub fn has_pending_nacks(&self) -> bool {
         self.nack.has_pending_nacks()
     }

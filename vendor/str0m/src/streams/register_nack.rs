@@ -191,6 +191,16 @@ impl NackRegister {
         self.active.as_ref().map(|a| a.end)
     }
 
+    /// Whether a packet below the highest received is missing. corelay patch
+    /// (PATCHES.md, 18): O(1), where [`NackRegister::has_pending_nacks`]
+    /// walks the window. `update` moves the window's start to its first
+    /// missing packet, so the window is empty exactly when nothing is
+    /// missing. A missing packet whose attempts are spent still counts
+    /// until it leaves the window.
+    pub fn has_gap(&self) -> bool {
+        self.active.as_ref().is_some_and(|a| a.start < a.end)
+    }
+
     /// Whether a missing packet still has NACK attempts remaining.
     ///
     /// Includes retries that are waiting for their RTT deadline.
@@ -289,6 +299,42 @@ mod test {
     use crate::streams::register_nack::MAX_MISORDER;
 
     use super::NackRegister;
+
+    // corelay patch (PATCHES.md, 18).
+    #[test]
+    fn a_gap_is_a_missing_packet_until_it_arrives_or_leaves_the_window() {
+        let mut reg = NackRegister::new(None);
+        assert!(!reg.has_gap());
+        for seq in 10..20 {
+            reg.update(seq.into());
+            assert!(!reg.has_gap(), "in order, {seq}");
+        }
+        // 20 and 21 missing.
+        reg.update(22.into());
+        assert!(reg.has_gap());
+        assert!(reg.has_pending_nacks());
+        reg.update(20.into());
+        assert!(reg.has_gap());
+        reg.update(21.into());
+        assert!(!reg.has_gap());
+        // A packet whose attempts are spent is still missing until the
+        // window moves past it.
+        reg.update(24.into());
+        let now = Instant::now();
+        for i in 0..10 {
+            let _ = reg
+                .nack_reports(now + Duration::from_secs(i), None)
+                .map(|r| r.count());
+        }
+        assert!(!reg.has_pending_nacks());
+        assert!(reg.has_gap());
+        reg.update((24 + MAX_MISORDER + 1).into());
+        assert!(reg.has_gap(), "the packets in between are missing now");
+        for seq in 25..=(24 + MAX_MISORDER) {
+            reg.update(seq.into());
+        }
+        assert!(!reg.has_gap());
+    }
 
     #[test]
     fn recovery_waits_for_final_nack_and_three_rtts() {
