@@ -2067,8 +2067,16 @@ impl Rtc {
                 // else (STUN, DTLS, RTCP, frame mode) still runs the whole walk.
                 let media_only = self.session.rtp_mode
                     && matches!(r.contents.inner, DatagramRecvInner::Rtp(_));
+                // corelay patch (PATCHES.md, 19): nor does RTCP in RTP mode
+                // that carried only reports (a subscriber's TWCC feedback,
+                // 20 a second, and its receiver reports): the estimate is
+                // updated as the report is read, and what else it moves
+                // (the pacer's rate, the next deadlines) `poll_timeout`
+                // reports.
+                let rtcp = self.session.rtp_mode
+                    && matches!(r.contents.inner, DatagramRecvInner::Rtcp(_));
                 self.do_handle_receive(recv_time, r)?;
-                if media_only {
+                if media_only || (rtcp && self.session.rtcp_reports_only()) {
                     self.advance_time(recv_time);
                 } else {
                     self.do_handle_timeout(recv_time)?;

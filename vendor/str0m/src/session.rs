@@ -159,6 +159,11 @@ pub(crate) struct Session {
     feedback_rx: VecDeque<Rtcp>,
     rtp_closing: bool,
 
+    /// corelay patch (PATCHES.md, 19): the last RTCP datagram received
+    /// carried only reports (TWCC feedback, sender and receiver reports,
+    /// SDES, RRTR/DLRR), which nothing in the timeout walk waits on.
+    rtcp_reports_only: bool,
+
     /// Pending RRTRs from remote SSRCs in FIFO order, deduplicated by SSRC.
     /// A new RRTR for an already-pending SSRC updates its value in place.
     /// Capped at 300 entries; at most 50 are consumed per DLRR report.
@@ -265,6 +270,7 @@ impl Session {
             feedback_tx: VecDeque::new(),
             feedback_rx: VecDeque::new(),
             rtp_closing: false,
+            rtcp_reports_only: false,
             pending_rrtrs: VecDeque::new(),
             raw_packets: if config.enable_raw_packets {
                 Some(VecDeque::new())
@@ -1080,8 +1086,10 @@ impl Session {
     }
 
     fn handle_rtcp(&mut self, now: Instant, buf: &[u8], wake: &mut Wake) -> Option<()> {
+        self.rtcp_reports_only = false;
         let srtp: &mut SrtpContext = self.srtp_rx.as_mut()?;
         let unprotected = srtp.unprotect_rtcp(buf)?;
+        let mut reports_only = true;
 
         Rtcp::read_packet(&unprotected, &mut self.feedback_rx);
         let mut need_configure_pacer = false;
@@ -1106,6 +1114,21 @@ impl Session {
             // Application feedback above only queues an event. Keep the conservative
             // timer wake for every other report, including reports in a compound packet.
             may_move_timeout = true;
+
+            // corelay patch (PATCHES.md, 19): requests (NACK, PLI, FIR), REMB
+            // and BYE may leave work for the walk (a NACK's resends wait for the
+            // pacer's queue state); reports do not.
+            if !matches!(
+                fb,
+                RtcpFb::Twcc(_)
+                    | RtcpFb::SenderInfo(_)
+                    | RtcpFb::ReceptionReport(_)
+                    | RtcpFb::SourceDescription(_)
+                    | RtcpFb::Rrtr(_)
+                    | RtcpFb::DlrrItem(_)
+            ) {
+                reports_only = false;
+            }
 
             if let RtcpFb::Twcc(twcc) = fb {
                 trace!("Handle TWCC: {:?}", twcc);
@@ -1172,8 +1195,15 @@ impl Session {
             // Also covers empty reports; raw-packet capture only queues events.
             wake.no_timeout();
         }
+        self.rtcp_reports_only = reports_only;
 
         Some(())
+    }
+
+    /// corelay patch (PATCHES.md, 19): whether the last RTCP datagram
+    /// received carried only reports.
+    pub(crate) fn rtcp_reports_only(&self) -> bool {
+        self.rtcp_reports_only
     }
 
     pub fn poll_event(&mut self) -> Option<Event> {
@@ -2051,6 +2081,62 @@ mod tests {
         // late: it is not moved, and the NACK is due at once.
         receive(&mut session, 7, due + ms(40));
         assert_eq!(session.nack_at(), Some(due + NACK_MIN_INTERVAL));
+    }
+
+    // corelay patch (PATCHES.md, 19).
+    #[test]
+    fn rtcp_of_reports_only_is_told_apart_from_requests() {
+        use crate::rtp_::{Nack, NackEntry, Pli, ReceiverReport, ReceptionReport};
+        let now = Instant::now();
+        let mut session = keyed_session();
+        // Both SRTP contexts have the same (all-zero) keys: what we protect
+        // for sending, we can receive.
+        let receive = |session: &mut Session, packets: Vec<Rtcp>| -> bool {
+            let mut queue: VecDeque<Rtcp> = packets.into();
+            let mut buf = vec![0; 1200];
+            let len = Rtcp::write_packet(&mut queue, &mut buf, |_| {});
+            buf.truncate(len);
+            let srtcp = session.srtp_tx.as_mut().unwrap().protect_rtcp(&buf);
+            let mut readiness = Readiness::idle();
+            session.handle_rtcp_receive(now, &srtcp, &mut readiness.wake());
+            session.rtcp_reports_only()
+        };
+        let rr = || {
+            Rtcp::ReceiverReport(ReceiverReport {
+                sender_ssrc: 1.into(),
+                reports: ReceptionReport {
+                    ssrc: 2.into(),
+                    fraction_lost: 0,
+                    packets_lost: 0,
+                    max_seq: 100,
+                    jitter: 0,
+                    last_sr_time: 0,
+                    last_sr_delay: 0,
+                }
+                .into(),
+            })
+        };
+        let nack = || {
+            Rtcp::Nack(Nack {
+                sender_ssrc: 1.into(),
+                ssrc: 2.into(),
+                reports: NackEntry { pid: 7, blp: 0 }.into(),
+            })
+        };
+        let pli = || {
+            Rtcp::Pli(Pli {
+                sender_ssrc: 1.into(),
+                ssrc: 2.into(),
+            })
+        };
+        assert!(receive(&mut session, vec![rr()]));
+        assert!(!receive(&mut session, vec![rr(), nack()]), "a NACK");
+        assert!(!receive(&mut session, vec![pli()]), "a PLI");
+        assert!(receive(&mut session, vec![rr()]), "cleared by the next");
+        // What fails authentication is no report.
+        let mut readiness = Readiness::idle();
+        session.handle_rtcp_receive(now, &[0x80, 201, 0, 1, 0, 0, 0, 1], &mut readiness.wake());
+        assert!(!session.rtcp_reports_only());
     }
 
     #[test]
