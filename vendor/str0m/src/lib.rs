@@ -2064,7 +2064,8 @@ impl Rtc {
                 // at once (`poll_event`), and what it schedules (NACKs, receiver reports,
                 // TWCC feedback, keyframe requests) is a deadline that the next
                 // `poll_output` reports as a timeout, due at once when it is. Everything
-                // else (STUN, DTLS, RTCP, frame mode) still runs the whole walk.
+                // else (STUN, DTLS, RTCP but that of reports only, frame mode) still runs
+                // the whole walk.
                 let media_only = self.session.rtp_mode
                     && matches!(r.contents.inner, DatagramRecvInner::Rtp(_));
                 // corelay patch (PATCHES.md, 19): nor does RTCP in RTP mode
