@@ -2066,21 +2066,16 @@ impl Rtc {
                 // `poll_output` reports as a timeout, due at once when it is. Everything
                 // else (STUN, DTLS, RTCP but that of reports only, frame mode) still runs
                 // the whole walk.
-                let media_only = self.session.rtp_mode
-                    && matches!(r.contents.inner, DatagramRecvInner::Rtp(_));
                 // corelay patch (PATCHES.md, 19): nor does RTCP in RTP mode
                 // that carried only reports (a subscriber's TWCC feedback,
                 // 20 a second, and its receiver reports): the estimate is
                 // updated as the report is read, and what else it moves
                 // (the pacer's rate, the next deadlines) `poll_timeout`
                 // reports.
-                let rtcp = self.session.rtp_mode
-                    && matches!(r.contents.inner, DatagramRecvInner::Rtcp(_));
-                self.do_handle_receive(recv_time, r)?;
-                if media_only || (rtcp && self.session.rtcp_reports_only()) {
-                    self.advance_time(recv_time);
-                } else {
+                if self.do_handle_receive(recv_time, r)? {
                     self.do_handle_timeout(recv_time)?;
+                } else {
+                    self.advance_time(recv_time);
                 }
             }
         }
@@ -2215,7 +2210,9 @@ impl Rtc {
         Ok(())
     }
 
-    fn do_handle_receive(&mut self, recv_time: Instant, r: net::Receive) -> Result<(), RtcError> {
+    /// Whether the timeout walk must follow (patches 2 and 19: not for RTP,
+    /// nor RTCP of reports only, in RTP mode).
+    fn do_handle_receive(&mut self, recv_time: Instant, r: net::Receive) -> Result<bool, RtcError> {
         trace!("IN {:?}", r);
         use DatagramRecvInner::*;
 
@@ -2236,7 +2233,8 @@ impl Rtc {
             ..
         } = self;
 
-        match r.contents.inner {
+        let rtp_mode = session.rtp_mode;
+        let walk = match r.contents.inner {
             Stun(stun) => {
                 let packet = is::stun::StunPacket {
                     proto: r.proto,
@@ -2247,17 +2245,26 @@ impl Rtc {
                 // ICE is an external crate; arm both on its behalf.
                 ice.handle_packet(recv_time, packet);
                 drop(readiness.wake());
+                true
             }
             Dtls(dtls_packet) => {
                 // A failed receive can still change DTLS state and timers.
                 let _wake = readiness.wake();
                 dtls.handle_receive(dtls_packet)?;
+                true
             }
-            Rtp(rtp) => session.handle_rtp_receive(recv_time, rtp, &mut readiness.wake()),
-            Rtcp(rtcp) => session.handle_rtcp_receive(recv_time, rtcp, &mut readiness.wake()),
-        }
+            Rtp(rtp) => {
+                session.handle_rtp_receive(recv_time, rtp, &mut readiness.wake());
+                !rtp_mode
+            }
+            Rtcp(rtcp) => {
+                let reports_only =
+                    session.handle_rtcp_receive(recv_time, rtcp, &mut readiness.wake());
+                !(rtp_mode && reports_only)
+            }
+        };
 
-        Ok(())
+        Ok(walk)
     }
 
     /// Obtain handle for writing to a data channel.

@@ -159,11 +159,6 @@ pub(crate) struct Session {
     feedback_rx: VecDeque<Rtcp>,
     rtp_closing: bool,
 
-    /// corelay patch (PATCHES.md, 19): the last RTCP datagram received
-    /// carried only reports (TWCC feedback, sender and receiver reports,
-    /// SDES, RRTR/DLRR), which nothing in the timeout walk waits on.
-    rtcp_reports_only: bool,
-
     /// Pending RRTRs from remote SSRCs in FIFO order, deduplicated by SSRC.
     /// A new RRTR for an already-pending SSRC updates its value in place.
     /// Capped at 300 entries; at most 50 are consumed per DLRR report.
@@ -270,7 +265,6 @@ impl Session {
             feedback_tx: VecDeque::new(),
             feedback_rx: VecDeque::new(),
             rtp_closing: false,
-            rtcp_reports_only: false,
             pending_rrtrs: VecDeque::new(),
             raw_packets: if config.enable_raw_packets {
                 Some(VecDeque::new())
@@ -641,15 +635,20 @@ impl Session {
         self.pending_packets.pop_front()
     }
 
-    pub fn handle_rtcp_receive(&mut self, now: Instant, message: &[u8], wake: &mut Wake) {
+    /// corelay patch (PATCHES.md, 19): true when the datagram carried only
+    /// reports (TWCC feedback, sender and receiver reports, SDES,
+    /// RRTR/DLRR), which nothing in the timeout walk waits on.
+    pub fn handle_rtcp_receive(&mut self, now: Instant, message: &[u8], wake: &mut Wake) -> bool {
         // According to spec, the outer enclosing SRTCP packet should always be a SR or RR,
         // even if it's irrelevant and empty.
         // In practice I'm not sure that is happening, because libWebRTC hates empty packets.
-        if self.handle_rtcp(now, message, wake).is_none() {
+        let reports_only = self.handle_rtcp(now, message, wake);
+        if reports_only.is_none() {
             // Missing keys or failed authentication: no reports reached the session.
             wake.no_events();
             wake.no_timeout();
         }
+        reports_only == Some(true)
     }
 
     fn mid_and_ssrc_for_header(&mut self, now: Instant, header: &RtpHeader) -> Option<(Mid, Ssrc)> {
@@ -1085,8 +1084,9 @@ impl Session {
         header.has_padding && header.ext_vals.rid.is_none() && has_rtx && is_expected_rid
     }
 
-    fn handle_rtcp(&mut self, now: Instant, buf: &[u8], wake: &mut Wake) -> Option<()> {
-        self.rtcp_reports_only = false;
+    /// Whether the datagram carried only reports (patch 19); `None` when it
+    /// failed to decrypt.
+    fn handle_rtcp(&mut self, now: Instant, buf: &[u8], wake: &mut Wake) -> Option<bool> {
         let srtp: &mut SrtpContext = self.srtp_rx.as_mut()?;
         let unprotected = srtp.unprotect_rtcp(buf)?;
         let mut reports_only = true;
@@ -1195,15 +1195,8 @@ impl Session {
             // Also covers empty reports; raw-packet capture only queues events.
             wake.no_timeout();
         }
-        self.rtcp_reports_only = reports_only;
 
-        Some(())
-    }
-
-    /// corelay patch (PATCHES.md, 19): whether the last RTCP datagram
-    /// received carried only reports.
-    pub(crate) fn rtcp_reports_only(&self) -> bool {
-        self.rtcp_reports_only
+        Some(reports_only)
     }
 
     pub fn poll_event(&mut self) -> Option<Event> {
@@ -2098,8 +2091,7 @@ mod tests {
             buf.truncate(len);
             let srtcp = session.srtp_tx.as_mut().unwrap().protect_rtcp(&buf);
             let mut readiness = Readiness::idle();
-            session.handle_rtcp_receive(now, &srtcp, &mut readiness.wake());
-            session.rtcp_reports_only()
+            session.handle_rtcp_receive(now, &srtcp, &mut readiness.wake())
         };
         let rr = || {
             Rtcp::ReceiverReport(ReceiverReport {
@@ -2132,11 +2124,14 @@ mod tests {
         assert!(receive(&mut session, vec![rr()]));
         assert!(!receive(&mut session, vec![rr(), nack()]), "a NACK");
         assert!(!receive(&mut session, vec![pli()]), "a PLI");
-        assert!(receive(&mut session, vec![rr()]), "cleared by the next");
+        assert!(
+            receive(&mut session, vec![rr()]),
+            "each datagram on its own"
+        );
         // What fails authentication is no report.
         let mut readiness = Readiness::idle();
-        session.handle_rtcp_receive(now, &[0x80, 201, 0, 1, 0, 0, 0, 1], &mut readiness.wake());
-        assert!(!session.rtcp_reports_only());
+        let bogus = [0x80, 201, 0, 1, 0, 0, 0, 1];
+        assert!(!session.handle_rtcp_receive(now, &bogus, &mut readiness.wake()));
     }
 
     #[test]
