@@ -57,18 +57,33 @@ const TWCC_INTERVAL: Duration = Duration::from_millis(50);
 /// then runs in a NACK check's walk.
 const PERIODIC_SLACK: Duration = NACK_MIN_INTERVAL;
 
-/// corelay patch (PATCHES.md, 6): the deadline to report for the periodic
-/// timers' soonest deadline and every other timer's. The periodic one moves
-/// onto the other when that is at most [`PERIODIC_SLACK`] later: a walk runs
-/// every task that is due by then, so both are done in one. Nothing else is
-/// ever delayed: the other deadline is reported as is.
+/// corelay patch (PATCHES.md, 6 and 20): the deadline to report for the
+/// periodic timers' deadlines and every other timer's. A walk runs every task
+/// that is due by its time, so:
+/// - when the other timer is at most [`PERIODIC_SLACK`] after the soonest
+///   periodic one (or before it), the periodic ones ride on it (patch 6);
+/// - otherwise the periodic ones share one walk among themselves, at the
+///   latest of their deadlines within [`PERIODIC_SLACK`] of the soonest
+///   (patch 20; before, each periodic deadline was its own walk).
+///
+/// No periodic task runs more than [`PERIODIC_SLACK`] late, and the other
+/// deadline is never moved.
 fn ride_on(
-    periodic: (Option<Instant>, Reason),
+    periodic: &[(Option<Instant>, Reason)],
     other: (Option<Instant>, Reason),
 ) -> (Option<Instant>, Reason) {
-    match (periodic.0, other.0) {
-        (Some(p), Some(o)) if o > p && o - p <= PERIODIC_SLACK => other,
-        _ => periodic.soonest(other),
+    let Some(soonest) = periodic.iter().filter_map(|p| p.0).min() else {
+        return other;
+    };
+    let window = soonest + PERIODIC_SLACK;
+    match other.0 {
+        Some(o) if o <= window => other,
+        _ => periodic
+            .iter()
+            .filter(|p| p.0.is_some_and(|t| t <= window))
+            .max_by_key(|p| p.0)
+            .copied()
+            .unwrap_or(other),
     }
 }
 
@@ -1530,26 +1545,37 @@ impl Session {
         let send_stream_at = self.streams.send_stream();
         let request_at = self.streams.pending_request();
 
-        // corelay patch (PATCHES.md, 6): periodic reports and estimates ride
-        // on the next other timer when it is at most PERIODIC_SLACK later.
+        // corelay patch (PATCHES.md, 6 and 20): periodic reports and
+        // estimates ride on the next other timer when it is at most
+        // PERIODIC_SLACK later, and share one walk among themselves if not.
         let (bwe_delay_at, bwe_probe_at) = self
             .bwe
             .as_ref()
             .map(|bwe| bwe.poll_timeout_split())
             .unwrap_or((None, (None, Reason::BweProbeControl)));
 
-        let periodic = (feedback_at, Reason::Feedback)
-            .soonest((twcc_at, Reason::Twcc))
-            .soonest((bwe_delay_at, Reason::BweDelayControl));
+        // corelay patch (PATCHES.md, 20): an idle pacer's handle only keeps
+        // its books, so it is periodic too.
+        let (pacing_periodic, pacing_other) = if self.pacer.is_idle() {
+            (pacing_at, (None, Reason::NotHappening))
+        } else {
+            ((None, Reason::NotHappening), pacing_at)
+        };
+        let periodic = [
+            (feedback_at, Reason::Feedback),
+            (twcc_at, Reason::Twcc),
+            (bwe_delay_at, Reason::BweDelayControl),
+            pacing_periodic,
+        ];
         let other = (request_at, Reason::Feedback)
             .soonest((nack_at, Reason::Nack))
-            .soonest(pacing_at)
+            .soonest(pacing_other)
             .soonest((receive_at, Reason::ReceiveReorder))
             .soonest((packetize_at, Reason::Packetize))
             .soonest((paused_at, Reason::PauseCheck))
             .soonest((send_stream_at, Reason::SendStream))
             .soonest(bwe_probe_at);
-        ride_on(periodic, other)
+        ride_on(&periodic, other)
     }
 
     pub fn has_mid(&self, mid: Mid) -> bool {
@@ -1838,23 +1864,58 @@ mod tests {
         let twcc = (Some(t), Reason::Twcc);
         // Another timer within the slack: one walk, at the other's time.
         assert_eq!(
-            ride_on(twcc, (Some(t + ms(20)), Reason::Nack)),
+            ride_on(&[twcc], (Some(t + ms(20)), Reason::Nack)),
             (Some(t + ms(20)), Reason::Nack)
         );
         assert_eq!(
-            ride_on(twcc, (Some(t + PERIODIC_SLACK), Reason::Nack)),
+            ride_on(&[twcc], (Some(t + PERIODIC_SLACK), Reason::Nack)),
             (Some(t + PERIODIC_SLACK), Reason::Nack)
         );
         // Further away, or none: the periodic timer keeps its time.
         assert_eq!(
-            ride_on(twcc, (Some(t + PERIODIC_SLACK + ms(1)), Reason::Nack)),
+            ride_on(&[twcc], (Some(t + PERIODIC_SLACK + ms(1)), Reason::Nack)),
             twcc
         );
-        assert_eq!(ride_on(twcc, (None, Reason::Nack)), twcc);
+        assert_eq!(ride_on(&[twcc], (None, Reason::Nack)), twcc);
         // The other timer is never moved, whichever comes first.
         let nack = (Some(t), Reason::Nack);
-        assert_eq!(ride_on((Some(t + ms(5)), Reason::Twcc), nack), nack);
-        assert_eq!(ride_on((None, Reason::Twcc), nack), nack);
+        assert_eq!(ride_on(&[(Some(t + ms(5)), Reason::Twcc)], nack), nack);
+        assert_eq!(ride_on(&[(None, Reason::Twcc)], nack), nack);
+        assert_eq!(ride_on(&[], nack), nack);
+    }
+
+    // corelay patch (PATCHES.md, 20).
+    #[test]
+    fn periodic_timers_share_one_walk_at_most_the_slack_late() {
+        let t = Instant::now();
+        let ms = Duration::from_millis;
+        let bwe = (Some(t + ms(25)), Reason::BweDelayControl);
+        let pacer = (
+            Some(t + ms(40)),
+            Reason::Pacer(crate::pacer::PacerReason::Handle),
+        );
+        let twcc = (Some(t + ms(50)), Reason::Twcc);
+        let report = (Some(t + ms(900)), Reason::Feedback);
+        let none = (None, Reason::NotHappening);
+        // The latest deadline within the slack of the soonest: every other
+        // periodic task is done in that walk, none more than the slack late.
+        assert_eq!(ride_on(&[bwe, pacer, twcc, report], none), twcc);
+        assert_eq!(ride_on(&[report, twcc, none, bwe], none), twcc);
+        // Past the slack, a deadline keeps its own walk.
+        let late = (Some(t + ms(25) + PERIODIC_SLACK + ms(1)), Reason::Twcc);
+        assert_eq!(ride_on(&[bwe, late], none), bwe);
+        let edge = (Some(t + ms(25) + PERIODIC_SLACK), Reason::Twcc);
+        assert_eq!(ride_on(&[bwe, edge], none), edge);
+        // An other timer inside the window is the walk, even before the
+        // latest periodic deadline (which then gets a walk of its own).
+        let nack = (Some(t + ms(30)), Reason::Nack);
+        assert_eq!(ride_on(&[bwe, twcc], nack), nack);
+        // Beyond the window it is not moved either: the periodic walk comes first.
+        let far = (Some(t + ms(70)), Reason::Nack);
+        assert_eq!(ride_on(&[bwe, twcc], far), twcc);
+        // Nothing periodic: the other timer as is.
+        assert_eq!(ride_on(&[none, none], far), far);
+        assert_eq!(ride_on(&[none], none), none);
     }
 
     fn keyed_session() -> Session {

@@ -195,6 +195,29 @@ impl LeakyBucketPacer {
         self.request_immediate_timeout();
     }
 
+    /// corelay patch (PATCHES.md, 20): whether the pacer's deadline may run
+    /// late by a little: nothing queued as of the last handle, no release or
+    /// probe scheduled, at most padding. Its next handle then only keeps the
+    /// books, or sends padding, which keeps a link's NAT binding and RTX
+    /// state warm at a low rate (50 kbit/s while media is active, and only
+    /// in the gaps media leaves) and is due on no packet's account. Media
+    /// queued since the last handle asks for its own walk
+    /// (`Streams::send_stream`), and a probe or a release sets
+    /// `next_poll_time` with a reason of its own, so neither waits; the
+    /// media and padding debts drain by the time elapsed whenever the next
+    /// handle comes.
+    pub(crate) fn is_idle(&self) -> bool {
+        self.next_poll_time
+            .is_none_or(|(_, reason)| reason == PacerReason::Padding)
+            && self.next_poll_queue.is_none()
+            && self.probe_queue.is_empty()
+            && self.completed_probe.is_none()
+            && self
+                .queue_states
+                .iter()
+                .all(|q| q.snapshot.packet_count == 0)
+    }
+
     /// Get the cluster ID of the active probe, if any.
     pub(crate) fn active_cluster(&self) -> Option<TwccClusterId> {
         self.probe_queue.front().map(|p| p.config().cluster())
@@ -522,6 +545,69 @@ mod test {
                 .handle_timeout(deadline, std::iter::once(queue))
                 .is_some()
         );
+    }
+
+    // corelay patch (PATCHES.md, 20).
+    #[test]
+    fn the_pacer_is_idle_with_nothing_queued_or_scheduled_but_padding() {
+        use crate::bwe_::ProbeKind;
+
+        let now = Instant::now();
+        let ms = Duration::from_millis;
+        let queue = |packets: usize| QueueState {
+            midrid: MidRid("vid".into(), None),
+            unpaced: false,
+            use_for_padding: true,
+            snapshot: QueueSnapshot {
+                created_at: now,
+                packet_count: packets as u32,
+                byte_size: packets * 1000,
+                first_unsent: (packets > 0).then_some(now),
+                ..Default::default()
+            },
+        };
+        let mut pacer = LeakyBucketPacer::new(Bitrate::kbps(1000));
+        // A first send, so that the pacer paces from here on.
+        pacer.register_send(now, DataSize::bytes(1000), MidRid("vid".into(), None));
+
+        // Empty queues, no padding rate: the handle only keeps the books.
+        pacer.handle_timeout(now, std::iter::once(queue(0)));
+        assert!(pacer.is_idle());
+        assert_eq!(pacer.poll_timeout().0, Some(now + PACING));
+
+        // A queued packet: a release is scheduled.
+        pacer.handle_timeout(now + ms(1), std::iter::once(queue(1)));
+        assert!(!pacer.is_idle());
+        let (midrid, _) = pacer.poll_queue().unwrap();
+        pacer.register_send(now + ms(1), DataSize::bytes(1000), midrid);
+
+        // Padding wanted: scheduled (after the debts drain), and idle.
+        pacer.set_padding_rate(Bitrate::kbps(50));
+        pacer.handle_timeout(now + ms(2), std::iter::once(queue(0)));
+        let (at, reason) = pacer.next_poll_time.unwrap();
+        assert_eq!(reason, PacerReason::Padding);
+        assert!(at > now + ms(2));
+        assert!(pacer.is_idle());
+        // Once due, a padding request is released: not idle until taken.
+        assert!(
+            pacer
+                .handle_timeout(at, std::iter::once(queue(0)))
+                .is_some()
+        );
+        assert!(!pacer.is_idle());
+        assert!(pacer.poll_queue().is_some());
+        assert!(!pacer.is_idle());
+        pacer.set_padding_rate(Bitrate::ZERO);
+        pacer.handle_timeout(at + ms(1), std::iter::once(queue(0)));
+        assert!(pacer.is_idle());
+
+        // A probe.
+        pacer.start_probe(ProbeClusterConfig::new(
+            0.into(),
+            Bitrate::kbps(3000),
+            ProbeKind::Initial,
+        ));
+        assert!(!pacer.is_idle());
     }
 
     #[test]

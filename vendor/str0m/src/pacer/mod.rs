@@ -47,6 +47,16 @@ impl PacerImpl {
         }
     }
 
+    /// corelay patch (PATCHES.md, 20): whether the pacer's next handle only
+    /// keeps the books, so that its deadline may ride like a periodic timer.
+    /// The null pacer's deadline is a needed snapshot whenever it has one.
+    pub fn is_idle(&self) -> bool {
+        match self {
+            PacerImpl::Null(_) => false,
+            PacerImpl::LeakyBucket(v) => v.is_idle(),
+        }
+    }
+
     pub fn check_probe_complete(&mut self, now: Instant) -> Option<TwccClusterId> {
         match self {
             PacerImpl::Null(_) => None,
