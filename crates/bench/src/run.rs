@@ -598,7 +598,11 @@ pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String>
                 None => (None, None),
             };
             let s = Sample {
-                t: el.as_secs_f64(),
+                // Stamped as /proc is read, after the server's counters: a
+                // stalled server answers late, and a stamp taken before the
+                // call made the CPU read after it look like more than a
+                // core per thread (a round at 2.5 cores, 2026-12-06).
+                t: start.elapsed().as_secs_f64(),
                 active,
                 server: common.server_pid.and_then(read_proc_cpu),
                 client: read_proc_cpu(std::process::id()),
