@@ -373,11 +373,16 @@ impl Session {
     /// `None`, with nothing counted, where str0m must send it: no such
     /// stream, str0m not yet having sent one of the stream's packets itself,
     /// or a bandwidth probe running (the pacer tags the media it releases
-    /// during a probe, and the probe measures those).
+    /// during a probe, and the probe measures those). `twcc_enabled`: the
+    /// packet carries a transport-wide sequence number (the m-line's remote
+    /// extension map has one), as the caller knows (corelay patch
+    /// (PATCHES.md, 21): looking the m-line up here cost a cache miss for
+    /// every m-line passed over).
     #[allow(clippy::too_many_arguments)]
     pub fn note_own_send(
         &mut self,
         midrid: MidRid,
+        twcc_enabled: bool,
         now: Instant,
         seq_no: SeqNo,
         time: u32,
@@ -388,11 +393,6 @@ impl Session {
         if self.pacer.active_cluster().is_some() {
             return None;
         }
-        let media = self.medias.iter().find(|m| m.mid() == midrid.mid())?;
-        let twcc_enabled = media
-            .remote_extmap()
-            .id_of(Extension::TransportSequenceNumber)
-            .is_some();
         let stream = self.streams.stream_tx_by_midrid(midrid)?;
         let ssrc = stream.ssrc();
         let attach_mid = stream.note_own_send(now, seq_no, time, wallclock, payload_size, packet)?;

@@ -329,6 +329,7 @@ pub(super) fn send(
     let own = rtc.direct_api().note_own_send(
         out.mid,
         None,
+        exts,
         now,
         SeqNo::from(out.seq),
         out.time,

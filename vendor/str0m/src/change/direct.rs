@@ -237,12 +237,17 @@ impl<'a> DirectApi<'a> {
     /// [`StreamTx::take_unanswered_nacks`](crate::rtp::StreamTx::take_unanswered_nacks).
     /// `packet` gives the packet as [`StreamTx::write_rtp`](crate::rtp::StreamTx::write_rtp)
     /// would have taken it; str0m calls it for the few it keeps as padding
-    /// material (patch 15).
+    /// material (patch 15). `exts` is the extension map the packet is
+    /// written with (the m-line's remote map, [`Media::remote_extmap`]): a
+    /// transport-wide sequence number is handed out where it has one
+    /// (corelay patch (PATCHES.md, 21): from the caller, who holds it,
+    /// rather than looked up per packet).
     #[allow(clippy::too_many_arguments)]
     pub fn note_own_send(
         &mut self,
         mid: Mid,
         rid: Option<Rid>,
+        exts: &ExtensionMap,
         now: Instant,
         seq_no: SeqNo,
         time: u32,
@@ -252,6 +257,8 @@ impl<'a> DirectApi<'a> {
     ) -> Option<crate::OwnSend> {
         self.rtc.session.note_own_send(
             MidRid(mid, rid),
+            exts.id_of(crate::rtp_::Extension::TransportSequenceNumber)
+                .is_some(),
             now,
             seq_no,
             time,

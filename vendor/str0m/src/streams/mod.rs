@@ -136,6 +136,12 @@ pub(crate) struct Streams {
     /// All outgoing encoded streams.
     streams_tx: HashMap<Ssrc, StreamTx>,
 
+    /// corelay patch (PATCHES.md, 21): the SSRCs of the send streams looked
+    /// up by midrid lately, a compact index checked before `streams_tx` is
+    /// searched (the search visits each `StreamTx`, a cache miss apiece).
+    /// A hint only: every hit is checked against `streams_tx`.
+    tx_by_midrid: Vec<(MidRid, Ssrc)>,
+
     /// Non-media padding source. Its sequence counter survives media changes.
     probe_tx: StreamTx,
     probe_media: Option<(Mid, Pt)>,
@@ -158,6 +164,11 @@ pub(crate) struct Streams {
     pause_threshold: Duration,
 }
 
+/// corelay patch (PATCHES.md, 21): send streams in `Streams::tx_by_midrid`
+/// at most (a subscriber's m-lines are usually fewer; past it the oldest
+/// entry goes, and its stream is searched for again when next asked).
+const TX_BY_MIDRID_MAX: usize = 16;
+
 /// Delay between cleaning up the RxLookup.
 const RX_LOOKUP_CLEANUP_INTERVAL: Duration = Duration::from_millis(10_000);
 
@@ -178,6 +189,7 @@ impl Streams {
             rx_lookup: Default::default(),
             last_rx_lookup_cleanup: already_happened(),
             streams_tx: Default::default(),
+            tx_by_midrid: Vec::new(),
             probe_tx: StreamTx::new_probe(mtu_warn),
             probe_media: None,
             default_ssrc_tx: 0.into(), // this will be changed
@@ -692,7 +704,38 @@ impl Streams {
             self.probe_media?;
             return Some(&mut self.probe_tx);
         }
-        self.streams_tx.values_mut().find(|s| s.is_midrid(midrid))
+        // corelay patch (PATCHES.md, 21): the index first. It holds only
+        // streams whose midrid is exactly the one asked for, so that a
+        // midrid without a rid, which matches each of a simulcast m-line's
+        // streams, is searched for as upstream does.
+        let exact = |s: &StreamTx| s.mid() == midrid.mid() && s.rid() == midrid.rid();
+        let hint = self
+            .tx_by_midrid
+            .iter()
+            .find(|(m, _)| *m == midrid)
+            .map(|(_, ssrc)| *ssrc);
+        if let Some(ssrc) = hint {
+            if self.streams_tx.get(&ssrc).is_some_and(exact) {
+                return self.streams_tx.get_mut(&ssrc);
+            }
+        }
+        let (ssrc, is_exact) = self
+            .streams_tx
+            .values()
+            .find(|s| s.is_midrid(midrid))
+            .map(|s| (s.ssrc(), exact(s)))?;
+        if !is_exact {
+            return self.streams_tx.get_mut(&ssrc);
+        }
+        if let Some(entry) = self.tx_by_midrid.iter_mut().find(|(m, _)| *m == midrid) {
+            entry.1 = ssrc;
+        } else {
+            if self.tx_by_midrid.len() >= TX_BY_MIDRID_MAX {
+                self.tx_by_midrid.remove(0);
+            }
+            self.tx_by_midrid.push((midrid, ssrc));
+        }
+        self.streams_tx.get_mut(&ssrc)
     }
 
     pub(crate) fn stream_rx_by_midrid(&mut self, midrid: MidRid) -> Option<&mut StreamRx> {
@@ -803,5 +846,54 @@ impl fmt::Debug for RtpPacket {
             .field("nackable", &self.nackable)
             .field("timestamp", &self.timestamp)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tx_by_midrid_tests {
+    use super::*;
+    use crate::rtp_::Rid;
+
+    // corelay patch (PATCHES.md, 21).
+    #[test]
+    fn a_send_stream_is_found_by_midrid_through_the_index_and_without_it() {
+        let mut streams = Streams::new(false, 1200, Duration::from_secs(2));
+        let audio = MidRid(Mid::from("a"), None);
+        let video = MidRid(Mid::from("v"), None);
+        streams.declare_stream_tx(1.into(), None, audio);
+        streams.declare_stream_tx(2.into(), Some(3.into()), video);
+        let found = |s: &mut Streams, m: MidRid| s.stream_tx_by_midrid(m).map(|t| t.ssrc());
+
+        assert_eq!(found(&mut streams, audio), Some(1.into()));
+        assert_eq!(found(&mut streams, video), Some(2.into()));
+        assert_eq!(streams.tx_by_midrid.len(), 2);
+        // From the index, the same answers.
+        assert_eq!(found(&mut streams, video), Some(2.into()));
+        assert_eq!(found(&mut streams, MidRid(Mid::from("x"), None)), None);
+
+        // The stream is replaced (a new SSRC for the m-line): the stale
+        // entry is not trusted.
+        assert!(streams.remove_stream_tx(2.into()));
+        assert_eq!(found(&mut streams, video), None);
+        streams.declare_stream_tx(4.into(), None, video);
+        assert_eq!(found(&mut streams, video), Some(4.into()));
+
+        // A midrid without a rid matches a simulcast m-line's streams as
+        // upstream does, and is not kept in the index.
+        let s = MidRid(Mid::from("s"), None);
+        let low = MidRid(Mid::from("s"), Some(Rid::from("l")));
+        streams.declare_stream_tx(5.into(), None, low);
+        assert_eq!(found(&mut streams, s), Some(5.into()));
+        assert!(!streams.tx_by_midrid.iter().any(|(m, _)| *m == s));
+        assert_eq!(found(&mut streams, low), Some(5.into()));
+
+        // Bounded: the oldest entries go.
+        for i in 0..(2 * TX_BY_MIDRID_MAX as u32) {
+            let m = MidRid(Mid::from(format!("m{i}").as_str()), None);
+            streams.declare_stream_tx((100 + i).into(), None, m);
+            assert_eq!(found(&mut streams, m), Some((100 + i).into()));
+        }
+        assert_eq!(streams.tx_by_midrid.len(), TX_BY_MIDRID_MAX);
+        assert_eq!(found(&mut streams, audio), Some(1.into()));
     }
 }
