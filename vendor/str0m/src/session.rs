@@ -1554,8 +1554,9 @@ impl Session {
             .map(|bwe| bwe.poll_timeout_split())
             .unwrap_or((None, (None, Reason::BweProbeControl)));
 
-        // corelay patch (PATCHES.md, 20): an idle pacer's handle only keeps
-        // its books, so it is periodic too.
+        // corelay patch (PATCHES.md, 20): an idle pacer's deadline (its
+        // handle, which only keeps its books, or padding put off by the
+        // media sent) may run late like the periodic ones.
         let (pacing_periodic, pacing_other) = if self.pacer.is_idle() {
             (pacing_at, (None, Reason::NotHappening))
         } else {
