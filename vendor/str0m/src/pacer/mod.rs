@@ -47,9 +47,10 @@ impl PacerImpl {
         }
     }
 
-    /// corelay patch (PATCHES.md, 20): whether the pacer's next handle only
-    /// keeps the books, so that its deadline may ride like a periodic timer.
-    /// The null pacer's deadline is a needed snapshot whenever it has one.
+    /// corelay patch (PATCHES.md, 20): whether the pacer's deadline may run
+    /// late like a periodic timer's (its next handle only keeps the books or
+    /// sends padding; see `LeakyBucketPacer::is_idle`). The null pacer's
+    /// deadline is a needed snapshot whenever it has one.
     pub fn is_idle(&self) -> bool {
         match self {
             PacerImpl::Null(_) => false,

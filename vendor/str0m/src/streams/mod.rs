@@ -708,7 +708,7 @@ impl Streams {
         // streams whose midrid is exactly the one asked for, so that a
         // midrid without a rid, which matches each of a simulcast m-line's
         // streams, is searched for as upstream does.
-        let exact = |s: &StreamTx| s.mid() == midrid.mid() && s.rid() == midrid.rid();
+        let exact = |s: &StreamTx| MidRid(s.mid(), s.rid()) == midrid;
         let hint = self
             .tx_by_midrid
             .iter()
