@@ -14,11 +14,13 @@
 //!
 //! Reproducibility: the network's randomness (one RNG per link direction),
 //! the clients' media schedules and every timing decision come from the
-//! seed, and in practice a scenario's received packets repeat exactly
-//! (`sim_same_seed_same_outcome`). str0m's own randomness (ICE credentials,
-//! SSRCs, DTLS keys) and the engine's hash-map iteration order are not
-//! seeded: should either start to change what goes on the wire, that test
-//! says so.
+//! seed, and so do str0m's ids (mids, SSRCs: [`Sim::new`] seeds the
+//! thread's `fastrand` generator they are drawn from), so a scenario's
+//! received packets repeat exactly (`sim_same_seed_same_outcome`). DTLS
+//! keys and the hash maps' iteration order are not seeded; str0m breaks
+//! ties between send streams by midrid rather than by that order (its
+//! patch 22). Should either start to change what goes on the wire, that
+//! test says so.
 
 pub mod net;
 
@@ -195,6 +197,9 @@ impl Sim {
     /// A simulation with `shards` engines and the given settings; `seed`
     /// drives the network and the clients' media.
     pub fn new(seed: u64, shards: usize, settings: RtcSettings) -> Sim {
+        // str0m draws its ids (mids, SSRCs, ICE credentials) from this
+        // thread's fastrand generator: seeded, they repeat too.
+        fastrand::seed(seed);
         let start = Instant::now();
         Sim {
             start,

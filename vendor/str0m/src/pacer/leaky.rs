@@ -272,14 +272,21 @@ impl LeakyBucketPacer {
     }
 
     fn next_poll(&self, now: Instant) -> Option<((Instant, PacerReason), Option<&QueueState>)> {
-        // If we have never sent before, do so immediately on an arbitrary non-empty queue.
+        // corelay patch (PATCHES.md, 22): every choice between queues below
+        // breaks ties by midrid. The queues come in the order of a hash map
+        // keyed by random SSRCs, so a tie left to that order sends packets
+        // queued at the same instant in a different order from run to run.
+
+        // If we have never sent before, do so immediately on the non-empty
+        // queue that has waited longest.
         if self.last_emitted.is_none() {
-            let mut queues = self
+            let queue = self
                 .queue_states
                 .iter()
-                .filter(|q| q.snapshot.packet_count > 0);
+                .filter(|q| q.snapshot.packet_count > 0)
+                .min_by_key(|q| (q.snapshot.first_unsent, q.midrid));
 
-            if let Some(queue) = queues.next() {
+            if let Some(queue) = queue {
                 return Some(((now, PacerReason::FirstEver), Some(queue)));
             }
         };
@@ -289,7 +296,7 @@ impl LeakyBucketPacer {
             .iter()
             .filter(|qs| qs.unpaced)
             .filter_map(|qs| qs.snapshot.first_unsent.map(|t| (t, qs)))
-            .min_by_key(|(t, _)| *t);
+            .min_by_key(|(t, qs)| (*t, qs.midrid));
 
         // Unpaced packets (such as audio by default) are sent immediately.
         if let Some((queued_at, qs)) = unpaced {
@@ -304,7 +311,8 @@ impl LeakyBucketPacer {
 
             // Send on the non-empty queue with the lowest priority that, was least recently
             // sent on.
-            non_empty_queues.min_by_key(|q| (q.snapshot.priority, q.snapshot.last_emitted))
+            non_empty_queues
+                .min_by_key(|q| (q.snapshot.priority, q.snapshot.last_emitted, q.midrid))
         };
 
         if let Some(queue) = non_empty_queue {
@@ -437,7 +445,8 @@ impl LeakyBucketPacer {
             .queue_states
             .iter()
             .filter(|q| q.use_for_padding)
-            .max_by_key(|q| q.snapshot.last_emitted);
+            // corelay patch (PATCHES.md, 22): ties go to the lowest midrid.
+            .max_by_key(|q| (q.snapshot.last_emitted, std::cmp::Reverse(q.midrid)));
 
         if maybe_queue.is_none() {
             // No padding queue, no probes.
@@ -608,6 +617,39 @@ mod test {
             ProbeKind::Initial,
         ));
         assert!(!pacer.is_idle());
+    }
+
+    // corelay patch (PATCHES.md, 22).
+    #[test]
+    fn ties_between_queues_go_to_the_lowest_midrid() {
+        let now = Instant::now();
+        let later = now + Duration::from_millis(100);
+        let queue = |mid: &str, unpaced: bool| QueueState {
+            midrid: MidRid(mid.into(), None),
+            unpaced,
+            use_for_padding: true,
+            snapshot: QueueSnapshot {
+                created_at: now,
+                packet_count: 1,
+                byte_size: 1000,
+                first_unsent: Some(now),
+                ..Default::default()
+            },
+        };
+        let first = |pacer: &mut LeakyBucketPacer, at: Instant, unpaced: bool| {
+            pacer.handle_timeout(at, ["c", "a", "b"].map(|m| queue(m, unpaced)).into_iter());
+            pacer.poll_queue().map(|(midrid, _)| midrid)
+        };
+        let a = Some(MidRid("a".into(), None));
+        for unpaced in [false, true] {
+            // The first send ever.
+            let mut pacer = LeakyBucketPacer::new(Bitrate::kbps(1000));
+            assert_eq!(first(&mut pacer, now, unpaced), a, "unpaced {unpaced}");
+            // Queued at one instant, never sent from.
+            let mut pacer = LeakyBucketPacer::new(Bitrate::kbps(1000));
+            pacer.register_send(now, DataSize::bytes(1000), MidRid("x".into(), None));
+            assert_eq!(first(&mut pacer, later, unpaced), a, "unpaced {unpaced}");
+        }
     }
 
     #[test]

@@ -49,11 +49,13 @@ impl Pacer for NullPacer {
 
     fn poll_queue(&mut self) -> Option<(MidRid, Option<TwccClusterId>)> {
         // Pick a queue using round robin, prioritize the least recently sent on queue.
+        // corelay patch (PATCHES.md, 22): ties (never sent, or sent at one
+        // instant) go to the lowest midrid, not to the hash map's order.
         let queue = self
             .queue_states
             .iter_mut()
             .filter(|q| q.snapshot.packet_count > 0)
-            .min_by_key(|q| self.last_sends.get(&q.midrid))?;
+            .min_by_key(|q| (self.last_sends.get(&q.midrid), q.midrid))?;
 
         queue.snapshot.packet_count -= 1;
         self.unsent_since = Some(queue.snapshot.created_at);
@@ -104,6 +106,22 @@ mod test {
         assert_eq!(sent, ["a", "a", "b"]);
         assert_eq!(pacer.poll_queue(), None);
         assert_eq!(pacer.poll_timeout().0, None, "no timeout after draining");
+    }
+
+    // corelay patch (PATCHES.md, 22).
+    #[test]
+    fn queues_that_never_sent_go_in_the_order_of_their_midrids() {
+        let now = Instant::now();
+        let mut pacer = NullPacer::default();
+        let queues = ["c", "a", "d", "b"].map(|m| queue(m, 1, now));
+        pacer.handle_timeout(now, queues.into_iter());
+
+        let mut sent = vec![];
+        while let Some((midrid, _)) = pacer.poll_queue() {
+            pacer.register_send(now, DataSize::bytes(100), midrid);
+            sent.push(midrid.mid().to_string());
+        }
+        assert_eq!(sent, ["a", "b", "c", "d"]);
     }
 
     #[test]

@@ -133,7 +133,9 @@ str_id!(Mid, "Mid", 16, 3);
 ///
 /// In SDP this is an optional value that will be seen in [`MediaData`][crate::media::MediaData]
 /// if the remote peer is configured for simulcast.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+// corelay patch (PATCHES.md, 22): ordered, so that a choice between send
+// streams can break ties by midrid.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Rid([u8; 8]);
 str_id!(Rid, "Rid", 8, 3);
 
@@ -354,7 +356,8 @@ impl Pt {
 /// A combination of Mid/Rid
 ///
 /// In many cases they go hand-in-hand.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+// corelay patch (PATCHES.md, 22): ordered, see `Rid`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(crate) struct MidRid(pub Mid, pub Option<Rid>);
 
 impl MidRid {

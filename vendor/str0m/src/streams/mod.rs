@@ -576,7 +576,9 @@ impl Streams {
             .streams_tx
             .values_mut()
             .filter_map(|s| s.direct_send_candidate(all_unpaced).map(|last| (last, s)))
-            .min_by_key(|(last, _)| *last)
+            // corelay patch (PATCHES.md, 22): ties go to the lowest midrid,
+            // not to the hash map's order.
+            .min_by_key(|(last, s)| (*last, MidRid(s.mid(), s.rid())))
             .map(|(_, s)| s)?;
         stream.stamp_queued(now);
         Some(MidRid(stream.mid(), stream.rid()))
@@ -895,5 +897,27 @@ mod tx_by_midrid_tests {
         }
         assert_eq!(streams.tx_by_midrid.len(), TX_BY_MIDRID_MAX);
         assert_eq!(found(&mut streams, audio), Some(1.into()));
+    }
+
+    // corelay patch (PATCHES.md, 22).
+    #[test]
+    fn streams_that_never_sent_send_in_the_order_of_their_midrids() {
+        use crate::rtp_::Pt;
+        use crate::streams::RtpWrite;
+
+        let now = Instant::now();
+        let mut streams = Streams::new(false, 1200, Duration::from_secs(2));
+        // Declared out of order, under SSRCs that order them otherwise:
+        // the hash map's order is no guide.
+        let mids = ["e", "b", "g", "a", "d", "h", "c", "f"];
+        for (i, mid) in mids.iter().enumerate() {
+            let midrid = MidRid(Mid::from(*mid), None);
+            let tx = streams.declare_stream_tx((100 - i as u32).into(), None, midrid);
+            tx.write_rtp(RtpWrite::new(Pt::from(96), 1.into(), 0, now, vec![0; 100]));
+        }
+        let first = streams.direct_send(now, true);
+        assert_eq!(first, Some(MidRid(Mid::from("a"), None)));
+        // Until a stream sends, it stays the first choice.
+        assert_eq!(streams.direct_send(now, true), first);
     }
 }
