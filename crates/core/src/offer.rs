@@ -22,7 +22,7 @@ use str0m::format::Codec;
 use str0m::media::{Direction, MediaKind, Mid};
 use str0m::net::TcpType;
 use str0m::rtp::{Extension, ExtensionMap};
-use str0m::{Candidate, Output, Rtc};
+use str0m::{Candidate, IceCreds, Output, Rtc};
 
 use crate::guard;
 use crate::ids::ParticipantId;
@@ -188,6 +188,8 @@ pub enum OfferError {
     /// str0m refused a rehearsed renegotiation on the shard: the participant
     /// was removed.
     RenegotiationFailed,
+    /// The operating system gave no randomness for the ICE credentials.
+    NoRandomness,
 }
 
 impl OfferError {
@@ -204,6 +206,7 @@ impl OfferError {
             OfferError::CodecMismatch(_) => "codec_mismatch",
             OfferError::UnknownParticipant(_) => "not_found",
             OfferError::RenegotiationFailed => "renegotiation_failed",
+            OfferError::NoRandomness => "internal",
         }
     }
 }
@@ -226,6 +229,7 @@ impl std::fmt::Display for OfferError {
             OfferError::RenegotiationFailed => {
                 f.write_str("the renegotiation could not be applied; the participant was removed")
             }
+            OfferError::NoRandomness => f.write_str("no randomness available"),
         }
     }
 }
@@ -272,8 +276,14 @@ impl std::fmt::Debug for Accepted {
 
 /// Builds the `Rtc` for one participant: ICE-lite, RTP mode, Opus and only
 /// the video `codecs` given (the room's), the send-side bandwidth estimate
-/// when `settings.bwe_initial_bps` is set, the server's DTLS identity.
-pub fn build_rtc(codecs: &[VideoCodec], settings: &RtcSettings, now: Instant) -> Rtc {
+/// when `settings.bwe_initial_bps` is set, the server's DTLS identity, and
+/// `ice` as its ICE credentials (str0m's own when `None`).
+pub fn build_rtc(
+    codecs: &[VideoCodec],
+    settings: &RtcSettings,
+    now: Instant,
+    ice: Option<IceCreds>,
+) -> Rtc {
     let bwe_initial_bps = settings.bwe_initial_bps;
     let mut cfg = Rtc::builder()
         // Per-participant loss/jitter/RTT for /api/v1/stats, once a second.
@@ -292,6 +302,9 @@ pub fn build_rtc(codecs: &[VideoCodec], settings: &RtcSettings, now: Instant) ->
     if let Some(DtlsIdentity(cert)) = &settings.dtls_identity {
         cfg = cfg.set_dtls_cert(cert.clone());
     }
+    if let Some(ice) = ice {
+        cfg = cfg.set_local_ice_credentials(ice);
+    }
     // str0m's standard map. The RTP stream id extensions (rid, repaired rid)
     // name simulcast layers; str0m maps an unseen SSRC with a rid before it
     // checks the packet's SRTP tag, so the engine bounds which such packets
@@ -307,6 +320,37 @@ pub fn build_rtc(codecs: &[VideoCodec], settings: &RtcSettings, now: Instant) ->
     exts.set(13, Extension::VideoOrientation);
     exts.set(ABS_CAPTURE_TIME_ID, Extension::AbsoluteCaptureTime);
     cfg.set_extension_map(exts).build(now)
+}
+
+/// One of the 64 ICE characters (RFC 8839, `ice-char`) for the low six
+/// bits of `x`, so that a random byte picks one evenly.
+fn ice_char(x: u8) -> char {
+    let v = x & 63;
+    char::from(match v {
+        0..=25 => b'A' + v,
+        26..=51 => b'a' + (v - 26),
+        52..=61 => b'0' + (v - 52),
+        62 => b'+',
+        _ => b'/',
+    })
+}
+
+/// Unguessable ICE credentials from the operating system's CSPRNG: a
+/// 16-character ufrag (96 bits) and a 24-character password (144 bits);
+/// RFC 8445 asks for at least 24 and 128 random bits. str0m's own come from
+/// fastrand, a fast generator that is not made to be unpredictable, and
+/// anyone who joins reads a ufrag and a password in their answer: one who
+/// could work out the next participant's password could answer that
+/// participant's connectivity checks from another address.
+pub fn ice_credentials() -> Result<IceCreds, OfferError> {
+    let mut bytes = [0u8; 40];
+    getrandom::fill(&mut bytes).map_err(|_| OfferError::NoRandomness)?;
+    let text = |b: &[u8]| b.iter().map(|&x| ice_char(x)).collect::<String>();
+    let (ufrag, pass) = bytes.split_at(16);
+    Ok(IceCreds {
+        ufrag: text(ufrag),
+        pass: text(pass),
+    })
 }
 
 /// Accepts `sdp` for a participant whose media will arrive at `candidate`
@@ -335,8 +379,9 @@ pub fn accept_offer(
     } else {
         None
     };
+    let ice = ice_credentials()?;
     let accepted = guard::isolate(|| {
-        let mut rtc = build_rtc(&codecs, settings, now);
+        let mut rtc = build_rtc(&codecs, settings, now, Some(ice));
         // UDP first: a client pairs it when it can (lower priority for TCP,
         // RFC 6544 §4.2 and str0m's type preference, does the rest).
         rtc.add_local_candidate(udp);
@@ -380,7 +425,8 @@ pub fn check_renegotiation(
     let rehearsal = parse_offer(settings, sdp)?;
     let before = parse_offer(settings, previous)?;
     let shadow = guard::isolate(|| {
-        let mut rtc = build_rtc(codecs, settings, now);
+        // A shadow never on the wire: str0m's own credentials do.
+        let mut rtc = build_rtc(codecs, settings, now, None);
         apply_offer(&mut rtc, before)?;
         settle(&mut rtc)?;
         apply_offer(&mut rtc, rehearsal)?;
@@ -972,6 +1018,41 @@ mod tests {
         // The rid extensions are answered (simulcast); the engine bounds
         // the receive streams they can open (engine/streams.rs).
         assert!(acc.answer.contains("rtp-stream-id"), "{}", acc.answer);
+    }
+
+    #[test]
+    fn ice_credentials_are_unguessable_and_well_formed() {
+        let addr = "127.0.0.1:3478".parse().unwrap();
+        let offer = client_offer(VideoCodec::H264);
+        let creds = || {
+            // str0m's own credentials would repeat after the same seed.
+            fastrand::seed(7);
+            let acc = accept_offer(&settings(), Instant::now(), &offer, addr, None).unwrap();
+            let pwd = acc
+                .answer
+                .lines()
+                .find_map(|l| l.strip_prefix("a=ice-pwd:"))
+                .unwrap()
+                .to_string();
+            assert!(
+                acc.answer
+                    .contains(&format!("a=ice-ufrag:{}\r\n", acc.ufrag))
+            );
+            (acc.ufrag, pwd)
+        };
+        let first = creds();
+        assert_ne!(first, creds());
+        let (ufrag, pwd) = first;
+        assert_eq!((ufrag.len(), pwd.len()), (16, 24));
+        let ice_char = |c: char| c.is_ascii_alphanumeric() || c == '+' || c == '/';
+        assert!(
+            ufrag.chars().chain(pwd.chars()).all(ice_char),
+            "{ufrag} {pwd}"
+        );
+        // Each of the 64 characters for one of the 64 values.
+        let all: std::collections::BTreeSet<char> = (0..=255).map(super::ice_char).collect();
+        assert_eq!(all.len(), 64);
+        assert!(all.iter().all(|&c| ice_char(c)));
     }
 
     /// The client offer with `rids` as simulcast encodings of its first

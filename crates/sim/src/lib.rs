@@ -17,10 +17,10 @@
 //! seed, and so do str0m's ids (mids, SSRCs: [`Sim::new`] seeds the
 //! thread's `fastrand` generator they are drawn from), so a scenario's
 //! received packets repeat exactly (`sim_same_seed_same_outcome`). DTLS
-//! keys and the hash maps' iteration order are not seeded; str0m breaks
-//! ties between send streams by midrid rather than by that order (its
-//! patch 22). Should either start to change what goes on the wire, that
-//! test says so.
+//! keys, the server's ICE credentials (from the OS) and the hash maps'
+//! iteration order are not seeded; str0m breaks ties between send streams
+//! by midrid rather than by that order (its patch 22). Should either start
+//! to change what goes on the wire, that test says so.
 
 pub mod net;
 
@@ -197,8 +197,8 @@ impl Sim {
     /// A simulation with `shards` engines and the given settings; `seed`
     /// drives the network and the clients' media.
     pub fn new(seed: u64, shards: usize, settings: RtcSettings) -> Sim {
-        // str0m draws its ids (mids, SSRCs, ICE credentials) from this
-        // thread's fastrand generator: seeded, they repeat too.
+        // str0m draws its ids (mids, SSRCs, the clients' ICE credentials)
+        // from this thread's fastrand generator: seeded, they repeat too.
         fastrand::seed(seed);
         let start = Instant::now();
         Sim {

@@ -73,7 +73,9 @@ impl From<RoomError> for ApiError {
             RoomError::Offer(o) => match o {
                 OfferError::UnknownParticipant(_) => StatusCode::NOT_FOUND,
                 OfferError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-                OfferError::RenegotiationFailed => StatusCode::INTERNAL_SERVER_ERROR,
+                OfferError::RenegotiationFailed | OfferError::NoRandomness => {
+                    StatusCode::INTERNAL_SERVER_ERROR
+                }
                 OfferError::Bad(_)
                 | OfferError::TooManyLines { .. }
                 | OfferError::CodecMismatch(_) => StatusCode::BAD_REQUEST,
