@@ -31,7 +31,7 @@ struct Entry {
 pub(super) struct Demux {
     by_addr: HashMap<SocketAddr, ParticipantId>,
     by_ufrag: HashMap<String, ParticipantId>,
-    entries: HashMap<ParticipantId, Entry>,
+    entries: super::IdMap<ParticipantId, Entry>,
 }
 
 impl Demux {

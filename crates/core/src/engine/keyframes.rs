@@ -7,7 +7,7 @@
 //! into a PLI on the publisher's `Rtc` or a message to its shard).
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::collections::BinaryHeap;
 use std::time::{Duration, Instant};
 
 use crate::ids::LayerKey;
@@ -38,9 +38,9 @@ impl Ord for Due {
 #[derive(Default)]
 pub(super) struct Keyframes {
     /// When each track was last asked (only the last interval matters).
-    last: HashMap<LayerKey, Instant>,
+    last: super::IdMap<LayerKey, Instant>,
     /// Requests waiting for the interval to end.
-    pending: HashSet<LayerKey>,
+    pending: super::IdSet<LayerKey>,
     due: BinaryHeap<Reverse<Due>>,
 }
 

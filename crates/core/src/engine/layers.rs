@@ -30,7 +30,6 @@
 //! Must not: touch an `Rtc`, send anything or request keyframes (the engine
 //! acts on the targets).
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use super::streams::MAX_LAYERS;
@@ -168,7 +167,7 @@ impl SourceLayers {
 /// Every source track this shard forwards, with its layers' rates.
 #[derive(Debug, Default)]
 pub(super) struct Sources {
-    map: HashMap<TrackKey, SourceLayers>,
+    map: super::IdMap<TrackKey, SourceLayers>,
 }
 
 impl Sources {

@@ -20,7 +20,6 @@
 //! keyframe in [`super::forward`]) or decide what a slot shows
 //! ([`super::policy`]).
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use str0m::bwe::Bitrate;
@@ -217,8 +216,8 @@ impl Engine {
     }
 
     /// What subscribers here take of each source: a bit per layer.
-    fn local_demand(&self) -> HashMap<TrackKey, u32> {
-        let mut demand: HashMap<TrackKey, u32> = HashMap::new();
+    fn local_demand(&self) -> super::IdMap<TrackKey, u32> {
+        let mut demand: super::IdMap<TrackKey, u32> = super::IdMap::default();
         for p in self.participants.values() {
             for s in p.slots.iter().filter(|s| s.kind == MediaKind::Video) {
                 let Some(src) = s.source else { continue };

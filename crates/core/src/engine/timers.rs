@@ -7,7 +7,7 @@
 //! `Rtc` (the engine does that for each id this hands back).
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 use std::time::{Duration, Instant};
 
 use crate::ids::ParticipantId;
@@ -27,7 +27,7 @@ struct RtcDeadline {
 #[derive(Default)]
 pub(super) struct Timers {
     rtc_heap: BinaryHeap<Reverse<(Instant, ParticipantId)>>,
-    rtc: HashMap<ParticipantId, RtcDeadline>,
+    rtc: super::IdMap<ParticipantId, RtcDeadline>,
     connect: BinaryHeap<Reverse<(Instant, ParticipantId)>>,
     room_tick: Option<Instant>,
 }
