@@ -17,10 +17,11 @@
 //! seed, and so do str0m's ids (mids, SSRCs: [`Sim::new`] seeds the
 //! thread's `fastrand` generator they are drawn from), so a scenario's
 //! received packets repeat exactly (`sim_same_seed_same_outcome`). DTLS
-//! keys, the server's ICE credentials (from the OS) and the hash maps'
-//! iteration order are not seeded; str0m breaks ties between send streams
-//! by midrid rather than by that order (its patch 22). Should either start
-//! to change what goes on the wire, that test says so.
+//! keys, the server's ICE credentials (from the OS) and the iteration order
+//! of str0m's hash maps are not seeded (the engine's hash with Fx, whose
+//! order is fixed); str0m breaks ties between send streams by midrid rather
+//! than by that order (its patch 22). Should any of them start to change
+//! what goes on the wire, that test says so.
 
 pub mod net;
 
