@@ -364,6 +364,22 @@ pub fn accept_offer(
     candidate: SocketAddr,
     room: Option<VideoCodec>,
 ) -> Result<Accepted, OfferError> {
+    let ice = ice_credentials()?;
+    accept_offer_with_ice(settings, now, sdp, candidate, room, Some(ice))
+}
+
+/// [`accept_offer`] with the ICE credentials `ice`, or str0m's own when
+/// `None` (drawn from the thread's fastrand generator, so predictable): for
+/// a harness that seeds that generator to replay traffic recorded in an
+/// earlier session (the fuzz targets' seeds), never for a server.
+pub fn accept_offer_with_ice(
+    settings: &RtcSettings,
+    now: Instant,
+    sdp: &str,
+    candidate: SocketAddr,
+    room: Option<VideoCodec>,
+    ice: Option<IceCreds>,
+) -> Result<Accepted, OfferError> {
     let offer = parse_offer(settings, sdp)?;
     let (codecs, room_codec) = choose_codecs(&settings.video_codecs, room, sdp)?;
     let unusable = |_| OfferError::bad("the server's media address is not usable");
@@ -379,9 +395,8 @@ pub fn accept_offer(
     } else {
         None
     };
-    let ice = ice_credentials()?;
     let accepted = guard::isolate(|| {
-        let mut rtc = build_rtc(&codecs, settings, now, Some(ice));
+        let mut rtc = build_rtc(&codecs, settings, now, ice);
         // UDP first: a client pairs it when it can (lower priority for TCP,
         // RFC 6544 §4.2 and str0m's type preference, does the rest).
         rtc.add_local_candidate(udp);

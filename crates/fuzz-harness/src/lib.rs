@@ -5,7 +5,9 @@
 //!
 //! Reproducible: str0m draws ICE credentials and mids from fastrand's
 //! thread-local generator, which [`Live::connect`] seeds, so every session
-//! has the same ufrags, passwords and mids. A STUN request recorded in one
+//! has the same ufrags, passwords and mids (the server's too: the harness
+//! leaves them to str0m through `accept_offer_with_ice`, where the server's
+//! `accept_offer` takes them from the OS). A STUN request recorded in one
 //! session (fuzz/seeds/datagram) is valid, integrity included, in the next.
 //! Only DTLS keys differ (they come from the crypto provider).
 
@@ -14,7 +16,7 @@ use std::net::SocketAddr;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use corelay_core::offer::accept_offer;
+use corelay_core::offer::accept_offer_with_ice;
 use corelay_core::room::{MemberInfo, RoomUpdate};
 use corelay_core::{Engine, ParticipantId, RoomId, RtcSettings, ShardEvent, VideoCodec};
 use str0m::change::{SdpAnswer, SdpPendingOffer};
@@ -241,7 +243,9 @@ impl Live {
         for (i, addr) in CLIENT_ADDRS.iter().enumerate() {
             let addr: SocketAddr = addr.parse().expect("literal address");
             let mut c = client_offer(addr, start);
-            let acc = accept_offer(&settings, start, &c.offer, server, None)
+            // str0m's own server credentials, from the seeded generator, not
+            // from the OS as a server's are.
+            let acc = accept_offer_with_ice(&settings, start, &c.offer, server, None, None)
                 .expect("the harness's offer is accepted");
             let answer = SdpAnswer::from_sdp_string(&acc.answer).expect("the answer parses");
             c.rtc
