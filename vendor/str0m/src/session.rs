@@ -365,6 +365,39 @@ impl Session {
         self.twcc_rx_register.update_seq(extended.into(), now);
     }
 
+    /// corelay patch (PATCHES.md, 23): a regular RTP packet of `ssrc`'s
+    /// receive stream that the application authenticated and decrypted
+    /// itself, counted as [`Session::handle_rtp`] counts one: the stream's
+    /// register, statistics and pause detection (patch 13), the NACK
+    /// timer's restart on a gap (patch 18), the transport-wide receipt, the
+    /// highest sequence number kept per SSRC and the media bytes received.
+    /// `None` (nothing counted) without such a stream; otherwise whether
+    /// the stream was paused (an event is then due).
+    #[allow(clippy::too_many_arguments)]
+    pub fn rtp_received(
+        &mut self,
+        now: Instant,
+        ssrc: Ssrc,
+        seq_no: SeqNo,
+        rtp_time: u32,
+        clock_rate: u32,
+        payload_len: usize,
+        transport_cc: Option<u16>,
+    ) -> Option<bool> {
+        let stream = self.streams.stream_rx(&ssrc)?;
+        let was_paused = stream.paused();
+        stream.note_received(now, seq_no, rtp_time, clock_rate, payload_len);
+        if now >= self.last_nack + 2 * NACK_MIN_INTERVAL && stream.nack_may_be_due() {
+            self.last_nack = now.checked_sub(NACK_MIN_INTERVAL / 2).unwrap_or(now);
+        }
+        if let Some(seq) = transport_cc {
+            self.twcc_received(seq, now);
+        }
+        update_max_seq(&mut self.max_rx_seq_lookup, ssrc, seq_no);
+        self.media_bytes_rx += payload_len as u64;
+        Some(was_paused)
+    }
+
     /// corelay patch (PATCHES.md, 14): a regular RTP packet of `payload_size`
     /// bytes on `midrid`'s send stream that the application writes and
     /// encrypts itself at `now`: counted by the stream (sender report,
@@ -2136,6 +2169,60 @@ mod tests {
         // late: it is not moved, and the NACK is due at once.
         receive(&mut session, 7, due + ms(40));
         assert_eq!(session.nack_at(), Some(due + NACK_MIN_INTERVAL));
+    }
+
+    // corelay patch (PATCHES.md, 23).
+    #[test]
+    fn packets_the_application_received_count_as_received_ones() {
+        let start = Instant::now();
+        let ms = Duration::from_millis;
+        let mut session = keyed_session();
+        session.rtp_mode = true;
+        session.enable_twcc_feedback();
+        let ssrc: Ssrc = 7.into();
+        session
+            .streams
+            .expect_stream_rx(ssrc, None, MidRid("vid".into(), None), false);
+        let count = |s: &mut Session, seq: u64, at: Instant| {
+            s.rtp_received(
+                at,
+                ssrc,
+                seq.into(),
+                seq as u32 * 3000,
+                90_000,
+                100,
+                Some(seq as u16),
+            )
+        };
+        // Unknown SSRC: nothing counted.
+        assert_eq!(
+            session.rtp_received(start, 8.into(), 1.into(), 0, 90_000, 100, Some(1)),
+            None
+        );
+        assert_eq!(session.media_bytes_rx, 0);
+        assert!(session.twcc_at().is_none());
+
+        // The first unpauses the stream (an event is due); in order, no NACK
+        // timer runs.
+        assert_eq!(count(&mut session, 1, start), Some(true));
+        for seq in 2..=3 {
+            assert_eq!(count(&mut session, seq, start + ms(seq)), Some(false));
+        }
+        assert!(matches!(session.poll_event(), Some(Event::StreamPaused(p)) if !p.paused));
+        assert_eq!(session.nack_at(), None);
+        assert_eq!(session.media_bytes_rx, 300);
+        // Transport-wide receipts go to the feedback register...
+        assert!(session.twcc_at().is_some());
+        assert_eq!(session.twcc_rx_register.max_seq().map(|s| *s), Some(3));
+        // ...and the highest sequence number is kept per SSRC.
+        assert_eq!(
+            session.max_rx_seq_lookup.get(&ssrc).map(|w| *w.max_seq()),
+            Some(3)
+        );
+        // A gap starts the NACK timer, as for a packet str0m received.
+        let gap_at = start + ms(100);
+        assert_eq!(count(&mut session, 5, gap_at), Some(false));
+        assert_eq!(session.nack_at(), Some(gap_at + NACK_MIN_INTERVAL / 2));
     }
 
     // corelay patch (PATCHES.md, 19).

@@ -228,6 +228,51 @@ impl<'a> DirectApi<'a> {
         self.rtc.session.twcc_received(seq, now);
     }
 
+    /// corelay patch (PATCHES.md, 23): a regular RTP packet of `ssrc`'s
+    /// receive stream that arrived at `now` in a datagram of `wire_len`
+    /// bytes, authenticated and decrypted by the application itself (see
+    /// [`DirectApi::srtp_contexts`]), with its extended sequence number, RTP
+    /// timestamp (at `clock_rate`), payload length and transport-wide
+    /// sequence number. str0m counts it as one it received (receiver
+    /// reports, NACKs of what is missing, TWCC feedback, statistics, pause
+    /// detection, bytes received) and delivers nothing; a resend of it
+    /// that reaches str0m later is a duplicate. False, with nothing counted,
+    /// when the session has no receive stream of `ssrc`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn rtp_received(
+        &mut self,
+        now: Instant,
+        ssrc: Ssrc,
+        seq_no: SeqNo,
+        rtp_time: u32,
+        clock_rate: u32,
+        payload_len: usize,
+        wire_len: usize,
+        transport_cc: Option<u16>,
+    ) -> bool {
+        let mut m = self.rtc.mutate();
+        let Some(was_paused) = m.session.rtp_received(
+            now,
+            ssrc,
+            seq_no,
+            rtp_time,
+            clock_rate,
+            payload_len,
+            transport_cc,
+        ) else {
+            m.no_events();
+            m.no_timeout();
+            return false;
+        };
+        m.peer_bytes_rx += wire_len as u64;
+        // Only an unpaused stream has an event to tell; its timers (TWCC
+        // feedback, a NACK, the pause check) may all have moved.
+        if !was_paused {
+            m.no_events();
+        }
+        true
+    }
+
     /// corelay patch (PATCHES.md, 14): the application writes and encrypts
     /// (with [`DirectApi::srtp_contexts`]) a regular RTP packet of `mid`'s
     /// send stream itself, to send at `now` from [`DirectApi::send_addr`]:

@@ -339,6 +339,11 @@ impl StreamRx {
         self.check_paused_at
     }
 
+    /// corelay patch (PATCHES.md, 23): whether the stream is paused now.
+    pub(crate) fn paused(&self) -> bool {
+        self.paused
+    }
+
     pub(crate) fn has_pending_request(&self) -> bool {
         self.pending_request_keyframe.is_some() || self.pending_request_remb.is_some()
     }
