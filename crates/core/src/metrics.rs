@@ -15,6 +15,9 @@ pub struct Counters {
     /// UDP messages the kernel took: fewer than the datagrams in them where
     /// GSO sent a run as one (equal to them with offload off or refused).
     pub tx_messages: u64,
+    /// Publishers' RTP packets the shard authenticated and decrypted
+    /// itself, past str0m's receive path (`engine::ingress`).
+    pub received_direct: u64,
     /// RTP packets written to a subscriber leg.
     pub forwarded: u64,
     /// Of those, the ones the shard wrote and encrypted itself, past str0m
@@ -86,6 +89,7 @@ impl Counters {
             tx_packets,
             tx_bytes,
             tx_messages,
+            received_direct,
             forwarded,
             forwarded_direct,
             resent_direct,

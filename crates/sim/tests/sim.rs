@@ -546,11 +546,14 @@ fn sim_loss_jitter_reordering_nack_recovers() {
     // and answered NACKs for it through str0m's RTX stream.
     let c = s.shards[0].engine.counters();
     eprintln!(
-        "forwarded {} ({} direct), resent direct {}",
-        c.forwarded, c.forwarded_direct, c.resent_direct
+        "received {} direct; forwarded {} ({} direct), resent direct {}",
+        c.received_direct, c.forwarded, c.forwarded_direct, c.resent_direct
     );
     assert!(c.forwarded_direct * 10 > c.forwarded * 9, "{c:?}");
     assert!(c.resent_direct > 0, "{c:?}");
+    // So did its own ingress on the uplink: the publisher's losses were
+    // still NACKed (by str0m, told of each packet) and resent.
+    assert!(c.received_direct * 10 > c.forwarded * 8, "{c:?}");
 }
 
 /// The downlink outage of [`downlink_outage`].

@@ -13,13 +13,16 @@
 //! subscriber written to is drained (and its own datagrams flushed) once at
 //! the end of the batch ([`Engine::drain_pending`]), not after each packet.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use str0m::format::Codec;
 use str0m::media::MediaKind;
-use str0m::rtp::{RtpPacket, SeqNo, Vp8Descriptor};
+use str0m::media::Pt;
+use str0m::rtp::{ExtensionValues, RtpPacket, SeqNo, Ssrc, Vp8Descriptor};
 
 use super::egress;
+use super::ingress::{Ingress, Received};
 use super::io::{feed_time, guarded};
 use super::participant::Participant;
 use super::slot::Admit;
@@ -28,8 +31,23 @@ use crate::codec::{is_keyframe_start, map_pt, vp8_keyframe_width, vp8_temporal};
 use crate::ids::{LayerKey, ParticipantId, RoomId, TrackKey};
 use crate::media::{E2eExt, MediaPacket};
 
+/// A publisher's RTP packet, from str0m or the own ingress.
+struct Rtp<'a> {
+    ssrc: Ssrc,
+    pt: Pt,
+    /// Extended sequence number.
+    seq: u64,
+    timestamp: u32,
+    marker: bool,
+    ext: &'a ExtensionValues,
+    payload: Arc<[u8]>,
+    received: Instant,
+}
+
 impl Engine {
-    /// A publisher's RTP packet: classify it once, then forward it.
+    /// A publisher's RTP packet as str0m delivered it: adopted by the own
+    /// ingress ([`super::ingress`]) when it is primary media, classified,
+    /// forwarded.
     pub(super) fn on_rtp(
         &mut self,
         now: Instant,
@@ -37,14 +55,107 @@ impl Engine {
         id: ParticipantId,
         pkt: Box<RtpPacket>,
     ) {
+        let pkt = *pkt;
+        let rtp = Rtp {
+            ssrc: pkt.header.ssrc,
+            pt: pkt.header.payload_type,
+            seq: *pkt.seq_no,
+            timestamp: pkt.header.timestamp,
+            marker: pkt.header.marker,
+            ext: &pkt.header.ext_vals,
+            payload: pkt.payload,
+            received: pkt.timestamp,
+        };
+        self.on_media_rtp(now, kernel_rx, id, rtp, true);
+    }
+
+    /// A publisher's RTP packet of the own ingress, counted in its `Rtc`
+    /// (`wire_len`: the datagram's size): classified and forwarded; the
+    /// `Rtc` is drained at the end of the batch.
+    pub(super) fn on_own_rtp(
+        &mut self,
+        now: Instant,
+        kernel_rx: Option<Duration>,
+        id: ParticipantId,
+        pkt: Received,
+        wire_len: usize,
+    ) {
         let Some(p) = self.participants.get_mut(&id) else {
             return;
         };
-        let Some((idx, layer)) = p.track_index(pkt.header.ssrc) else {
+        p.trail.last_rx = Some(now);
+        let Participant {
+            rtc,
+            poisoned,
+            undrained,
+            counted_in,
+            held,
+            ..
+        } = p;
+        // Its clock is not fed: the count takes the time as an argument,
+        // and a feed after another mutation (a send of the own egress to
+        // it) would walk its timers before they are due.
+        let counted = guarded(&mut self.io, id, poisoned, |_| {
+            rtc.direct_api().rtp_received(
+                now,
+                pkt.ssrc,
+                SeqNo::from(pkt.seq),
+                pkt.timestamp,
+                pkt.clock,
+                pkt.payload.len(),
+                wire_len,
+                pkt.ext.transport_cc,
+            )
+        });
+        if counted.is_none() {
+            return;
+        }
+        // str0m: drained after a mutation, before its next input: at the
+        // end of the batch, as a subscriber written to is.
+        if !*counted_in {
+            *counted_in = true;
+            if !*undrained && held.is_empty() {
+                self.io.pending.push(id);
+            }
+        }
+        self.io.pending_at = Some(now);
+        if counted != Some(true) {
+            // str0m no longer has the stream: nothing to forward it as.
+            self.io.counters.dropped_no_codec += 1;
+            return;
+        }
+        self.io.counters.received_direct += 1;
+        let rtp = Rtp {
+            ssrc: pkt.ssrc,
+            pt: pkt.pt,
+            seq: pkt.seq,
+            timestamp: pkt.timestamp,
+            marker: pkt.marker,
+            ext: &pkt.ext,
+            payload: pkt.payload,
+            received: now,
+        };
+        self.on_media_rtp(now, kernel_rx, id, rtp, false);
+    }
+
+    /// A publisher's RTP packet: classify it once, then forward it. `adopt`:
+    /// str0m delivered it, and the own ingress takes its stream over.
+    fn on_media_rtp(
+        &mut self,
+        now: Instant,
+        kernel_rx: Option<Duration>,
+        id: ParticipantId,
+        pkt: Rtp<'_>,
+        adopt: bool,
+    ) {
+        let Some(p) = self.participants.get_mut(&id) else {
+            return;
+        };
+        let Some((idx, layer)) = p.track_index(pkt.ssrc) else {
             self.io.counters.dropped_no_codec += 1;
             return;
         };
-        let pt = pkt.header.payload_type;
+        let pt = pkt.pt;
         let cached = p
             .tracks
             .get(idx)
@@ -69,6 +180,19 @@ impl Engine {
                 spec
             }
         };
+        if adopt
+            && matches!(
+                spec.codec,
+                Codec::Opus | Codec::Vp8 | Codec::Vp9 | Codec::H264 | Codec::Av1
+            )
+        {
+            if p.ingress.is_none() {
+                p.ingress = Ingress::new(&mut p.rtc);
+            }
+            if let Some(ingress) = &mut p.ingress {
+                ingress.adopt(pkt.ssrc, pt, spec.clock_rate.get(), pkt.seq);
+            }
+        }
         let Some(track) = p.tracks.get(idx) else {
             return;
         };
@@ -83,17 +207,17 @@ impl Engine {
             },
             kind: track.kind,
             spec,
-            seq: *pkt.seq_no,
-            timestamp: pkt.header.timestamp,
-            marker: pkt.header.marker,
+            seq: pkt.seq,
+            timestamp: pkt.timestamp,
+            marker: pkt.marker,
             keyframe: video && is_keyframe_start(spec.codec, &pkt.payload),
             layer,
             layers: track.rids.len().clamp(1, super::MAX_LAYERS) as u8,
             temporal: vp8.and_then(|_| vp8_temporal(&pkt.payload)),
             vp8,
-            ext: E2eExt::from_ext(&pkt.header.ext_vals),
+            ext: E2eExt::from_ext(pkt.ext),
             payload: pkt.payload,
-            received: pkt.timestamp,
+            received: pkt.received,
             kernel_rx,
         };
         let room = p.room;
@@ -172,6 +296,7 @@ impl Engine {
                 rtc,
                 poisoned,
                 undrained,
+                counted_in,
                 connected,
                 egress,
                 held,
@@ -261,7 +386,7 @@ impl Engine {
                         self.io.counters.forwarded += 1;
                         self.io.counters.forwarded_direct += 1;
                         reached = true;
-                        if !*undrained && held.len() == 1 {
+                        if !*undrained && !*counted_in && held.len() == 1 {
                             self.io.pending.push(sub);
                             self.io.pending_at = Some(now);
                         }
@@ -300,7 +425,7 @@ impl Engine {
                 // a frame's packets cost one walk of the subscriber's `Rtc`.
                 if !*undrained {
                     *undrained = true;
-                    if held.is_empty() {
+                    if held.is_empty() && !*counted_in {
                         self.io.pending.push(sub);
                     }
                     self.io.pending_at = Some(now);

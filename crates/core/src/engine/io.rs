@@ -56,9 +56,11 @@ pub(super) struct Io {
     /// step (their slots or estimate changed).
     pub(super) realloc: Vec<ParticipantId>,
     /// Subscribers that forwarded media was written into and whose `Rtc`
-    /// has not been drained since (each with `undrained` set): one drain per
-    /// subscriber per receive batch, not one per packet, since a video
-    /// frame's packets arrive together and go to the same subscribers.
+    /// has not been drained since (each with `undrained` set, or datagrams
+    /// of the own egress held), and publishers whose media the own ingress
+    /// counted in their `Rtc` (`counted_in`): one drain per participant per
+    /// receive batch, not one per packet, since a video frame's packets
+    /// arrive together and go to the same subscribers.
     pub(super) pending: Vec<ParticipantId>,
     /// The instant every pending subscriber's clock was fed (all share it).
     pub(super) pending_at: Option<Instant>,

@@ -14,6 +14,9 @@
 //! - [`demux`]: which participant a datagram is for (addresses, ufrags);
 //! - [`timers`]: str0m deadlines, connect deadlines, the room tick;
 //! - [`forward`]: the per-packet path (classify, rewrite, write, hop);
+//! - [`ingress`], [`egress`]: the shard's own media path past str0m's
+//!   receive and send (copies of each participant's SRTP contexts, str0m
+//!   told of every packet);
 //! - [`keyframes`]: the keyframe request rate limit (a due-set);
 //! - [`policy`]: what each slot shows (pure functions over a room view);
 //! - [`layers`]: simulcast layer rates and the allocation of a subscriber's
@@ -43,6 +46,7 @@ mod channel;
 mod demux;
 mod egress;
 mod forward;
+mod ingress;
 mod io;
 mod keyframes;
 mod layers;
@@ -499,6 +503,25 @@ impl Engine {
             self.io.counters.dropped_unknown_stream += 1;
             return;
         }
+        // The own ingress takes media of the streams it adopted, from an
+        // address str0m has verified ([`ingress`]).
+        if known
+            && is_rtp(data)
+            && let Some(ingress) = p.ingress.as_mut()
+        {
+            match ingress.receive(data) {
+                ingress::Taken::NotOurs => {}
+                ingress::Taken::Dropped => {
+                    self.io.counters.dropped_by_stack += 1;
+                    return;
+                }
+                ingress::Taken::Packet(pkt) => {
+                    self.on_own_rtp(now, kernel_rx, id, pkt, data.len());
+                    self.settle(now);
+                    return;
+                }
+            }
+        }
         let input = Input::Receive(
             now,
             Receive {
@@ -508,9 +531,11 @@ impl Engine {
                 contents,
             },
         );
-        if p.undrained {
-            // Media forwarded to it this batch: drained before its input.
+        if p.undrained || p.counted_in {
+            // Media forwarded to it, or received from it on the own
+            // ingress, this batch: drained before its input.
             p.undrained = false;
+            p.counted_in = false;
             drain_rtc(&mut self.io, now, None, id, &mut p.rtc, &mut p.poisoned);
         }
         let fault = p.connected
@@ -690,7 +715,7 @@ impl Engine {
                     self.io.counters.tx_bytes += t.contents.len() as u64;
                     self.io.out.transmits.push(t);
                 }
-                if std::mem::take(&mut p.undrained) {
+                if std::mem::take(&mut p.undrained) | std::mem::take(&mut p.counted_in) {
                     drain_rtc(&mut self.io, at, None, id, &mut p.rtc, &mut p.poisoned);
                 }
             }

@@ -80,9 +80,16 @@ pub(super) struct Participant {
     /// Forwarded media was written into its `Rtc` and not drained yet: it is
     /// in [`super::io::Io::pending`], its clock already at `pending_at`.
     pub(super) undrained: bool,
+    /// Media of its own was counted in its `Rtc` by the own ingress
+    /// ([`super::ingress`]) and not drained yet: it is in
+    /// [`super::io::Io::pending`] (its clock was not fed).
+    pub(super) counted_in: bool,
     /// Its side of the shard's own egress ([`super::egress`]), from its
     /// first packet sent there.
     pub(super) egress: Option<Box<super::egress::Egress>>,
+    /// Its side of the shard's own ingress ([`super::ingress`]), from the
+    /// first media packet str0m delivered.
+    pub(super) ingress: Option<Box<super::ingress::Ingress>>,
     /// Datagrams of the own egress for it, held until the end of the
     /// receive batch (so a frame leaves as one GSO run); while any are, it
     /// is in [`super::io::Io::pending`].
@@ -151,7 +158,9 @@ impl Participant {
             channel: None,
             poisoned: false,
             undrained: false,
+            counted_in: false,
             egress: None,
+            ingress: None,
             held: Vec::new(),
             connected: false,
             trail: Trail::default(),

@@ -238,6 +238,12 @@ impl Collector for MetricsSnapshot {
         )?;
         c(
             &mut enc,
+            "corelay_received_direct",
+            "Publishers' RTP packets the shard authenticated and decrypted itself, past str0m.",
+            &|r| r.counters.received_direct,
+        )?;
+        c(
+            &mut enc,
             "corelay_forwarded_direct",
             "Forwarded RTP packets the shard wrote and encrypted itself, past str0m.",
             &|r| r.counters.forwarded_direct,
