@@ -19,7 +19,9 @@
 //! SSRC's first packet, and a packet whose payload type is not the one
 //! adopted (a codec change, RED); a packet str0m delivers of an adopted
 //! stream moves that stream's window here, so neither path delivers a
-//! packet twice.
+//! packet twice. A negotiation drops the whole ingress (extension ids and
+//! payload types may change): each stream is adopted again from str0m's
+//! next delivery of it.
 //!
 //! What it saves per received packet: str0m's datagram classification and
 //! stream lookups, its receive-side bookkeeping beyond the counts above,

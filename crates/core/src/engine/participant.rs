@@ -191,6 +191,10 @@ impl Participant {
             }
         }
         self.guard = StreamGuard::from_rtc(&self.rtc, self.tracks.iter().map(|t| t.mid));
+        // A negotiation may change extension ids and payload types: the own
+        // ingress starts over, each stream from str0m's next delivery of it
+        // (str0m's duplicate check knows every packet the ingress counted).
+        self.ingress = None;
         // Forwarded media goes out as it arrives: str0m's pacer (on with the
         // BWE) would hold each keyframe back at 1.1x the estimate, hundreds
         // of milliseconds on a fast link whose estimate has not climbed.
