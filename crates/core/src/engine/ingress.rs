@@ -124,20 +124,6 @@ pub(super) enum Taken {
     Packet(Received),
 }
 
-/// Extend a 16-bit sequence number to the index closest to `max`.
-fn extend(max: u64, seq: u16) -> u64 {
-    let roc = max >> 16;
-    let cand = |roc: u64| (roc << 16) | u64::from(seq);
-    let mut best = cand(roc);
-    if roc > 0 && cand(roc - 1).abs_diff(max) < best.abs_diff(max) {
-        best = cand(roc - 1);
-    }
-    if cand(roc + 1).abs_diff(max) < best.abs_diff(max) {
-        best = cand(roc + 1);
-    }
-    best
-}
-
 impl Ingress {
     /// From the publisher's `Rtc` once DTLS gave SRTP keys.
     pub(super) fn new(rtc: &mut Rtc) -> Option<Box<Self>> {
@@ -178,12 +164,7 @@ impl Ingress {
 
     /// A received datagram (RTP by its first byte, as the caller checked).
     pub(super) fn receive(&mut self, data: &[u8]) -> Taken {
-        let (Some(b1), Some(ssrc)) = (
-            data.get(1),
-            data.get(8..12)
-                .and_then(|b| <[u8; 4]>::try_from(b).ok())
-                .map(u32::from_be_bytes),
-        ) else {
+        let (Some(b1), Some(ssrc)) = (data.get(1), super::streams::rtp_ssrc(data)) else {
             return Taken::NotOurs;
         };
         let ssrc = Ssrc::from(ssrc);
@@ -196,7 +177,7 @@ impl Ingress {
         let Some(header) = RtpHeader::parse(data, &self.exts) else {
             return Taken::Dropped;
         };
-        let index = extend(stream.max, header.sequence_number);
+        let index = *header.sequence_number(Some(stream.max.into()));
         if !stream.fresh(index) {
             return Taken::Dropped;
         }
@@ -204,11 +185,10 @@ impl Ingress {
             return Taken::Dropped;
         };
         let plain = if header.has_padding {
-            let pad = plain.last().map_or(0, |&p| usize::from(p));
-            match plain.len().checked_sub(pad) {
-                Some(n) => plain.get(..n).unwrap_or_default(),
-                None => return Taken::Dropped,
-            }
+            let Some(unpadded) = RtpHeader::unpad_payload(plain) else {
+                return Taken::Dropped;
+            };
+            unpadded
         } else {
             plain
         };
@@ -259,13 +239,5 @@ mod tests {
         // A jump past the window forgets it.
         s.mark(2000);
         assert!(!s.fresh(2000) && s.fresh(1999) && !s.fresh(1010));
-    }
-
-    #[test]
-    fn sequence_numbers_extend_across_a_wrap_both_ways() {
-        assert_eq!(extend(65_535, 0), 65_536);
-        assert_eq!(extend(65_536, 65_535), 65_535);
-        assert_eq!(extend(3 << 16 | 10, 12), 3 << 16 | 12);
-        assert_eq!(extend(10, 65_530), 65_530, "no index below zero");
     }
 }

@@ -119,8 +119,9 @@ impl RtpHeader {
     }
 
     /// Returns `buf` with any trailing SRTP padding removed, or `None` if the
-    /// trailing padding length is invalid.
-    pub(crate) fn unpad_payload(buf: &[u8]) -> Option<&[u8]> {
+    /// trailing padding length is invalid. corelay patch (PATCHES.md, 12):
+    /// public, for an application that decrypts with `Rtc::srtp_contexts`.
+    pub fn unpad_payload(buf: &[u8]) -> Option<&[u8]> {
         if buf.is_empty() {
             return Some(buf);
         }
