@@ -53,6 +53,9 @@ impl Default for LinkParams {
     }
 }
 
+/// Datagrams a [`Dir::tap`] keeps at most.
+pub const TAP_MAX: usize = 20_000;
+
 /// What happened to the datagrams sent in one direction.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct DirStats {
@@ -77,6 +80,9 @@ pub struct Dir {
     pub params: LinkParams,
     /// Counters.
     pub stats: DirStats,
+    /// When set, a copy of each datagram handed to the receiver, up to
+    /// [`TAP_MAX`] (what an attacker on the path sees, to replay or alter).
+    pub tap: Option<Vec<Vec<u8>>>,
     /// Token bucket as GCRA: when the bucket would be full again (the
     /// "theoretical arrival time" of the next datagram at line rate).
     tat: Option<Instant>,
@@ -88,6 +94,7 @@ impl Dir {
         Dir {
             params: LinkParams::default(),
             stats: DirStats::default(),
+            tap: None,
             tat: None,
             rng: fastrand::Rng::with_seed(seed),
         }
@@ -235,6 +242,9 @@ impl Net {
             at += dir.params.reorder_delay;
         }
         dir.stats.delivered += 1;
+        if let Some(tap) = dir.tap.as_mut().filter(|t| t.len() < TAP_MAX) {
+            tap.push(data.to_vec());
+        }
         self.seq += 1;
         self.inflight.push(Datagram {
             at,

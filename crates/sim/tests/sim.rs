@@ -7,6 +7,7 @@
 use std::time::{Duration, Instant};
 
 use corelay_sim::corelay_client::{Kind, ParticipantConfig, VideoSource};
+use corelay_sim::corelay_core::metrics::Counters;
 use corelay_sim::corelay_core::{LeaveReason, RtcSettings};
 use corelay_sim::{C, LinkParams, RxPacket, Sim};
 
@@ -554,6 +555,129 @@ fn sim_loss_jitter_reordering_nack_recovers() {
     // So did its own ingress on the uplink: the publisher's losses were
     // still NACKed (by str0m, told of each packet) and resent.
     assert!(c.received_direct * 10 > c.forwarded * 8, "{c:?}");
+}
+
+/// Every drop counter of a shard, summed: a dropped datagram must count in
+/// exactly one of them.
+fn drops(c: &Counters) -> u64 {
+    c.dropped_malformed
+        + c.dropped_unknown_source
+        + c.dropped_waiting_keyframe
+        + c.dropped_stale
+        + c.dropped_no_codec
+        + c.dropped_send
+        + c.dropped_addr_limit
+        + c.dropped_requests
+        + c.dropped_by_stack
+        + c.dropped_unknown_stream
+}
+
+/// (11b) Hostile input on a stream the shard's own ingress took over from
+/// str0m, sent from the publisher's own verified address (an attacker on
+/// the path): replays of its packets, a forged packet ahead of the stream
+/// (a valid header with the next sequence numbers, a payload that fails
+/// authentication) and one far ahead, a flipped tag and a bare header.
+/// Each is dropped and counted once, in `dropped_by_stack`; none is
+/// forwarded nor counted as received; and none moves the replay window,
+/// so the real packets with those sequence numbers still arrive and the
+/// viewer misses nothing.
+#[test]
+fn sim_own_ingress_drops_replayed_and_forged_packets() {
+    let mut s = sim(12, 1);
+    let p = s.join("r", publisher("p"), 0);
+    let v = s.join("r", viewer("v", 1), 0);
+    s.run_for(Duration::from_secs(3));
+    s.link(p).up.tap = Some(Vec::new());
+    s.run_for(Duration::from_secs(1));
+    let captured = s.link(p).up.tap.take().unwrap_or_default();
+    // Until what was captured has arrived (the links' delay is 5 ms).
+    s.run_for(Duration::from_millis(20));
+    // The video stream's packets: RTP (version 2, not an RTCP type), large,
+    // of the SSRC that sent the most of them.
+    let rtp: Vec<&Vec<u8>> = captured
+        .iter()
+        .filter(|d| d.len() > 300 && d[0] >> 6 == 2 && !(72..=79).contains(&(d[1] & 0x7f)))
+        .collect();
+    let ssrc = |d: &[u8]| u32::from_be_bytes([d[8], d[9], d[10], d[11]]);
+    let mut by_ssrc = std::collections::BTreeMap::<u32, usize>::new();
+    for d in &rtp {
+        *by_ssrc.entry(ssrc(d)).or_default() += 1;
+    }
+    let video = by_ssrc
+        .iter()
+        .max_by_key(|(_, n)| **n)
+        .map(|(s, _)| *s)
+        .unwrap();
+    let video: Vec<&Vec<u8>> = rtp.into_iter().filter(|d| ssrc(d) == video).collect();
+    assert!(video.len() > 50, "{} video packets captured", video.len());
+    let from = s.client(p).addr;
+    let c0 = *s.shards[0].engine.counters();
+    assert!(
+        c0.received_direct > 0,
+        "the own ingress took nothing: {c0:?}"
+    );
+
+    let mut hostile: Vec<Vec<u8>> = Vec::new();
+    // Replays: the newest packets (inside the window) and the oldest ones
+    // captured (behind it by now).
+    hostile.extend(video.iter().rev().take(20).map(|d| d.to_vec()));
+    hostile.extend(video.iter().take(20).map(|d| d.to_vec()));
+    let last = video.last().unwrap();
+    let seq = u16::from_be_bytes([last[2], last[3]]);
+    let with_seq = |d: &[u8], n: u16| {
+        let mut d = d.to_vec();
+        d[2..4].copy_from_slice(&n.to_be_bytes());
+        d
+    };
+    // Forged: sequence numbers the real stream sends a little later (about
+    // 110 packets a second), and one far ahead, whose acceptance would end
+    // the window for the rest.
+    for ahead in 20..=25u16 {
+        hostile.push(with_seq(last, seq.wrapping_add(ahead)));
+    }
+    hostile.push(with_seq(last, seq.wrapping_add(30_000)));
+    // A flipped authentication tag, and the header alone.
+    let mut flipped = with_seq(last, seq.wrapping_add(26));
+    let n = flipped.len();
+    flipped[n - 1] ^= 0x01;
+    hostile.push(flipped);
+    hostile.push(last[..12].to_vec());
+
+    for d in &hostile {
+        s.inject(0, from, d);
+    }
+    let c1 = *s.shards[0].engine.counters();
+    assert_eq!(
+        c1.dropped_by_stack - c0.dropped_by_stack,
+        hostile.len() as u64,
+        "{c1:?}"
+    );
+    assert_eq!(drops(&c1) - drops(&c0), hostile.len() as u64, "{c1:?}");
+    assert_eq!(c1.forwarded, c0.forwarded, "a hostile packet was forwarded");
+    assert_eq!(c1.received_direct, c0.received_direct);
+
+    // The real packets behind the forged sequence numbers still get through:
+    // the viewer misses nothing and nothing arrives corrupt.
+    let before = video_packets(&s, v).len();
+    s.run_for(Duration::from_secs(2));
+    let c2 = *s.shards[0].engine.counters();
+    assert!(
+        c2.received_direct - c1.received_direct > 100,
+        "the own ingress stopped taking the stream: {c2:?}"
+    );
+    let pk = video_packets(&s, v);
+    assert!(
+        pk.len() - before > 100,
+        "{} packets since",
+        pk.len() - before
+    );
+    let mut seqs: Vec<u64> = pk.iter().map(|x| x.seq).collect();
+    seqs.sort_unstable();
+    seqs.dedup();
+    let span = seqs.last().unwrap() - seqs[0] + 1;
+    assert_eq!(span, seqs.len() as u64, "the viewer missed packets");
+    assert_eq!(s.snapshot(v).corrupt(), 0);
+    assert_eq!(c2.dropped_by_stack, c1.dropped_by_stack, "{c2:?}");
 }
 
 /// The downlink outage of [`downlink_outage`].
