@@ -305,6 +305,55 @@ mod tests {
         );
     }
 
+    // corelay patch (PATCHES.md, 24).
+    #[test]
+    fn readiness_own_send_moves_nothing() {
+        use crate::format::CodecConfig;
+        use crate::rtp_::{ExtensionMap, MidRid};
+        use crate::streams::RtpWrite;
+        let mut rtc = idle_rtc();
+        let now = rtc.last_now;
+        let codecs = CodecConfig::new_with_defaults();
+        let pt = codecs.params()[0].pt();
+        let exts = ExtensionMap::standard();
+        // str0m sends the stream's first packet itself (its clock rate).
+        let session = &mut rtc.session;
+        let media = &session.medias[0];
+        let stream = session
+            .streams
+            .stream_tx_by_midrid(MidRid("vid".into(), None))
+            .unwrap();
+        stream.write_rtp(RtpWrite::new(pt, 0.into(), 0, now, vec![0; 1000]));
+        stream.handle_timeout(now, || (media, &codecs));
+        stream
+            .poll_packet(now, &exts, None, codecs.params(), &mut vec![])
+            .expect("str0m's own first packet");
+        rtc.handle_input(Input::Timeout(now)).unwrap();
+        while !matches!(rtc.poll_output().unwrap(), Output::Timeout(_)) {}
+        let before = rtc.session.poll_timeout();
+        let packet = || RtpWrite::new(pt, 1.into(), 3000, now, vec![1; 1000]);
+        let own = rtc.direct_api().note_own_send(
+            "vid".into(),
+            None,
+            &exts,
+            now,
+            1.into(),
+            3000,
+            now,
+            1000,
+            packet,
+        );
+        assert!(own.is_some(), "counted");
+        assert!(!rtc.readiness.wants_events());
+        assert!(!rtc.readiness.wants_timeout());
+        assert!(rtc.session.poll_event().is_none(), "no hidden event");
+        assert_eq!(
+            rtc.session.poll_timeout(),
+            before,
+            "no deadline moved for the count"
+        );
+    }
+
     #[test]
     fn readiness_api_narrowing_preserves_other_mutations() {
         for feedback_first in [false, true] {

@@ -371,8 +371,8 @@ impl Session {
     /// register, statistics and pause detection (patch 13), the NACK
     /// timer's restart on a gap (patch 18), the transport-wide receipt, the
     /// highest sequence number kept per SSRC and the media bytes received.
-    /// `None` (nothing counted) without such a stream; otherwise whether
-    /// the stream was paused (an event is then due).
+    /// `None` (nothing counted) without such a stream; otherwise what it
+    /// changed beyond the counts.
     #[allow(clippy::too_many_arguments)]
     pub fn rtp_received(
         &mut self,
@@ -383,19 +383,25 @@ impl Session {
         clock_rate: u32,
         payload_len: usize,
         transport_cc: Option<u16>,
-    ) -> Option<bool> {
+    ) -> Option<Counted> {
         let stream = self.streams.stream_rx(&ssrc)?;
         let was_paused = stream.paused();
         stream.note_received(now, seq_no, rtp_time, clock_rate, payload_len);
-        if now >= self.last_nack + 2 * NACK_MIN_INTERVAL && stream.nack_may_be_due() {
+        let gap = stream.nack_may_be_due();
+        if now >= self.last_nack + 2 * NACK_MIN_INTERVAL && gap {
             self.last_nack = now.checked_sub(NACK_MIN_INTERVAL / 2).unwrap_or(now);
         }
+        let had_unreported = self.twcc_rx_register.has_unreported();
         if let Some(seq) = transport_cc {
             self.twcc_received(seq, now);
         }
+        let twcc_due = !had_unreported && self.twcc_rx_register.has_unreported();
         update_max_seq(&mut self.max_rx_seq_lookup, ssrc, seq_no);
         self.media_bytes_rx += payload_len as u64;
-        Some(was_paused)
+        Some(Counted {
+            unpaused: was_paused,
+            moved_timer: was_paused || gap || twcc_due,
+        })
     }
 
     /// corelay patch (PATCHES.md, 14): a regular RTP packet of `payload_size`
@@ -411,6 +417,16 @@ impl Session {
     /// extension map has one), as the caller knows (corelay patch
     /// (PATCHES.md, 21): looking the m-line up here cost a cache miss for
     /// every m-line passed over).
+    ///
+    /// corelay patch (PATCHES.md, 24): it moves no deadline earlier and
+    /// makes no event, so the caller arms neither. The pacer's media and
+    /// padding debts grow (padding comes later, if anything), but its
+    /// deadline is its last handle plus the pacing interval or a poll time
+    /// set by that handle, neither touched here; no probe is queued (then
+    /// this returns `None` first), so none completes; the estimator's ALR
+    /// detector only counts bytes; the stream's sender report deadline is
+    /// its last report plus the interval, and it has sent before (its kind
+    /// is known). Keep it so when adding to this method.
     #[allow(clippy::too_many_arguments)]
     pub fn note_own_send(
         &mut self,
@@ -1880,6 +1896,20 @@ fn update_max_seq(map: &mut HashMap<Ssrc, SeqNoWindow>, ssrc: Ssrc, seq_no: SeqN
         .or_insert_with(|| SeqNoWindow::new(seq_no));
 }
 
+/// corelay patch (PATCHES.md, 23): what counting a packet the application
+/// received changed beyond the counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Counted {
+    /// The stream was paused: its unpause is an event.
+    pub unpaused: bool,
+    /// A deadline may have moved: the stream unpaused, a packet is missing
+    /// (the NACK timer), or this is the first transport-wide receipt since
+    /// the last feedback (the TWCC timer). Otherwise the timeout the last
+    /// poll gave still stands: the pause check it may hold comes earlier
+    /// than the stream's new one, and a wake then finds nothing due.
+    pub moved_timer: bool,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -2202,11 +2232,22 @@ mod tests {
         assert_eq!(session.media_bytes_rx, 0);
         assert!(session.twcc_at().is_none());
 
-        // The first unpauses the stream (an event is due); in order, no NACK
-        // timer runs.
-        assert_eq!(count(&mut session, 1, start), Some(true));
+        // The first unpauses the stream (an event is due, and its timers
+        // moved); in order, no NACK timer runs, and with the TWCC feedback
+        // already due no deadline moves.
+        let steady = Some(Counted {
+            unpaused: false,
+            moved_timer: false,
+        });
+        assert_eq!(
+            count(&mut session, 1, start),
+            Some(Counted {
+                unpaused: true,
+                moved_timer: true
+            })
+        );
         for seq in 2..=3 {
-            assert_eq!(count(&mut session, seq, start + ms(seq)), Some(false));
+            assert_eq!(count(&mut session, seq, start + ms(seq)), steady);
         }
         assert!(matches!(session.poll_event(), Some(Event::StreamPaused(p)) if !p.paused));
         assert_eq!(session.nack_at(), None);
@@ -2221,8 +2262,20 @@ mod tests {
         );
         // A gap starts the NACK timer, as for a packet str0m received.
         let gap_at = start + ms(100);
-        assert_eq!(count(&mut session, 5, gap_at), Some(false));
+        let moved = Some(Counted {
+            unpaused: false,
+            moved_timer: true,
+        });
+        assert_eq!(count(&mut session, 5, gap_at), moved);
         assert_eq!(session.nack_at(), Some(gap_at + NACK_MIN_INTERVAL / 2));
+        // The missing one arrives: nothing is missing, nothing moved.
+        assert_eq!(count(&mut session, 4, gap_at + ms(1)), steady);
+        assert_eq!(session.nack_at(), None);
+        // The first receipt after a feedback makes the next one due.
+        session.twcc_rx_register.build_report(10_000);
+        assert!(!session.twcc_rx_register.has_unreported());
+        assert_eq!(count(&mut session, 6, gap_at + ms(2)), moved);
+        assert!(session.twcc_at().is_some());
     }
 
     // corelay patch (PATCHES.md, 19).

@@ -251,7 +251,7 @@ impl<'a> DirectApi<'a> {
         transport_cc: Option<u16>,
     ) -> bool {
         let mut m = self.rtc.mutate();
-        let Some(was_paused) = m.session.rtp_received(
+        let Some(counted) = m.session.rtp_received(
             now,
             ssrc,
             seq_no,
@@ -265,10 +265,14 @@ impl<'a> DirectApi<'a> {
             return false;
         };
         m.peer_bytes_rx += wire_len as u64;
-        // Only an unpaused stream has an event to tell; its timers (TWCC
-        // feedback, a NACK, the pause check) may all have moved.
-        if !was_paused {
+        // Only an unpaused stream has an event to tell, and only a packet
+        // that unpaused one, shows a gap or starts the TWCC feedback moves
+        // a deadline: in the steady state the next poll recomputes nothing.
+        if !counted.unpaused {
             m.no_events();
+        }
+        if !counted.moved_timer {
+            m.no_timeout();
         }
         true
     }
@@ -300,7 +304,13 @@ impl<'a> DirectApi<'a> {
         payload_size: usize,
         packet: impl FnOnce() -> crate::rtp::RtpWrite,
     ) -> Option<crate::OwnSend> {
-        self.rtc.session.note_own_send(
+        let mut m = self.rtc.mutate();
+        // corelay patch (PATCHES.md, 24): the count moves no deadline
+        // earlier and makes no event (see `Session::note_own_send`), so the
+        // next poll need not walk the session for it.
+        m.no_events();
+        m.no_timeout();
+        m.session.note_own_send(
             MidRid(mid, rid),
             exts.id_of(crate::rtp_::Extension::TransportSequenceNumber)
                 .is_some(),
