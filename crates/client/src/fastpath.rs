@@ -205,11 +205,7 @@ impl FastPath {
         if !(128..=191).contains(b0) || (192..=223).contains(b1) {
             return Rx::NotOurs;
         }
-        let Some(ssrc) = data
-            .get(8..12)
-            .and_then(|b| <[u8; 4]>::try_from(b).ok())
-            .map(u32::from_be_bytes)
-        else {
+        let Some(ssrc) = corelay_core::rtp::ssrc(data) else {
             return Rx::NotOurs;
         };
         let ssrc = Ssrc::from(ssrc);
@@ -225,16 +221,8 @@ impl FastPath {
         self.header = parsed;
         let header = &self.header;
         let index = *header.sequence_number(Some(stream.max_index.into()));
-        let Some(plain) = self.rx.unprotect_rtp(data, header, index) else {
+        let Some(plain) = corelay_core::rtp::open(&mut self.rx, data, header, index) else {
             return Rx::Dropped;
-        };
-        let plain = if header.has_padding {
-            let Some(unpadded) = RtpHeader::unpad_payload(plain) else {
-                return Rx::Dropped;
-            };
-            unpadded
-        } else {
-            plain
         };
         // A gap: NACK what is missing, once (str0m's receiver asks again
         // every 33 ms while the packet is within its last 100; a resend

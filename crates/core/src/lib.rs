@@ -28,6 +28,7 @@ pub mod media;
 pub mod metrics;
 pub mod offer;
 pub mod room;
+pub mod rtp;
 
 pub use engine::{Engine, LeaveReason, Outputs, PeerMsg, ShardEvent};
 pub use ids::{ParticipantId, RoomId, ShardId, TrackKey};

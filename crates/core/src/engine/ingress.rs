@@ -164,7 +164,7 @@ impl Ingress {
 
     /// A received datagram (RTP by its first byte, as the caller checked).
     pub(super) fn receive(&mut self, data: &[u8]) -> Taken {
-        let (Some(b1), Some(ssrc)) = (data.get(1), super::streams::rtp_ssrc(data)) else {
+        let (Some(b1), Some(ssrc)) = (data.get(1), crate::rtp::ssrc(data)) else {
             return Taken::NotOurs;
         };
         let ssrc = Ssrc::from(ssrc);
@@ -181,16 +181,8 @@ impl Ingress {
         if !stream.fresh(index) {
             return Taken::Dropped;
         }
-        let Some(plain) = self.rx.unprotect_rtp(data, &header, index) else {
+        let Some(plain) = crate::rtp::open(&mut self.rx, data, &header, index) else {
             return Taken::Dropped;
-        };
-        let plain = if header.has_padding {
-            let Some(unpadded) = RtpHeader::unpad_payload(plain) else {
-                return Taken::Dropped;
-            };
-            unpadded
-        } else {
-            plain
         };
         stream.mark(index);
         Taken::Packet(Received {

@@ -497,7 +497,7 @@ impl Engine {
             return;
         }
         if is_rtp(data)
-            && streams::rtp_ssrc(data).is_some_and(|ssrc| !p.knows_ssrc(ssrc))
+            && crate::rtp::ssrc(data).is_some_and(|ssrc| !p.knows_ssrc(ssrc))
             && p.guard.refuses(data)
         {
             self.io.counters.dropped_unknown_stream += 1;

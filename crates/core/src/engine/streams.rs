@@ -83,12 +83,6 @@ impl StreamGuard {
     }
 }
 
-/// The SSRC of an RTP packet (it is not encrypted in SRTP).
-pub(super) fn rtp_ssrc(rtp: &[u8]) -> Option<u32> {
-    let b: [u8; 4] = rtp.get(8..12)?.try_into().ok()?;
-    Some(u32::from_be_bytes(b))
-}
-
 /// The RFC 8285 header extensions of an RTP packet, one- or two-byte form,
 /// as (id, value). Stops at the first inconsistency.
 fn extensions(rtp: &[u8]) -> impl Iterator<Item = (u8, &[u8])> {
@@ -182,7 +176,6 @@ mod tests {
         assert!(g.refuses(&no_mid));
         // No rid: str0m maps it by mid and payload type (one stream per mid).
         assert!(!g.refuses(&rtp(7, "0", None)));
-        assert_eq!(rtp_ssrc(&rtp(0xdead_beef, "0", None)), Some(0xdead_beef));
     }
 
     #[test]
