@@ -125,6 +125,12 @@ struct CommonArgs {
     /// packet, and a lost packet NACKed every 33 ms instead of once.
     #[arg(long, global = true)]
     str0m_media: bool,
+    /// A UDP socket per participant instead of one per driver thread (see
+    /// corelay_client::driver): to measure what the shared socket saves,
+    /// or to bind participants to a routable --bind-ip. The shared socket
+    /// is used only with the corelay dialect and a loopback --bind-ip.
+    #[arg(long, global = true)]
+    socket_per_participant: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -345,6 +351,7 @@ fn main() {
             .map(|s| s.as_bytes().to_vec()),
         layers,
         own_media_path: !c.str0m_media,
+        shared_socket: !c.socket_per_participant && !janus && c.bind_ip.is_loopback(),
     };
     let code = match cli.cmd {
         Cmd::Packetize(a) => packetize(&a),

@@ -70,6 +70,10 @@ pub struct Common {
     /// Participants use their own media path once connected
     /// ([`ParticipantConfig::own_media_path`]).
     pub own_media_path: bool,
+    /// Participants join on their driver thread's shared socket, each at a
+    /// loopback address of its own ([`Driver::spawn_shared`]), instead of
+    /// with a socket each.
+    pub shared_socket: bool,
 }
 
 /// `--simulcast`, `--downlink-limit`, `--limited-share`.
@@ -429,8 +433,13 @@ pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String>
     for i in 0..common.threads.max(1) {
         let pin = (!common.pin.is_empty()).then(|| common.pin[i % common.pin.len()]);
         let obs = ThreadObserver::new(start, rep_tx.clone());
-        let d = Driver::spawn(&format!("bench-{i}"), Box::new(obs), pin)
-            .map_err(|e| format!("driver thread: {e}"))?;
+        let name = format!("bench-{i}");
+        let d = if common.shared_socket {
+            Driver::spawn_shared(&name, Box::new(obs), pin)
+        } else {
+            Driver::spawn(&name, Box::new(obs), pin)
+        }
+        .map_err(|e| format!("driver thread: {e}"))?;
         drivers.push(Arc::new(d));
     }
     drop(rep_tx);
@@ -864,11 +873,17 @@ fn joiner(
                 let speaking = cfg.speaking;
                 let limited = cfg.downlink_limit_bps.is_some();
                 let post_ns = clock::mono_ns();
-                match corelay_client::connect_auth(&url, &room_name, bind, *cfg, token.as_deref()) {
+                let Some(d) = drivers.get(driver) else { return };
+                let token_ref = token.as_deref();
+                let connected = if d.has_shared() {
+                    corelay_client::connect_shared(&url, &room_name, d, *cfg, token_ref)
+                } else {
+                    corelay_client::connect_auth(&url, &room_name, bind, *cfg, token_ref)
+                };
+                match connected {
                     Ok(c) => {
                         let shared = c.participant.shared();
                         let answered_ns = clock::mono_ns();
-                        let Some(d) = drivers.get(driver) else { return };
                         d.send(Command::Add {
                             id: plan.tag,
                             participant: c.participant,
@@ -931,7 +946,7 @@ fn joiner(
                             d.send(Command::Add {
                                 id: tag | SUB_KEY,
                                 participant: s.participant,
-                                socket: s.socket,
+                                socket: Some(s.socket),
                             });
                         }
                         let _ = tx.send(JobResult::Subscribed {
@@ -1017,7 +1032,7 @@ fn janus_publish(
     if !d.send(Command::Add {
         id: plan.tag,
         participant: p.participant,
-        socket: p.socket,
+        socket: Some(p.socket),
     }) {
         let _ = p.session.leave(&[p.handle]);
         return Err(JoinError::local("driver thread is gone"));

@@ -222,7 +222,7 @@ fn join(
         if !driver.send(Command::Add {
             id: key,
             participant: Box::new(participant),
-            socket,
+            socket: Some(socket),
         }) {
             return Err("driver thread is gone".into());
         }

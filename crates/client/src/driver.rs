@@ -6,6 +6,18 @@
 //! Thread-per-core on the client too: the load generator starts one driver
 //! per core; `join()` starts one for a single participant.
 //!
+//! A driver started with [`Driver::spawn_shared`] also has one socket of
+//! its own, bound to the wildcard address, for participants that have no
+//! socket: each gets a loopback address of its own on that socket's port
+//! ([`Driver::shared_local`]; 127.1.0.0/16), datagrams are told apart by
+//! the address they were sent to (`IP_PKTINFO`) and sent from the
+//! participant's. One `recvmmsg` then reads what arrived for every such
+//! participant, one epoll entry serves them all, and what a read batch or a
+//! pass over the timers makes them send goes out in one `sendmmsg`: a load
+//! client's wake-ups and system calls per packet no longer grow with the
+//! participants it drives (issue 12, item 3). Loopback only: a server
+//! elsewhere needs sockets on a routable address.
+//!
 //! A participant whose config has a `downlink_limit_bps` receives through
 //! an emulated bottleneck ([`crate::shaper`]): datagrams read from its
 //! socket wait in the shaper's queue (or are dropped when it is full) and
@@ -47,8 +59,11 @@ pub enum Command {
         id: u64,
         /// The participant (answer already applied).
         participant: Box<Participant>,
-        /// Its socket (bound to its host candidate address).
-        socket: UdpSocket,
+        /// Its socket (bound to its host candidate address); `None`: the
+        /// driver's shared socket, at the participant's local address
+        /// (from [`Driver::shared_local`]). Without a shared socket, or
+        /// with that address taken, the participant is dropped.
+        socket: Option<UdpSocket>,
     },
     /// Stop driving and drop a participant.
     Remove(u64),
@@ -193,6 +208,16 @@ fn client_offload() -> bool {
     std::env::var_os("CORELAY_CLIENT_NO_UDP_OFFLOAD").is_none()
 }
 
+/// A borrowed file descriptor for the batch calls (the socket it belongs
+/// to stays in its entry, which a read does not remove).
+struct Fd(i32);
+
+impl AsRawFd for Fd {
+    fn as_raw_fd(&self) -> i32 {
+        self.0
+    }
+}
+
 /// Commands on their way to a driver thread. Not `std::sync::mpsc`: its
 /// receiver spins (yielding) while a sender is between claiming a slot and
 /// writing it, and a driver thread raised above its process's other threads
@@ -224,7 +249,20 @@ pub struct Driver {
     wake: Arc<EventFd>,
     thread: Option<JoinHandle<()>>,
     stats: Arc<DriverStats>,
+    /// The shared socket's port, if the driver has one.
+    shared_port: Option<u16>,
+    /// Local addresses handed out on it.
+    shared_next: std::sync::atomic::AtomicU32,
 }
+
+/// The first loopback address [`Driver::shared_local`] hands out
+/// (127.1.0.0/16: clear of 127.0.0.1, where servers listen).
+const SHARED_BASE: u32 = u32::from_be_bytes([127, 1, 0, 0]);
+/// Addresses in that range.
+const SHARED_SPAN: u32 = 1 << 16;
+/// Receive and send buffer size asked for the shared socket (the server's
+/// shards ask as much).
+const SHARED_BUFFER: usize = 4 << 20;
 
 impl Driver {
     /// Start a driver thread. `pin` pins it to a CPU.
@@ -233,11 +271,75 @@ impl Driver {
         observer: Box<dyn Observer>,
         pin: Option<usize>,
     ) -> io::Result<Driver> {
+        Self::start(name, observer, pin, None)
+    }
+
+    /// [`spawn`](Self::spawn) with a shared socket (see the module doc)
+    /// for participants added without one of their own.
+    pub fn spawn_shared(
+        name: &str,
+        observer: Box<dyn Observer>,
+        pin: Option<usize>,
+    ) -> io::Result<Driver> {
+        use socket2::{Domain, Protocol, Socket, Type};
+        let sock = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
+        // It queues what a socket per participant would: large buffers
+        // (best effort: the kernel caps them at net.core.{r,w}mem_max), so
+        // that a driver busy for a few milliseconds loses nothing.
+        let _ = sock.set_recv_buffer_size(SHARED_BUFFER);
+        let _ = sock.set_send_buffer_size(SHARED_BUFFER);
+        sock.bind(&SocketAddr::from((std::net::Ipv4Addr::UNSPECIFIED, 0)).into())?;
+        let sock: UdpSocket = sock.into();
+        sock.set_nonblocking(true)?;
+        udp::enable_pktinfo(&sock)?;
+        // Without kernel receive times datagrams get the time they are read.
+        let _ = udp::enable_rx_timestamps(&sock);
+        Self::start(name, observer, pin, Some(sock))
+    }
+
+    /// Whether the driver has a shared socket.
+    pub fn has_shared(&self) -> bool {
+        self.shared_port.is_some()
+    }
+
+    /// A local address of its own on the shared socket for a participant
+    /// about to join (its host candidate); `None` without a shared socket
+    /// or once 65,534 have been handed out.
+    pub fn shared_local(&self) -> Option<SocketAddr> {
+        let port = self.shared_port?;
+        // Low bytes 0 and 255 are skipped (no surprise for tools that
+        // read them as network and broadcast addresses).
+        loop {
+            let n = self.shared_next.fetch_add(1, Relaxed);
+            if n >= SHARED_SPAN {
+                return None;
+            }
+            if matches!(n & 0xff, 0 | 0xff) {
+                continue;
+            }
+            let ip = std::net::Ipv4Addr::from(SHARED_BASE + n);
+            return Some(SocketAddr::new(ip.into(), port));
+        }
+    }
+
+    fn start(
+        name: &str,
+        observer: Box<dyn Observer>,
+        pin: Option<usize>,
+        shared: Option<UdpSocket>,
+    ) -> io::Result<Driver> {
+        let shared_port = match &shared {
+            Some(s) => Some(s.local_addr()?.port()),
+            None => None,
+        };
         let tx = Arc::new(Mailbox::default());
         let rx = tx.clone();
         let wake = Arc::new(EventFd::new()?);
         let epoll = Epoll::new()?;
         epoll.add(wake.0, WAKE_TOKEN)?;
+        if let Some(s) = &shared {
+            epoll.add(s.as_raw_fd(), SHARED_TOKEN)?;
+        }
         let stats = Arc::new(DriverStats::default());
         let st = stats.clone();
         let wk = wake.clone();
@@ -250,7 +352,10 @@ impl Driver {
                 // Under `chrt` (scripts/bench RT=1) the send schedule goes
                 // before the process's other threads (joins, reporting).
                 corelay_thread::rise_above_siblings();
-                let gro = client_offload();
+                let mut gro = client_offload();
+                if gro && let Some(s) = &shared {
+                    gro = udp::enable_gro(s).is_ok();
+                }
                 let mut tx = CopyBatch::new();
                 tx.set_gso(
                     gro && std::net::UdpSocket::bind((std::net::Ipv4Addr::LOCALHOST, 0))
@@ -264,6 +369,8 @@ impl Driver {
                     entries: Vec::new(),
                     free: Vec::new(),
                     by_id: HashMap::new(),
+                    by_ip: HashMap::new(),
+                    touched: Vec::new(),
                     batch: if gro {
                         RecvBatch::with_gro()
                     } else {
@@ -275,6 +382,7 @@ impl Driver {
                         heap: BinaryHeap::new(),
                         stats: st,
                         tx,
+                        shared,
                     },
                 };
                 l.run();
@@ -284,6 +392,8 @@ impl Driver {
             wake,
             thread: Some(thread),
             stats,
+            shared_port,
+            shared_next: std::sync::atomic::AtomicU32::new(1),
         })
     }
 
@@ -318,6 +428,7 @@ impl Drop for Driver {
 }
 
 const WAKE_TOKEN: u64 = u64::MAX;
+const SHARED_TOKEN: u64 = u64::MAX - 1;
 /// How often every participant's snapshot is copied to its shared handle
 /// at least (see the module doc for when else).
 pub const PUBLISH_INTERVAL: Duration = Duration::from_secs(1);
@@ -325,6 +436,8 @@ const MAX_EPOLL_EVENTS: usize = 256;
 /// Messages read from one socket per readiness before moving on (fairness);
 /// with GRO a message may be several datagrams.
 const READ_BUDGET: usize = 32;
+/// The same for the shared socket, which serves many participants.
+const SHARED_READ_BUDGET: usize = 4 * READ_BUDGET;
 /// RTP packets str0m holds for one poll (vendor/str0m/PATCHES.md, 5: it
 /// drops the oldest beyond that): a batch's GRO runs can carry more, so the
 /// drain comes at least this often.
@@ -333,7 +446,15 @@ const STR0M_PENDING_PACKETS: usize = 64;
 struct Entry {
     id: u64,
     p: Box<Participant>,
-    sock: UdpSocket,
+    /// Its own socket; `None`: the driver's shared socket.
+    sock: Option<UdpSocket>,
+    /// Its address on the shared socket (the source of what it sends).
+    shared_ip: Option<std::net::IpAddr>,
+    /// Receive time of the latest datagram handed to the participant and
+    /// not yet drained, and how many RTP/RTCP datagrams were handed over
+    /// since the last drain.
+    undrained: Option<Instant>,
+    held: usize,
     /// Earliest wake-up we have a heap entry for.
     scheduled: Option<Instant>,
     /// The emulated downlink bottleneck, if the participant has one.
@@ -351,6 +472,59 @@ impl Entry {
 
     /// Hand every shaped datagram due by `now` to the participant, each
     /// at its release time.
+    /// Hand one datagram read from a socket to the participant (through
+    /// its bottleneck, if it has one). RTP and RTCP wait for one drain per
+    /// batch ([`Entry::drain`]); true when this one is the first to wait.
+    fn feed(&mut self, d: &udp::Datagram<'_>, now: Instant, idx: usize, out: &mut Out) -> bool {
+        if self.shaper.is_some() {
+            // Through the bottleneck: what is due goes first.
+            self.release_due(now, idx, out);
+            let verdict = match &mut self.shaper {
+                Some(s) => s.offer(now, d.source, d.data),
+                None => Verdict::Pass,
+            };
+            match verdict {
+                Verdict::Pass => {}
+                Verdict::Queued => {
+                    if let Some(t) = self.shaper.as_ref().and_then(Shaper::next_release) {
+                        schedule(self, t, &mut out.heap, idx);
+                    }
+                    return false;
+                }
+                Verdict::Dropped => return false,
+            }
+        }
+        let now = self.fed(now);
+        self.p.handle_datagram(now, d.source, d.data, &mut *out.obs);
+        if is_rtp_or_rtcp(d.data) && self.held + 1 < STR0M_PENDING_PACKETS {
+            let first = self.undrained.is_none();
+            self.undrained = Some(now);
+            self.held += 1;
+            first
+        } else {
+            // STUN or DTLS: drained at once. str0m takes up what they
+            // lead to (the SRTP keys of a finished handshake, a
+            // nomination) only in its next poll, and an SRTP packet it is
+            // handed before that is dropped. Or str0m's queue of received
+            // packets is full.
+            self.undrained = None;
+            self.held = 0;
+            flush(self, now, idx, out);
+            false
+        }
+    }
+
+    /// One drain for everything fed since the last: str0m (patched, see
+    /// vendor/str0m/PATCHES.md 5) queues a batch's RTP packets, each
+    /// stamped with its own receive time, and one walk of its outputs and
+    /// timers serves them all.
+    fn drain(&mut self, idx: usize, out: &mut Out) {
+        self.held = 0;
+        if let Some(now) = self.undrained.take() {
+            flush(self, now, idx, out);
+        }
+    }
+
     fn release_due(&mut self, now: Instant, idx: usize, out: &mut Out) {
         // Bounded by the queue length (nothing is queued meanwhile).
         while let Some(r) = self.shaper.as_mut().and_then(|s| s.pop_due(now)) {
@@ -373,6 +547,10 @@ struct Loop {
     entries: Vec<Option<Entry>>,
     free: Vec<usize>,
     by_id: HashMap<u64, usize>,
+    /// Entries on the shared socket, by their address on it.
+    by_ip: HashMap<std::net::IpAddr, usize>,
+    /// Entries fed from the shared socket's batch and not drained yet.
+    touched: Vec<usize>,
     batch: RecvBatch,
     /// `UDP_GRO` on for every participant's socket (`batch` sized for it).
     gro: bool,
@@ -387,29 +565,59 @@ struct Out {
     heap: BinaryHeap<Reverse<(Instant, usize)>>,
     stats: Arc<DriverStats>,
     tx: CopyBatch,
+    /// The shared socket (see the module doc), if the driver has one.
+    /// What its participants send waits in `tx` for [`Out::send_shared`].
+    shared: Option<UdpSocket>,
+}
+
+impl Out {
+    /// Send what the shared socket's participants queued in `tx`.
+    fn send_shared(&mut self) {
+        let Some(sock) = &self.shared else {
+            return;
+        };
+        let mut sent = SendResult::default();
+        self.tx.flush(sock, &mut sent);
+        self.stats.tx_datagrams.fetch_add(sent.sent as u64, Relaxed);
+        if sent.dropped > 0 {
+            self.stats.tx_errors.fetch_add(sent.dropped as u64, Relaxed);
+        }
+    }
 }
 
 use std::sync::atomic::Ordering::Relaxed;
 
 fn flush(e: &mut Entry, now: Instant, idx: usize, out: &mut Out) {
+    if e.sock.is_some() {
+        // `tx` holds only this entry's datagrams from here on.
+        out.send_shared();
+    }
     let Out {
         obs,
         heap,
         stats,
         tx,
+        shared,
     } = out;
     if let Some(s) = &e.shaper {
         e.p.set_downlink_stats(s.stats());
     }
-    let sock = &e.sock;
+    let Some(sock) = e.sock.as_ref().or(shared.as_ref()) else {
+        return;
+    };
+    let src = e.shared_ip;
     let mut sent = SendResult::default();
     // Everything one poll produces (a whole video frame) goes out in one
-    // sendmmsg, in order, right after the poll.
+    // sendmmsg, in order, right after the poll; on the shared socket with
+    // what the other participants' polls of this read batch or timer pass
+    // produce ([`Out::send_shared`]).
     let next =
         e.p.poll_output(now, &mut **obs, &mut |dest: SocketAddr, data: &[u8]| {
-            tx.push(sock, dest, data, &mut sent)
+            tx.push_from(sock, src, dest, data, &mut sent)
         });
-    tx.flush(sock, &mut sent);
+    if e.sock.is_some() {
+        tx.flush(sock, &mut sent);
+    }
     stats.tx_datagrams.fetch_add(sent.sent as u64, Relaxed);
     if sent.dropped > 0 {
         stats.tx_errors.fetch_add(sent.dropped as u64, Relaxed);
@@ -476,6 +684,10 @@ impl Loop {
                     }
                     continue;
                 }
+                if token == SHARED_TOKEN {
+                    self.read_shared();
+                    continue;
+                }
                 self.read(token as usize);
             }
             // A command sent without a wake (cannot happen through Driver::send,
@@ -517,16 +729,20 @@ impl Loop {
             e.p.handle_timeout(now, &mut *self.out.obs);
             flush(e, now, idx, &mut self.out);
         }
+        self.out.send_shared();
     }
 
     fn read(&mut self, idx: usize) {
         let Some(Some(e)) = self.entries.get_mut(idx) else {
             return;
         };
+        let Some(fd) = e.sock.as_ref().map(|s| Fd(s.as_raw_fd())) else {
+            return;
+        };
         let mut got = 0u64;
         let mut budget = READ_BUDGET;
         while budget > 0 {
-            let n = match self.batch.recv_max(&e.sock, budget) {
+            let n = match self.batch.recv_max(&fd, budget) {
                 Ok(n) => n,
                 Err(ref err) if err.kind() == io::ErrorKind::Interrupted => continue,
                 // WouldBlock: drained. ICMP port unreachable surfaces as
@@ -537,59 +753,61 @@ impl Loop {
             // kernel receive time, mapped onto `Instant` (CLOCK_MONOTONIC)
             // through one pair of clock reads taken after the batch.
             let clock = RxClock::sample();
-            // The receive time of the last datagram fed and not yet drained,
-            // and how many RTP/RTCP datagrams were fed since the last drain.
-            let mut undrained: Option<Instant> = None;
-            let mut held = 0;
             // `n` counts messages, against the read budget; with GRO one
             // message may be several datagrams.
             for d in self.batch.iter() {
                 got += 1;
-                let now = clock.at(d.kernel_rx);
-                if e.shaper.is_some() {
-                    // Through the bottleneck: what is due goes first.
-                    e.release_due(now, idx, &mut self.out);
-                    let verdict = match &mut e.shaper {
-                        Some(s) => s.offer(now, d.source, d.data),
-                        None => Verdict::Pass,
-                    };
-                    match verdict {
-                        Verdict::Pass => {}
-                        Verdict::Queued => {
-                            if let Some(t) = e.shaper.as_ref().and_then(Shaper::next_release) {
-                                schedule(e, t, &mut self.out.heap, idx);
-                            }
-                            continue;
-                        }
-                        Verdict::Dropped => continue,
-                    }
-                }
-                let now = e.fed(now);
-                e.p.handle_datagram(now, d.source, d.data, &mut *self.out.obs);
-                if is_rtp_or_rtcp(d.data) && held + 1 < STR0M_PENDING_PACKETS {
-                    undrained = Some(now);
-                    held += 1;
-                } else {
-                    // STUN or DTLS: drained at once. str0m takes up what
-                    // they lead to (the SRTP keys of a finished handshake,
-                    // a nomination) only in its next poll, and an SRTP
-                    // packet it is handed before that is dropped. And
-                    // str0m's queue of received packets is full.
-                    flush(e, now, idx, &mut self.out);
-                    undrained = None;
-                    held = 0;
-                }
+                e.feed(&d, clock.at(d.kernel_rx), idx, &mut self.out);
             }
-            // One drain per batch, not per datagram: str0m (patched, see
-            // vendor/str0m/PATCHES.md 5) queues the batch's RTP packets,
-            // each stamped with its own receive time, and one walk of its
-            // outputs and timers serves them all.
-            if let Some(now) = undrained {
-                flush(e, now, idx, &mut self.out);
-            }
+            // One drain per batch, not per datagram.
+            e.drain(idx, &mut self.out);
             // Fewer than asked for: the socket is empty (level-triggered
             // epoll reports whatever arrives later), no need to ask again.
             if n < budget {
+                break;
+            }
+            budget -= n;
+        }
+        self.out.stats.rx_datagrams.fetch_add(got, Relaxed);
+    }
+
+    /// Read the shared socket: each datagram goes to the participant at the
+    /// address it was sent to (others are dropped), each participant fed
+    /// gets one drain per batch, and what the drains send goes out
+    /// together.
+    fn read_shared(&mut self) {
+        let Some(fd) = self.out.shared.as_ref().map(|s| Fd(s.as_raw_fd())) else {
+            return;
+        };
+        let mut got = 0u64;
+        let mut budget = SHARED_READ_BUDGET;
+        while budget > 0 {
+            let max = budget.min(udp::BATCH);
+            let n = match self.batch.recv_max(&fd, max) {
+                Ok(n) => n,
+                Err(ref err) if err.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => break,
+            };
+            let clock = RxClock::sample();
+            for d in self.batch.iter() {
+                got += 1;
+                let Some(&idx) = d.dest.and_then(|ip| self.by_ip.get(&ip)) else {
+                    continue;
+                };
+                let Some(Some(e)) = self.entries.get_mut(idx) else {
+                    continue;
+                };
+                if e.feed(&d, clock.at(d.kernel_rx), idx, &mut self.out) {
+                    self.touched.push(idx);
+                }
+            }
+            for idx in self.touched.drain(..) {
+                if let Some(Some(e)) = self.entries.get_mut(idx) {
+                    e.drain(idx, &mut self.out);
+                }
+            }
+            self.out.send_shared();
+            if n < max {
                 break;
             }
             budget -= n;
@@ -617,7 +835,14 @@ impl Loop {
                 Command::Remove(id) => {
                     if let Some(idx) = self.by_id.remove(&id) {
                         if let Some(mut e) = self.entries.get_mut(idx).and_then(Option::take) {
-                            self.epoll.del(e.sock.as_raw_fd());
+                            match &e.sock {
+                                Some(s) => self.epoll.del(s.as_raw_fd()),
+                                None => {
+                                    if let Some(ip) = e.shared_ip {
+                                        self.by_ip.remove(&ip);
+                                    }
+                                }
+                            }
                             e.p.close();
                             e.p.publish();
                             self.free.push(idx);
@@ -626,11 +851,26 @@ impl Loop {
                     }
                 }
                 Command::Event(id, text) => self.with(id, |e, _| e.p.send_event(&text)),
-                Command::Raw(id, bytes) => self.with(id, |e, _| {
-                    if let Some(dest) = e.p.remote_addr() {
-                        let _ = e.sock.send_to(&bytes, dest);
+                Command::Raw(id, bytes) => {
+                    let e = self.by_id.get(&id).and_then(|&i| self.entries.get(i));
+                    if let Some(Some(e)) = e
+                        && let Some(dest) = e.p.remote_addr()
+                    {
+                        match (&e.sock, &self.out.shared) {
+                            (Some(s), _) => {
+                                let _ = s.send_to(&bytes, dest);
+                            }
+                            (None, Some(s)) => {
+                                let mut res = SendResult::default();
+                                self.out
+                                    .tx
+                                    .push_from(s, e.shared_ip, dest, &bytes, &mut res);
+                                self.out.send_shared();
+                            }
+                            (None, None) => {}
+                        }
                     }
-                }),
+                }
                 Command::Speaking(id, on) => self.with(id, |e, _| e.p.set_speaking(on)),
                 Command::Dtx(id, on) => self.with(id, |e, _| e.p.set_dtx(on)),
                 Command::Keyframe(id) => self.with(id, |e, _| e.p.force_keyframe()),
@@ -666,19 +906,38 @@ impl Loop {
         // Run it now so the effect is immediate.
         e.p.handle_timeout(now, &mut *self.out.obs);
         flush(e, now, idx, &mut self.out);
+        self.out.send_shared();
     }
 
-    fn add(&mut self, id: u64, p: Box<Participant>, sock: UdpSocket) {
-        if sock.set_nonblocking(true).is_err() {
-            return;
-        }
-        // Without kernel receive times datagrams get the time they are read.
-        let _ = udp::enable_rx_timestamps(&sock);
-        if self.gro && udp::enable_gro(&sock).is_err() {
-            // This kernel has no UDP GRO: the batch's large buffers only
-            // ever hold one datagram each.
-            self.gro = false;
-        }
+    fn add(&mut self, id: u64, p: Box<Participant>, sock: Option<UdpSocket>) {
+        let shared_ip = match &sock {
+            Some(sock) => {
+                if sock.set_nonblocking(true).is_err() {
+                    return;
+                }
+                // Without kernel receive times datagrams get the time they
+                // are read.
+                let _ = udp::enable_rx_timestamps(sock);
+                if self.gro && udp::enable_gro(sock).is_err() {
+                    // This kernel has no UDP GRO: the batch's large buffers
+                    // only ever hold one datagram each.
+                    self.gro = false;
+                }
+                None
+            }
+            None => {
+                // On the shared socket: at its port, at an address no one
+                // else here has.
+                let local = p.local_addr();
+                let port = self.out.shared.as_ref().and_then(|s| s.local_addr().ok());
+                if port.map(|a| a.port()) != Some(local.port())
+                    || self.by_ip.contains_key(&local.ip())
+                {
+                    return;
+                }
+                Some(local.ip())
+            }
+        };
         let idx = match self.free.pop() {
             Some(i) => i,
             None => {
@@ -686,9 +945,20 @@ impl Loop {
                 self.entries.len() - 1
             }
         };
-        if self.epoll.add(sock.as_raw_fd(), idx as u64).is_err() {
-            self.free.push(idx);
-            return;
+        match (&sock, shared_ip) {
+            (Some(s), _) => {
+                if self.epoll.add(s.as_raw_fd(), idx as u64).is_err() {
+                    self.free.push(idx);
+                    return;
+                }
+            }
+            (None, Some(ip)) => {
+                self.by_ip.insert(ip, idx);
+            }
+            (None, None) => {
+                self.free.push(idx);
+                return;
+            }
         }
         self.by_id.insert(id, idx);
         let shaper = p.config().downlink_limit_bps.map(Shaper::new);
@@ -696,6 +966,9 @@ impl Loop {
             id,
             p,
             sock,
+            shared_ip,
+            undrained: None,
+            held: 0,
             scheduled: None,
             shaper,
             fed: None,
@@ -708,5 +981,6 @@ impl Loop {
             e.p.handle_timeout(now, &mut *self.out.obs);
             flush(e, now, idx, &mut self.out);
         }
+        self.out.send_shared();
     }
 }

@@ -92,8 +92,9 @@ impl JoinSpec {
 pub struct Connected {
     /// The participant.
     pub participant: Box<Participant>,
-    /// Its socket.
-    pub socket: UdpSocket,
+    /// Its socket; `None` for one at an address on a driver's shared
+    /// socket ([`connect_shared`]).
+    pub socket: Option<UdpSocket>,
     /// The server's answer details.
     pub joined: signal::Joined,
     /// CLOCK_MONOTONIC ns just before the POST.
@@ -125,6 +126,34 @@ pub fn connect_auth(
     let local = socket
         .local_addr()
         .map_err(|e| JoinError::local(format!("local_addr: {e}")))?;
+    negotiate(url, room, local, Some(socket), cfg, token)
+}
+
+/// [`connect_auth`] for a participant on `driver`'s shared socket
+/// ([`Driver::spawn_shared`]): no socket of its own, an address of its own
+/// on the driver's. Add it to that driver with `socket: None`.
+pub fn connect_shared(
+    url: &str,
+    room: &str,
+    driver: &Driver,
+    cfg: ParticipantConfig,
+    token: Option<&str>,
+) -> Result<Connected, JoinError> {
+    let local = driver
+        .shared_local()
+        .ok_or_else(|| JoinError::local("the driver has no shared socket address left"))?;
+    negotiate(url, room, local, None, cfg, token)
+}
+
+/// Build the offer at `local`, POST it and apply the answer.
+fn negotiate(
+    url: &str,
+    room: &str,
+    local: SocketAddr,
+    socket: Option<UdpSocket>,
+    cfg: ParticipantConfig,
+    token: Option<&str>,
+) -> Result<Connected, JoinError> {
     let name = cfg.name.clone();
     let (mut participant, offer) =
         Participant::new(cfg, local, Instant::now()).map_err(JoinError::local)?;

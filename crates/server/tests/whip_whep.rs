@@ -47,7 +47,7 @@ fn join_raw(server: &Server, path: &str, cfg: ParticipantConfig) -> Raw {
     assert!(driver.send(Command::Add {
         id: 1,
         participant: Box::new(p),
-        socket,
+        socket: Some(socket),
     }));
     Raw {
         driver,

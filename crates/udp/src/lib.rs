@@ -4,7 +4,9 @@
 //! GSO (a run of equal datagrams to one destination in one message) and
 //! GRO (such runs read as one message and cut apart again). Shared by corelay's
 //! shards, corelay-client's driver threads and the bench's cost floor, so
-//! all three pay the same per-datagram kernel cost.
+//! all three pay the same per-datagram kernel cost. With `IP_PKTINFO` one
+//! socket bound to a wildcard address serves several local addresses: each
+//! datagram read says which it came to, and each sent names its source.
 //!
 //! Hand-written over libc because quinn-udp's releases (0.5) do not hand out
 //! the receive timestamps corelay measures socket dwell with; its main
@@ -24,7 +26,7 @@
 
 use std::io;
 use std::mem::{MaybeUninit, size_of, zeroed};
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
@@ -32,8 +34,10 @@ use std::time::{Duration, Instant};
 pub const BATCH: usize = 32;
 /// Largest datagram we accept; WebRTC media stays under ~1200 bytes.
 const BUF_SIZE: usize = 2048;
-/// Room for one `SCM_TIMESTAMPNS` control message.
-const CMSG_SPACE: usize = 64;
+/// Room for the control messages of one received message: a timestamp
+/// (`SCM_TIMESTAMPNS`, 32 bytes), a GRO segment size (24) and a
+/// destination address (`IP_PKTINFO` 32, `IPV6_PKTINFO` 40).
+const CMSG_SPACE: usize = 128;
 
 /// One received datagram: its bytes live in the batch's buffers.
 pub struct Datagram<'a> {
@@ -43,6 +47,9 @@ pub struct Datagram<'a> {
     pub data: &'a [u8],
     /// Kernel receive time (CLOCK_REALTIME) if the kernel provided one.
     pub kernel_rx: Option<Duration>,
+    /// The address it was sent to, on a socket with [`enable_pktinfo`]
+    /// on (one bound to a wildcard address serves several).
+    pub dest: Option<IpAddr>,
 }
 
 /// Largest message a socket with `UDP_GRO` on hands over: datagrams of one
@@ -57,6 +64,8 @@ struct Meta {
     segment: usize,
     /// `SCM_TIMESTAMPNS`, CLOCK_REALTIME.
     kernel_rx: Option<Duration>,
+    /// `IP_PKTINFO` / `IPV6_PKTINFO`: the destination address.
+    dest: Option<IpAddr>,
 }
 
 /// Buffers for one `recvmmsg` (reused across calls and sockets).
@@ -279,6 +288,7 @@ impl<'a> Message<'a> {
                 source,
                 data,
                 kernel_rx: meta.kernel_rx,
+                dest: meta.dest,
             })
         })
     }
@@ -302,6 +312,14 @@ fn meta_of(h: &libc::msghdr) -> Meta {
                     let seg: libc::c_int = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
                     meta.segment = usize::try_from(seg).unwrap_or(0);
                 }
+                (libc::IPPROTO_IP, libc::IP_PKTINFO) => {
+                    let pi: libc::in_pktinfo = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
+                    meta.dest = Some(Ipv4Addr::from(u32::from_be(pi.ipi_addr.s_addr)).into());
+                }
+                (libc::IPPROTO_IPV6, libc::IPV6_PKTINFO) => {
+                    let pi: libc::in6_pktinfo = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
+                    meta.dest = Some(Ipv6Addr::from(pi.ipi6_addr.s6_addr).into());
+                }
                 _ => {}
             }
             c = libc::CMSG_NXTHDR(h, c);
@@ -316,6 +334,18 @@ fn meta_of(h: &libc::msghdr) -> Meta {
 /// one wake-up for the run instead of one per datagram.
 pub fn enable_gro(socket: &impl AsRawFd) -> io::Result<()> {
     set_flag(socket, libc::SOL_UDP, libc::UDP_GRO)
+}
+
+/// Turns on `IP_PKTINFO` (and `IPV6_PKTINFO` on an IPv6 socket): each
+/// received datagram carries the address it was sent to
+/// ([`Datagram::dest`]), so one socket bound to a wildcard address can
+/// serve several local addresses, answering from each with
+/// [`CopyBatch::push_from`].
+pub fn enable_pktinfo(socket: &UdpSocket) -> io::Result<()> {
+    match socket.local_addr()? {
+        SocketAddr::V4(_) => set_flag(socket, libc::IPPROTO_IP, libc::IP_PKTINFO),
+        SocketAddr::V6(_) => set_flag(socket, libc::IPPROTO_IPV6, libc::IPV6_RECVPKTINFO),
+    }
 }
 
 /// Sets a boolean socket option to 1.
@@ -412,11 +442,12 @@ const MAX_GSO_SEGMENTS: usize = BATCH;
 /// less room for the headers.
 const MAX_GSO_BYTES: usize = 60_000;
 
-/// Room for one `UDP_SEGMENT` control message (a `cmsghdr` and a `u16`),
-/// aligned as a `cmsghdr` must be.
+/// Room for the control messages of one sent message: a source address
+/// (`IP_PKTINFO`, 32 bytes, or `IPV6_PKTINFO`, 40) then a `UDP_SEGMENT`
+/// (24), aligned as a `cmsghdr` must be.
 #[derive(Clone, Copy)]
 #[repr(C, align(8))]
-struct SegmentCmsg([u8; 32]);
+struct SegmentCmsg([u8; 64]);
 
 /// Whether this kernel takes `UDP_SEGMENT` (Linux 4.18 and later): the
 /// socket option reads back without error.
@@ -448,6 +479,9 @@ struct Messages {
     hdrs: Vec<libc::mmsghdr>,
     /// Datagrams in each header.
     segs: Vec<usize>,
+    /// Bytes of each header's control buffer that hold its source address
+    /// (0 without one): kept when a refused GSO run goes out one by one.
+    src_cmsg: Vec<usize>,
     gso: bool,
 }
 
@@ -456,15 +490,18 @@ impl Messages {
         Messages {
             // SAFETY: plain C structs for which all-zero bytes are valid.
             names: (0..BATCH).map(|_| unsafe { zeroed() }).collect(),
-            cmsgs: vec![SegmentCmsg([0; 32]); BATCH],
+            cmsgs: vec![SegmentCmsg([0; 64]); BATCH],
             hdrs: (0..BATCH).map(|_| unsafe { zeroed() }).collect(),
             segs: vec![0; BATCH],
+            src_cmsg: vec![0; BATCH],
             gso: false,
         }
     }
 
     /// Sends the datagrams `iovs` to `dests` (pairwise, at most [`BATCH`]),
-    /// in order, joining runs into GSO messages when `gso` is on.
+    /// in order, each from its address in `srcs` where that is given
+    /// (`srcs` is empty or pairs with `dests`; `None`: the kernel picks),
+    /// joining runs into GSO messages when `gso` is on.
     ///
     /// # Safety
     /// Every iovec must point at a buffer that is live for the call.
@@ -472,6 +509,7 @@ impl Messages {
         &mut self,
         socket: &impl AsRawFd,
         dests: &[SocketAddr],
+        srcs: &[Option<IpAddr>],
         iovs: &mut [libc::iovec],
         res: &mut SendResult,
     ) {
@@ -484,23 +522,31 @@ impl Messages {
             .iter_mut()
             .zip(self.cmsgs.iter_mut())
             .zip(self.hdrs.iter_mut())
-            .zip(self.segs.iter_mut());
-        for (((name, cmsg), hdr), segs) in messages {
+            .zip(self.segs.iter_mut())
+            .zip(self.src_cmsg.iter_mut());
+        for ((((name, cmsg), hdr), segs), src_cmsg) in messages {
             let (Some(dest), Some(first)) = (dests.get(i), iovs.get(i)) else {
                 break;
             };
             if i >= n {
                 break;
             }
+            let src = srcs.get(i).copied().flatten();
             let size = first.iov_len;
             let mut k = 1;
             if self.gso && size > 0 {
                 let mut bytes = size;
-                let rest = dests.iter().zip(iovs.iter()).take(n).skip(i + 1);
-                for (d, iov) in rest {
+                let rest = dests
+                    .iter()
+                    .zip(iovs.iter())
+                    .enumerate()
+                    .take(n)
+                    .skip(i + 1);
+                for (j, (d, iov)) in rest {
                     let len = iov.iov_len;
                     if k == MAX_GSO_SEGMENTS
                         || d != dest
+                        || srcs.get(j).copied().flatten() != src
                         || len == 0
                         || len > size
                         || bytes + len > MAX_GSO_BYTES
@@ -525,33 +571,30 @@ impl Messages {
             h.msg_iovlen = k;
             h.msg_flags = 0;
             hdr.msg_len = 0;
-            if k > 1 {
+            // SAFETY: the control buffer is aligned for a cmsghdr and has
+            // room for a source address and a segment size (see
+            // SegmentCmsg); `fill_cmsgs` writes within it.
+            let (len, src_len) = unsafe { fill_cmsgs(&mut cmsg.0, src, (k > 1).then_some(size)) };
+            if len > 0 {
                 h.msg_control = cmsg.0.as_mut_ptr().cast();
-                // SAFETY: CMSG_SPACE is arithmetic; 2 bytes fit the buffer.
-                h.msg_controllen = unsafe { libc::CMSG_SPACE(2) } as usize;
-                // SAFETY: the control buffer is aligned for a cmsghdr and
-                // large enough for one with two bytes of data.
-                unsafe {
-                    let c = libc::CMSG_FIRSTHDR(h);
-                    if !c.is_null() {
-                        (*c).cmsg_level = libc::SOL_UDP;
-                        (*c).cmsg_type = libc::UDP_SEGMENT;
-                        (*c).cmsg_len = libc::CMSG_LEN(2) as usize;
-                        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), size as u16);
-                    }
-                }
+                h.msg_controllen = len;
             } else {
                 h.msg_control = std::ptr::null_mut();
                 h.msg_controllen = 0;
             }
+            *src_cmsg = src_len;
             *segs = k;
             i += k;
             m += 1;
         }
-        if let (Some(hdrs), Some(segs)) = (self.hdrs.get_mut(..m), self.segs.get(..m)) {
+        if let (Some(hdrs), Some(segs), Some(src_cmsg)) = (
+            self.hdrs.get_mut(..m),
+            self.segs.get(..m),
+            self.src_cmsg.get(..m),
+        ) {
             // SAFETY: these headers were just pointed at live names,
             // control buffers and the caller's iovecs.
-            if unsafe { send_all(socket, hdrs, segs, res) } {
+            if unsafe { send_all(socket, hdrs, segs, src_cmsg, res) } {
                 self.gso = false;
             }
         }
@@ -621,11 +664,76 @@ impl SendBatch {
             // outlive this call.
             unsafe {
                 self.msgs
-                    .send(socket, &self.dests, &mut self.iovs, &mut res)
+                    .send(socket, &self.dests, &[], &mut self.iovs, &mut res)
             };
         }
         res
     }
+}
+
+/// Writes into `buf` an `IP_PKTINFO` (or `IPV6_PKTINFO`) control message
+/// naming `src` as the source address, then a `UDP_SEGMENT` of `segment`;
+/// either may be absent. Returns the control length in all and that of
+/// the source address's message alone (0 without one).
+///
+/// # Safety
+/// `buf` must be aligned for a `cmsghdr` (SegmentCmsg is).
+unsafe fn fill_cmsgs(
+    buf: &mut [u8; 64],
+    src: Option<IpAddr>,
+    segment: Option<usize>,
+) -> (usize, usize) {
+    let mut off = 0usize;
+    let mut src_len = 0usize;
+    // SAFETY (all below): each message is written at an offset that is a
+    // multiple of CMSG_SPACE's alignment, and the two together take at
+    // most CMSG_SPACE(20) + CMSG_SPACE(2) = 64 bytes, the buffer's size.
+    unsafe {
+        let base = buf.as_mut_ptr();
+        match src {
+            Some(IpAddr::V4(ip)) => {
+                let c = base.cast::<libc::cmsghdr>();
+                (*c).cmsg_level = libc::IPPROTO_IP;
+                (*c).cmsg_type = libc::IP_PKTINFO;
+                (*c).cmsg_len = libc::CMSG_LEN(size_of::<libc::in_pktinfo>() as u32) as usize;
+                let pi = libc::in_pktinfo {
+                    ipi_ifindex: 0,
+                    ipi_spec_dst: libc::in_addr {
+                        s_addr: u32::from(ip).to_be(),
+                    },
+                    ipi_addr: libc::in_addr { s_addr: 0 },
+                };
+                std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<libc::in_pktinfo>(), pi);
+                off = libc::CMSG_SPACE(size_of::<libc::in_pktinfo>() as u32) as usize;
+                src_len = off;
+            }
+            Some(IpAddr::V6(ip)) => {
+                let c = base.cast::<libc::cmsghdr>();
+                (*c).cmsg_level = libc::IPPROTO_IPV6;
+                (*c).cmsg_type = libc::IPV6_PKTINFO;
+                (*c).cmsg_len = libc::CMSG_LEN(size_of::<libc::in6_pktinfo>() as u32) as usize;
+                let pi = libc::in6_pktinfo {
+                    ipi6_addr: libc::in6_addr {
+                        s6_addr: ip.octets(),
+                    },
+                    ipi6_ifindex: 0,
+                };
+                std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<libc::in6_pktinfo>(), pi);
+                off = libc::CMSG_SPACE(size_of::<libc::in6_pktinfo>() as u32) as usize;
+                src_len = off;
+            }
+            None => {}
+        }
+        if let Some(size) = segment {
+            let c = base.add(off).cast::<libc::cmsghdr>();
+            (*c).cmsg_level = libc::SOL_UDP;
+            (*c).cmsg_type = libc::UDP_SEGMENT;
+            (*c).cmsg_len = libc::CMSG_LEN(2) as usize;
+            std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), size as u16);
+            off += libc::CMSG_SPACE(2) as usize;
+        }
+    }
+    (off, src_len)
 }
 
 /// `sendmmsg` until every header is sent or dropped, never blocking: a
@@ -636,11 +744,13 @@ impl SendBatch {
 ///
 /// # Safety
 /// Every header must point at a name, control buffer, iovecs and buffers
-/// that are live for the call; `segs` holds each header's iovec count.
+/// that are live for the call; `segs` holds each header's iovec count,
+/// `src_cmsg` the length of its source address's control message.
 unsafe fn send_all(
     socket: &impl AsRawFd,
     hdrs: &mut [libc::mmsghdr],
     segs: &[usize],
+    src_cmsg: &[usize],
     res: &mut SendResult,
 ) -> bool {
     let n = hdrs.len();
@@ -677,8 +787,10 @@ unsafe fn send_all(
             (Some(k), Some(h)) if k > 1 => {
                 refused |= err.raw_os_error() == Some(libc::EIO);
                 res.gso_refused += 1;
-                // SAFETY: the header is live and carries k iovecs.
-                unsafe { send_each(socket, &h.msg_hdr, k, res) };
+                let keep = src_cmsg.get(off).copied().unwrap_or(0);
+                // SAFETY: the header is live and carries k iovecs; its
+                // control buffer starts with `keep` bytes of source address.
+                unsafe { send_each(socket, &h.msg_hdr, k, keep, res) };
             }
             _ => res.dropped += 1,
         }
@@ -687,15 +799,25 @@ unsafe fn send_all(
     refused
 }
 
-/// Sends the `k` iovecs of a refused GSO message as `k` datagrams.
+/// Sends the `k` iovecs of a refused GSO message as `k` datagrams, each
+/// with the first `keep` bytes of its control buffer (its source address).
 ///
 /// # Safety
-/// `h` must point at a live name and `k` live iovecs.
-unsafe fn send_each(socket: &impl AsRawFd, h: &libc::msghdr, k: usize, res: &mut SendResult) {
+/// `h` must point at a live name, `k` live iovecs and, where `keep` > 0, a
+/// control buffer starting with that many bytes of control messages.
+unsafe fn send_each(
+    socket: &impl AsRawFd,
+    h: &libc::msghdr,
+    k: usize,
+    keep: usize,
+    res: &mut SendResult,
+) {
     let mut one = *h;
     one.msg_iovlen = 1;
-    one.msg_control = std::ptr::null_mut();
-    one.msg_controllen = 0;
+    if keep == 0 {
+        one.msg_control = std::ptr::null_mut();
+    }
+    one.msg_controllen = keep;
     for j in 0..k {
         // SAFETY: j < k, the header's iovec count.
         one.msg_iov = unsafe { h.msg_iov.add(j) };
@@ -723,6 +845,10 @@ pub struct CopyBatch {
     bufs: Vec<[u8; BUF_SIZE]>,
     lens: Vec<usize>,
     dests: Vec<SocketAddr>,
+    /// Source address of each queued datagram (None: the kernel picks).
+    srcs: Vec<Option<IpAddr>>,
+    /// Whether any queued datagram has one.
+    any_src: bool,
     iovs: Vec<libc::iovec>,
     msgs: Messages,
 }
@@ -743,6 +869,8 @@ impl CopyBatch {
             bufs: vec![[0; BUF_SIZE]; BATCH],
             lens: vec![0; BATCH],
             dests: Vec::with_capacity(BATCH),
+            srcs: Vec::with_capacity(BATCH),
+            any_src: false,
             // SAFETY: plain C structs for which all-zero bytes are valid.
             iovs: (0..BATCH).map(|_| unsafe { zeroed() }).collect(),
             msgs: Messages::new(),
@@ -768,6 +896,20 @@ impl CopyBatch {
         data: &[u8],
         res: &mut SendResult,
     ) {
+        self.push_from(socket, None, dest, data, res);
+    }
+
+    /// [`push`](Self::push) from source address `src` (`None`: the kernel
+    /// picks), for a socket bound to a wildcard address that serves several
+    /// local addresses ([`enable_pktinfo`]).
+    pub fn push_from(
+        &mut self,
+        socket: &impl AsRawFd,
+        src: Option<IpAddr>,
+        dest: SocketAddr,
+        data: &[u8],
+        res: &mut SendResult,
+    ) {
         if self.dests.len() == BATCH {
             self.flush(socket, res);
         }
@@ -783,6 +925,8 @@ impl CopyBatch {
         dst.copy_from_slice(data);
         *len = data.len();
         self.dests.push(dest);
+        self.srcs.push(src);
+        self.any_src |= src.is_some();
     }
 
     /// Sends everything queued, in order (see [`send_all`] for refusals).
@@ -800,10 +944,16 @@ impl CopyBatch {
                 iov_len: *len,
             };
         }
+        let srcs: &[Option<IpAddr>] = if self.any_src { &self.srcs } else { &[] };
         // SAFETY: the first n iovecs were just pointed into buffers owned
         // by `self`, which outlive the call.
-        unsafe { self.msgs.send(socket, &self.dests, &mut self.iovs, res) };
+        unsafe {
+            self.msgs
+                .send(socket, &self.dests, srcs, &mut self.iovs, res)
+        };
         self.dests.clear();
+        self.srcs.clear();
+        self.any_src = false;
     }
 }
 
@@ -1092,6 +1242,98 @@ mod tests {
         assert_eq!(res.gso_refused, 2);
         assert!(sb.gso(), "EINVAL is this message's, not the device's");
         check_received(&rxs, &tx, &sent);
+    }
+
+    /// Reads every datagram waiting on `rx` (bounded: 200 polls of 5 ms
+    /// once `want` have come): (source, destination, bytes).
+    fn read_all(
+        rx: &UdpSocket,
+        rb: &mut RecvBatch,
+        want: usize,
+    ) -> Vec<(SocketAddr, Option<IpAddr>, Vec<u8>)> {
+        let mut got = Vec::new();
+        for _ in 0..200 {
+            match rb.recv(rx) {
+                Ok(_) => got.extend(rb.iter().map(|d| (d.source, d.dest, d.data.to_vec()))),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if got.len() >= want {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        got
+    }
+
+    /// One socket bound to the wildcard address serves two loopback
+    /// addresses: what is sent to each is read with that destination, and
+    /// what is sent from each (GSO runs included, never joined across two
+    /// sources) arrives from it; a refused run keeps its source too.
+    #[test]
+    fn a_wildcard_socket_answers_from_the_address_each_datagram_came_to() {
+        let shared = UdpSocket::bind("0.0.0.0:0").unwrap();
+        shared.set_nonblocking(true).unwrap();
+        enable_pktinfo(&shared).unwrap();
+        enable_gro(&shared).unwrap();
+        let port = shared.local_addr().unwrap().port();
+        let a: IpAddr = Ipv4Addr::new(127, 1, 0, 5).into();
+        let b: IpAddr = Ipv4Addr::new(127, 1, 0, 6).into();
+        let peer = UdpSocket::bind("127.0.0.1:0").unwrap();
+        peer.set_nonblocking(true).unwrap();
+        let to = peer.local_addr().unwrap();
+
+        peer.send_to(b"to a", (a, port)).unwrap();
+        peer.send_to(b"to b", (b, port)).unwrap();
+        let mut rb = RecvBatch::with_gro();
+        let got = read_all(&shared, &mut rb, 2);
+        let dests: Vec<(Option<IpAddr>, &[u8])> =
+            got.iter().map(|(_, d, p)| (*d, p.as_slice())).collect();
+        assert_eq!(dests, [(Some(a), &b"to a"[..]), (Some(b), &b"to b"[..])]);
+        assert!(got.iter().all(|(s, _, _)| *s == to));
+
+        // Three equal datagrams from a, then two from b and one unnamed
+        // (the kernel picks 127.0.0.1): one GSO run may not take in the
+        // next source.
+        let plan: [(Option<IpAddr>, u8); 6] = [
+            (Some(a), 1),
+            (Some(a), 2),
+            (Some(a), 3),
+            (Some(b), 4),
+            (Some(b), 5),
+            (None, 6),
+        ];
+        for refuse in [false, true] {
+            if refuse {
+                // As in a_refused_gso_message_goes_out_datagram_by_datagram.
+                set_flag(&shared, libc::SOL_SOCKET, libc::SO_NO_CHECK).unwrap();
+            }
+            let mut cb = CopyBatch::new();
+            cb.set_gso(true);
+            let mut res = SendResult::default();
+            for (src, tag) in plan {
+                cb.push_from(&shared, src, to, &[tag; 100], &mut res);
+            }
+            cb.flush(&shared, &mut res);
+            assert_eq!((res.sent, res.dropped), (6, 0), "refused: {refuse}");
+            if refuse {
+                assert_eq!((res.messages, res.gso_refused), (6, 2));
+            } else {
+                assert_eq!(res.messages, 3, "a run per source");
+            }
+            let got = read_all(&peer, &mut RecvBatch::new(), 6);
+            let froms: Vec<(IpAddr, u16, u8)> = got
+                .iter()
+                .map(|(s, _, p)| (s.ip(), s.port(), p[0]))
+                .collect();
+            let local: IpAddr = Ipv4Addr::LOCALHOST.into();
+            let want: Vec<(IpAddr, u16, u8)> = plan
+                .iter()
+                .map(|(src, tag)| (src.unwrap_or(local), port, *tag))
+                .collect();
+            assert_eq!(froms, want, "refused: {refuse}");
+        }
     }
 
     /// Linux turns receive timestamping on for the whole stack in a
