@@ -10,45 +10,60 @@
 //!
 //! What it owns: the SRTP copies, the receive state of each primary RTP
 //! stream str0m has mapped to a slot (SSRC, slot, highest SRTP index), the
-//! transport-wide sequence numbers of what it sends, the NACKs of the
-//! streams it took over, and the encrypted datagrams waiting for the
-//! participant's next poll. What stays with str0m: ICE (and its RTT
-//! samples), DTLS, SCTP, all other RTCP (keyframe requests in, receiver
-//! reports and TWCC feedback out: the transport-wide receipts of this path
-//! are handed to str0m's register, so the feedback the server's estimator
-//! sees is str0m's own), and the first packets of every stream (an SSRC is
-//! taken over once str0m has delivered a packet of it, so mapping SSRCs to
-//! slots, RTX (the resends its NACKs ask for) and padding stay str0m's).
+//! transport-wide sequence numbers of what it sends, the transport-wide
+//! feedback (the receipts of every RTP packet from the server, those str0m
+//! handles too, in str0m's own `TwccRecvRegister`, so the feedback the
+//! server's estimator sees is built as str0m builds it; str0m patch 25
+//! stops str0m's), the NACKs of the streams it took over, and the
+//! encrypted datagrams waiting for the participant's next poll. What stays
+//! with str0m: ICE (and its RTT samples), DTLS, SCTP, all other RTCP
+//! (keyframe requests in, receiver reports out), and the first packets of
+//! every stream (an SSRC is taken over once str0m has delivered a packet
+//! of it, so mapping SSRCs to slots, RTX (the resends its NACKs ask for)
+//! and padding stay str0m's).
+//!
+//! Why the feedback is its own: handing str0m the receipts meant a str0m
+//! wake-up (a walk of every timer and a poll of every output) for every
+//! participant every 50 ms; the receive registers' notes wait 250 ms.
 //!
 //! Each packet it takes is also noted in its str0m stream (str0m patch 13,
-//! `StreamRx::note_received`, handed in with the transport-wide receipts),
+//! `StreamRx::note_received`, handed in at most 250 ms late),
 //! so str0m's receive register knows it as if str0m had received it: its
 //! receiver reports (loss, jitter, highest sequence number), statistics,
 //! pause detection and duplicate check (a resend of a packet taken here is
 //! not delivered again).
 //!
 //! What it does more simply than str0m: a video stream's gap is NACKed
-//! once, when the packet after it arrives (str0m asks again every 33 ms). Its NACKs
-//! are its only RTCP, under an SRTCP index range apart from str0m's (from
-//! 2^30), so the two never share an index or a GCM nonce. It must not
-//! touch str0m's streams.
+//! once, when the packet after it arrives (str0m asks again every 33 ms).
+//! Its NACKs and feedback are its only RTCP, under an SRTCP index range
+//! apart from str0m's (from 2^30), so the two never share an index or a
+//! GCM nonce. It must not touch str0m's streams.
 
 use std::time::{Duration, Instant};
 
 use str0m::media::Pt;
+use str0m::rtp::rtcp::{Rtcp, RtcpPacket, TwccRecvRegister};
 use str0m::rtp::{ExtensionMap, ExtensionValues, RtpHeader, SrtpContext, Ssrc};
 
 /// Where the transmit copy's SRTCP index starts (str0m's own starts at 0).
 const SRTCP_INDEX_BASE: u32 = 1 << 30;
-/// Receipts held between polls at most (a full read budget is far less);
-/// past it the oldest are reported late rather than held without bound.
-const MAX_TWCC_RECEIPTS: usize = 4096;
-/// How long transport-wide receipts (and the packets noted for receiver
-/// reports) are held before they go to str0m's registers (str0m sends
-/// feedback 50 ms after its last while it has receipts; this keeps that
-/// cadence without a str0m poll per packet; a receiver report goes out
-/// about once a second).
-const RECEIPT_HOLD: Duration = Duration::from_millis(50);
+/// Packets noted between hand-overs at most; past it they go to str0m
+/// early rather than wait without bound.
+const MAX_NOTED: usize = 4096;
+/// How long the packets noted for receiver reports wait before they go to
+/// str0m's receive registers (a receiver report goes out about once a
+/// second; each hand-over wakes str0m).
+const NOTE_HOLD: Duration = Duration::from_millis(250);
+/// Transport-wide feedback goes out this long after the first receipt it
+/// reports (str0m's cadence: 50 ms after its last while it has receipts).
+const TWCC_HOLD: Duration = Duration::from_millis(50);
+/// Receipts str0m's register keeps after reporting them (str0m's value).
+const TWCC_KEEP: usize = 100;
+/// Largest feedback packet (str0m: its MTU less 100).
+const TWCC_MAX_BYTES: usize = 1000;
+/// Feedback packets built at most per hand-over (a 50 ms window of a
+/// participant's receipts fits one).
+const TWCC_MAX_REPORTS: usize = 8;
 /// Larger gaps are not NACKed (str0m's receiver keeps 100 sequence numbers).
 const MAX_NACK_GAP: u64 = 100;
 /// Nor gaps that end a silence longer than this.
@@ -111,14 +126,16 @@ pub(crate) struct FastPath {
     tx: SrtpContext,
     exts: ExtensionMap,
     streams: Vec<RxStream>,
-    /// Transport-wide receipts not yet handed to str0m...
-    receipts: Vec<(u16, Instant)>,
+    /// Transport-wide receipts of every RTP packet from the server.
+    twcc: TwccRecvRegister,
+    /// The first receipt not reported yet.
+    twcc_since: Option<Instant>,
     /// Packets taken, not yet noted in their str0m streams (for receiver
     /// reports): SSRC, SRTP index, RTP timestamp, clock rate, arrival,
-    /// payload length. Held and bounded with the receipts...
+    /// payload length...
     noted: Vec<Noted>,
     /// ...since the first of them arrived.
-    receipts_since: Option<Instant>,
+    noted_since: Option<Instant>,
     /// Next transport-wide sequence number to send.
     twcc_seq: u16,
     /// Encrypted datagrams for the next poll.
@@ -135,16 +152,18 @@ pub(crate) struct FastPath {
 impl FastPath {
     /// The path of a connected `rtc`; `None` before DTLS has given the keys.
     pub fn of(rtc: &mut str0m::Rtc) -> Option<FastPath> {
-        let api = rtc.direct_api();
+        let mut api = rtc.direct_api();
         let (rx, tx) = api.srtp_contexts(SRTCP_INDEX_BASE)?;
+        api.app_twcc_feedback();
         Some(FastPath {
             rx,
             tx,
             exts: api.extension_map().clone(),
             streams: Vec::new(),
-            receipts: Vec::new(),
+            twcc: TwccRecvRegister::new(TWCC_KEEP),
+            twcc_since: None,
             noted: Vec::new(),
-            receipts_since: None,
+            noted_since: None,
             twcc_seq: 0,
             out: Vec::new(),
             scratch: vec![0; 1500],
@@ -209,14 +228,28 @@ impl FastPath {
             return Rx::NotOurs;
         };
         let ssrc = Ssrc::from(ssrc);
-        let Some(stream) = self.streams.iter_mut().find(|s| s.ssrc == ssrc) else {
-            return Rx::NotOurs;
-        };
-        if *b1 & 0x7f != *stream.pt {
-            return Rx::NotOurs;
-        }
+        let ours = self
+            .streams
+            .iter()
+            .position(|s| s.ssrc == ssrc && *b1 & 0x7f == *s.pt);
         let Some(parsed) = RtpHeader::parse(data, &self.exts) else {
-            return Rx::Dropped;
+            // str0m's, and str0m drops it too (it would not have
+            // registered a receipt for it either).
+            return match ours {
+                Some(_) => Rx::Dropped,
+                None => Rx::NotOurs,
+            };
+        };
+        // Every RTP packet's receipt is registered here, the ones str0m
+        // handles (RTX, padding, a stream's first packets) too: the
+        // feedback reports them all. Those are registered before str0m
+        // authenticates them (str0m registers after): a forgery from the
+        // server's address could claim a receipt, no more.
+        let Some(stream) = ours.and_then(|i| self.streams.get_mut(i)) else {
+            if let Some(t) = parsed.ext_vals.transport_cc {
+                self.receipt(t, now);
+            }
+            return Rx::NotOurs;
         };
         self.header = parsed;
         let header = &self.header;
@@ -248,23 +281,22 @@ impl FastPath {
         }
         stream.max_index = stream.max_index.max(index);
         let slot = stream.slot;
-        if let Some(t) = header.ext_vals.transport_cc
-            && self.receipts.len() < MAX_TWCC_RECEIPTS
-        {
-            self.receipts.push((t, now));
+        let clock = stream.clock;
+        if let Some(t) = header.ext_vals.transport_cc {
+            register_receipt(&mut self.twcc, &mut self.twcc_since, t, now);
         }
-        if self.noted.len() < MAX_TWCC_RECEIPTS {
+        if self.noted.len() < MAX_NOTED {
             self.noted.push(Noted {
                 ssrc,
                 index,
                 timestamp: header.timestamp,
-                clock: stream.clock,
+                clock,
                 at: now,
                 len: plain.len(),
             });
         }
-        if self.receipts_since.is_none() {
-            self.receipts_since = Some(now);
+        if self.noted_since.is_none() {
+            self.noted_since = Some(now);
         }
         if plain.is_empty() {
             return Rx::Padding;
@@ -277,28 +309,76 @@ impl FastPath {
         })
     }
 
-    /// When the held receipts are due at str0m.
-    pub fn receipts_at(&self) -> Option<Instant> {
-        self.receipts_since.map(|t| t + RECEIPT_HOLD)
+    /// A transport-wide receipt: `seq` arrived at `now`.
+    fn receipt(&mut self, seq: u16, now: Instant) {
+        register_receipt(&mut self.twcc, &mut self.twcc_since, seq, now);
     }
 
-    /// Whether the held receipts are due at str0m by `now` (or too many).
-    pub fn receipts_due(&self, now: Instant) -> bool {
-        self.receipts_at().is_some_and(|t| now >= t)
-            || self.receipts.len().max(self.noted.len()) >= MAX_TWCC_RECEIPTS / 2
+    /// When the next transport-wide feedback is due.
+    fn feedback_at(&self) -> Option<Instant> {
+        self.twcc_since.map(|t| t + TWCC_HOLD)
     }
 
-    /// Hand the transport-wide receipts to str0m's feedback register, and
-    /// the packets taken to their streams' receive registers.
-    pub fn report_receipts(&mut self, rtc: &mut str0m::Rtc) {
-        self.receipts_since = None;
-        if self.receipts.is_empty() && self.noted.is_empty() {
+    /// When the packets noted are due at str0m.
+    fn notes_at(&self) -> Option<Instant> {
+        self.noted_since.map(|t| t + NOTE_HOLD)
+    }
+
+    /// When this path next has something to do ([`FastPath::feedback_due`]
+    /// or [`FastPath::notes_due`]).
+    pub fn next_at(&self) -> Option<Instant> {
+        match (self.feedback_at(), self.notes_at()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Whether transport-wide feedback is due by `now`.
+    pub fn feedback_due(&self, now: Instant) -> bool {
+        self.feedback_at().is_some_and(|t| now >= t)
+    }
+
+    /// Whether the packets noted are due at str0m by `now` (or too many).
+    pub fn notes_due(&self, now: Instant) -> bool {
+        self.notes_at().is_some_and(|t| now >= t) || self.noted.len() >= MAX_NOTED / 2
+    }
+
+    /// Send the transport-wide feedback of every receipt not reported yet,
+    /// built by str0m's register as str0m builds it, behind an empty
+    /// receiver report (as str0m sends its feedback behind a report).
+    pub fn send_feedback(&mut self) {
+        self.twcc_since = None;
+        let media = self.streams.first().map_or(0, |s| *s.ssrc);
+        for _ in 0..TWCC_MAX_REPORTS {
+            let Some(mut twcc) = self.twcc.build_report(TWCC_MAX_BYTES) else {
+                break;
+            };
+            twcc.sender_ssrc = self.sender_ssrc.into();
+            twcc.ssrc = media.into();
+            let fb = Rtcp::Twcc(twcc);
+            let len = fb.length_words() * 4;
+            let mut p = vec![0u8; 8 + len];
+            if let Some(head) = p.get_mut(..8) {
+                head.copy_from_slice(&empty_report(self.sender_ssrc));
+            }
+            let Some(body) = p.get_mut(8..) else {
+                break;
+            };
+            if fb.write_to(body) != len || self.out.len() >= MAX_OUT {
+                break;
+            }
+            self.out.push(self.tx.protect_rtcp(&p));
+        }
+    }
+
+    /// Hand the packets taken to their streams' receive registers in
+    /// str0m (their receiver reports, statistics, pause detection).
+    pub fn report_notes(&mut self, rtc: &mut str0m::Rtc) {
+        self.noted_since = None;
+        if self.noted.is_empty() {
             return;
         }
         let mut api = rtc.direct_api();
-        for (seq, at) in self.receipts.drain(..) {
-            api.twcc_received(seq, at);
-        }
         for n in self.noted.drain(..) {
             if let Some(rx) = api.stream_rx(&n.ssrc) {
                 rx.note_received(n.at, n.index.into(), n.timestamp, n.clock, n.len);
@@ -364,6 +444,43 @@ impl FastPath {
     }
 }
 
+/// Registers transport-wide receipt `seq` at `now` in `twcc`, extended to
+/// 64 bits from the highest so far (as str0m's session does).
+fn register_receipt(
+    twcc: &mut TwccRecvRegister,
+    since: &mut Option<Instant>,
+    seq: u16,
+    now: Instant,
+) {
+    let prev = twcc.max_seq().map(|s| *s);
+    twcc.update_seq(extend_u16(prev, seq).into(), now);
+    if since.is_none() {
+        *since = Some(now);
+    }
+}
+
+/// `seq` extended to 64 bits: the value nearest `prev` (the highest so
+/// far) with those 16 low bits.
+fn extend_u16(prev: Option<u64>, seq: u16) -> u64 {
+    let Some(prev) = prev else {
+        return u64::from(seq);
+    };
+    let seq = u64::from(seq);
+    let base = prev & !0xffff;
+    [base.wrapping_sub(0x1_0000), base, base + 0x1_0000]
+        .into_iter()
+        .map(|b| b.wrapping_add(seq))
+        .filter(|c| *c < (1 << 48))
+        .min_by_key(|c| c.abs_diff(prev))
+        .unwrap_or(seq)
+}
+
+/// An RTCP receiver report with no report blocks from `sender`.
+fn empty_report(sender: u32) -> [u8; 8] {
+    let [a, b, c, d] = sender.to_be_bytes();
+    [0x80, 201, 0, 1, a, b, c, d]
+}
+
 /// An empty receiver report and a generic NACK (RFC 4585, 6.2.1) for
 /// `count` packets of `media` from sequence number `first`, as one
 /// compound RTCP packet (str0m sends its feedback behind a report too).
@@ -386,8 +503,7 @@ fn nack_packet(sender: u32, media: u32, first: u16, count: u64) -> Vec<u8> {
         left -= covered;
     }
     let mut p = Vec::with_capacity(8 + 12 + 4 * fci.len());
-    p.extend_from_slice(&[0x80, 201, 0, 1]);
-    p.extend_from_slice(&sender.to_be_bytes());
+    p.extend_from_slice(&empty_report(sender));
     p.extend_from_slice(&[0x81, 205]);
     p.extend_from_slice(&(2 + fci.len() as u16).to_be_bytes());
     p.extend_from_slice(&sender.to_be_bytes());
@@ -401,6 +517,17 @@ fn nack_packet(sender: u32, media: u32, first: u16, count: u64) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn transport_wide_numbers_extend_across_wraps_both_ways() {
+        assert_eq!(extend_u16(None, 7), 7);
+        assert_eq!(extend_u16(Some(65_535), 0), 65_536);
+        assert_eq!(extend_u16(Some(65_536), 65_535), 65_535);
+        assert_eq!(extend_u16(Some(3 * 65_536 + 10), 5), 3 * 65_536 + 5);
+        // Nothing below 0: a number from before the first stays high.
+        assert_eq!(extend_u16(Some(5), 65_530), 65_530);
+        assert_eq!(extend_u16(Some(70_000), 4_464), 70_000);
+    }
 
     #[test]
     fn a_nack_names_every_missing_packet_and_parses_as_one() {

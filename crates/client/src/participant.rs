@@ -792,8 +792,11 @@ impl Participant {
             return;
         }
         if let Some(fast) = &mut self.fast {
-            if fast.receipts_due(now) {
-                fast.report_receipts(&mut self.rtc);
+            if fast.feedback_due(now) {
+                fast.send_feedback();
+            }
+            if fast.notes_due(now) {
+                fast.report_notes(&mut self.rtc);
                 self.rtc_idle_until = None;
             }
         }
@@ -870,9 +873,8 @@ impl Participant {
     }
 
     fn next_wake(&self, rtc_timeout: Instant, now: Instant) -> Instant {
-        // The own media path's transport-wide receipts are due at str0m
-        // when its feedback would be.
-        let rtc_timeout = match self.fast.as_ref().and_then(|f| f.receipts_at()) {
+        // The own media path's feedback and notes for str0m.
+        let rtc_timeout = match self.fast.as_ref().and_then(|f| f.next_at()) {
             Some(r) => rtc_timeout.min(r),
             None => rtc_timeout,
         };

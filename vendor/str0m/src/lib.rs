@@ -782,6 +782,9 @@ pub mod rtp {
         pub use crate::rtp_::{Dlrr, NackEntry, ReceptionReport, ReportBlock};
         pub use crate::rtp_::{FirEntry, ReceiverReport, SenderInfo, SenderReport, Twcc};
         pub use crate::rtp_::{ReportList, Rrtr, Rtcp, Sdes, SdesType};
+        // corelay patch (PATCHES.md, 25): for an application that sends
+        // the transport-wide feedback itself.
+        pub use crate::rtp_::{RtcpPacket, TwccRecvRegister};
     }
     use self::rtcp::Rtcp;
 

@@ -145,6 +145,9 @@ pub(crate) struct Session {
     bwe_last_event: Option<(Bitrate, bool)>,
 
     enable_twcc_feedback: bool,
+    /// corelay patch (PATCHES.md, 25): the application sends the
+    /// transport-wide feedback: no receipt is registered here, none sent.
+    app_twcc_feedback: bool,
 
     /// A pacer for sending RTP at specific rate.
     pacer: PacerImpl,
@@ -268,6 +271,7 @@ impl Session {
             bwe,
             bwe_last_event: None,
             enable_twcc_feedback: false,
+            app_twcc_feedback: false,
             pacer,
             pacer_control: PacerControl::new(),
             poll_packet_buf: vec![0; 2000],
@@ -939,8 +943,10 @@ impl Session {
             raw_packets.push_back(Box::new(RawPacket::RtpRx(header.clone(), data.to_vec())));
         }
 
-        // Mark as received for TWCC purposes
-        if let Some(transport_cc) = header.ext_vals.transport_cc {
+        // Mark as received for TWCC purposes (corelay patch (PATCHES.md,
+        // 25): unless the application does).
+        if let Some(transport_cc) = header.ext_vals.transport_cc.filter(|_| !self.app_twcc_feedback)
+        {
             let prev = self.twcc_rx_register.max_seq();
             let extended = extend_u16(prev.map(|s| *s), transport_cc);
             self.twcc_rx_register.update_seq(extended.into(), now);
@@ -1655,11 +1661,22 @@ impl Session {
     fn twcc_at(&self) -> Option<Instant> {
         // Early RTX padding can create transport receipts before any receive stream exists.
         // Scheduling by pending receipts ensures that padding still receives timely feedback.
-        if self.enable_twcc_feedback && self.twcc_rx_register.has_unreported() {
+        if self.enable_twcc_feedback
+            && !self.app_twcc_feedback
+            && self.twcc_rx_register.has_unreported()
+        {
             Some(self.last_twcc + TWCC_INTERVAL)
         } else {
             None
         }
+    }
+
+    /// corelay patch (PATCHES.md, 25): the application registers every
+    /// transport-wide receipt and sends the feedback itself (with
+    /// [`crate::rtp::rtcp::TwccRecvRegister`]); from now on this session
+    /// does neither.
+    pub fn app_twcc_feedback(&mut self) {
+        self.app_twcc_feedback = true;
     }
 
     pub fn enable_twcc_feedback(&mut self) {
@@ -2059,6 +2076,59 @@ mod tests {
         let twcc = session.twcc_rx_register.build_report(1000).unwrap();
         assert_eq!(twcc.base_seq, 65_534);
         assert_eq!(twcc.status_count, 4);
+    }
+
+    // corelay patch (PATCHES.md, 25).
+    #[test]
+    fn with_the_application_sending_feedback_no_receipt_is_registered() {
+        let now = Instant::now();
+        let run = |app: bool| {
+            let mut session = keyed_session();
+            session.rtp_mode = true;
+            session.enable_twcc_feedback();
+            if app {
+                session.app_twcc_feedback();
+            }
+            let pt = session.codec_config.params()[0].pt();
+            let ssrc: Ssrc = 7.into();
+            let exts = session.exts.clone();
+            session
+                .streams
+                .expect_stream_rx(ssrc, None, MidRid("aud".into(), None), false);
+            let mut delivered = 0;
+            for seq in 1..=3u16 {
+                let mut header = RtpHeader {
+                    has_extension: true,
+                    payload_type: pt,
+                    sequence_number: seq,
+                    timestamp: u32::from(seq) * 960,
+                    ssrc,
+                    ..Default::default()
+                };
+                header.ext_vals.transport_cc = Some(100 + seq);
+                let mut buf = vec![0; 200];
+                header.header_len = header.write_to(&mut buf, &exts);
+                buf.truncate(header.header_len);
+                buf.extend_from_slice(&[seq as u8; 50]);
+                let srtp = session.srtp_tx.as_mut().unwrap();
+                let packet = srtp.protect_rtp(&buf, &header, u64::from(seq));
+                let mut readiness = Readiness::idle();
+                session.handle_rtp_receive(now, &packet, &mut readiness.wake());
+                while let Some(e) = session.poll_event() {
+                    delivered += usize::from(matches!(e, Event::RtpPacket(_)));
+                }
+                while session.poll_quiet_packet().is_some() {
+                    delivered += 1;
+                }
+            }
+            let receipts = session.twcc_rx_register.max_seq().map(|s| *s);
+            (delivered, receipts, session.twcc_at().is_some())
+        };
+        // str0m's own: registered, and feedback is due.
+        assert_eq!(run(false), (3, Some(103), true));
+        // The application's: the packets are delivered all the same, and
+        // str0m registers nothing and has no feedback to send.
+        assert_eq!(run(true), (3, None, false));
     }
 
     // corelay patch (PATCHES.md, 8).

@@ -201,6 +201,16 @@ impl<'a> DirectApi<'a> {
         self.rtc.session.enable_twcc_feedback()
     }
 
+    /// corelay patch (PATCHES.md, 25): the application registers every
+    /// transport-wide receipt (of the packets str0m receives too) and
+    /// sends the transport-wide feedback itself, with its own
+    /// [`crate::rtp::rtcp::TwccRecvRegister`]. From now on str0m neither
+    /// registers a receipt nor sends feedback: two registers would each
+    /// report the other's packets lost.
+    pub fn app_twcc_feedback(&mut self) {
+        self.rtc.session.app_twcc_feedback();
+    }
+
     /// corelay patch (PATCHES.md, 12): SRTP receive and transmit contexts
     /// with this session's keys, independent of the session's own; `None`
     /// before DTLS has given the keys. The transmit context's SRTCP index

@@ -51,6 +51,8 @@ use super::SeqNo;
 use super::Ssrc;
 use super::extend_u16;
 
+/// An RTCP packet's wire form (documented for corelay patch (PATCHES.md,
+/// 25), which exports it).
 pub trait RtcpPacket {
     /// The...
     fn header(&self) -> RtcpHeader;

@@ -221,6 +221,8 @@ impl RtcpPacket for Twcc {
     }
 }
 
+/// Transport-wide receipts, and the TWCC feedback that reports them
+/// (documented for corelay patch (PATCHES.md, 25), which exports it).
 #[derive(Debug)]
 pub struct TwccRecvRegister {
     // How many packets to keep when they are reported. This is to handle packets arriving out
@@ -263,6 +265,8 @@ struct Receipt {
 }
 
 impl TwccRecvRegister {
+    /// A register that keeps `keep_reported` receipts after reporting
+    /// them (for packets that arrive out of order).
     pub fn new(keep_reported: usize) -> Self {
         TwccRecvRegister {
             keep_reported,
@@ -282,6 +286,7 @@ impl TwccRecvRegister {
         self.queue.back().map(|r| r.seq)
     }
 
+    /// Transport-wide sequence number `seq` (extended) arrived at `time`.
     pub fn update_seq(&mut self, seq: TwccSeq, time: Instant) {
         self.receive_window.record_seq(seq);
 
@@ -317,6 +322,9 @@ impl TwccRecvRegister {
         }
     }
 
+    /// Feedback on the receipts not reported yet, at most `max_byte_size`
+    /// bytes (what does not fit is left for the next); `None` when there
+    /// are none. Its sender and media SSRCs are the caller's to fill in.
     pub fn build_report(&mut self, max_byte_size: usize) -> Option<Twcc> {
         if max_byte_size > 10_000 {
             warn!("Refuse to build too large Twcc report");
@@ -483,6 +491,7 @@ impl TwccRecvRegister {
         Some(twcc)
     }
 
+    /// Whether some receipt has not been reported yet.
     pub fn has_unreported(&self) -> bool {
         self.queue.len() > self.report_from
     }
