@@ -218,6 +218,21 @@ impl AsRawFd for Fd {
     }
 }
 
+/// Read up to `max` messages from `fd` into `batch`; `None` once there
+/// is nothing to read. WouldBlock: drained. ICMP port unreachable surfaces
+/// as ConnectionRefused on Linux: taken like any other error.
+fn recv_some(batch: &mut RecvBatch, fd: &Fd, max: usize) -> Option<usize> {
+    // Bounded: only a signal retries.
+    for _ in 0..100 {
+        match batch.recv_max(fd, max) {
+            Ok(n) => return Some(n),
+            Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => return None,
+        }
+    }
+    None
+}
+
 /// Commands on their way to a driver thread. Not `std::sync::mpsc`: its
 /// receiver spins (yielding) while a sender is between claiming a slot and
 /// writing it, and a driver thread raised above its process's other threads
@@ -742,12 +757,8 @@ impl Loop {
         let mut got = 0u64;
         let mut budget = READ_BUDGET;
         while budget > 0 {
-            let n = match self.batch.recv_max(&fd, budget) {
-                Ok(n) => n,
-                Err(ref err) if err.kind() == io::ErrorKind::Interrupted => continue,
-                // WouldBlock: drained. ICMP port unreachable surfaces as
-                // ConnectionRefused on Linux: ignore it like any other error.
-                Err(_) => break,
+            let Some(n) = recv_some(&mut self.batch, &fd, budget) else {
+                break;
             };
             // The receive time (latency, ICE RTT) of each datagram is its
             // kernel receive time, mapped onto `Instant` (CLOCK_MONOTONIC)
@@ -783,10 +794,8 @@ impl Loop {
         let mut budget = SHARED_READ_BUDGET;
         while budget > 0 {
             let max = budget.min(udp::BATCH);
-            let n = match self.batch.recv_max(&fd, max) {
-                Ok(n) => n,
-                Err(ref err) if err.kind() == io::ErrorKind::Interrupted => continue,
-                Err(_) => break,
+            let Some(n) = recv_some(&mut self.batch, &fd, max) else {
+                break;
             };
             let clock = RxClock::sample();
             for d in self.batch.iter() {

@@ -683,57 +683,57 @@ unsafe fn fill_cmsgs(
     src: Option<IpAddr>,
     segment: Option<usize>,
 ) -> (usize, usize) {
-    let mut off = 0usize;
-    let mut src_len = 0usize;
-    // SAFETY (all below): each message is written at an offset that is a
+    let base = buf.as_mut_ptr();
+    // SAFETY (both calls): each message is written at an offset that is a
     // multiple of CMSG_SPACE's alignment, and the two together take at
     // most CMSG_SPACE(20) + CMSG_SPACE(2) = 64 bytes, the buffer's size.
-    unsafe {
-        let base = buf.as_mut_ptr();
-        match src {
-            Some(IpAddr::V4(ip)) => {
-                let c = base.cast::<libc::cmsghdr>();
-                (*c).cmsg_level = libc::IPPROTO_IP;
-                (*c).cmsg_type = libc::IP_PKTINFO;
-                (*c).cmsg_len = libc::CMSG_LEN(size_of::<libc::in_pktinfo>() as u32) as usize;
-                let pi = libc::in_pktinfo {
-                    ipi_ifindex: 0,
-                    ipi_spec_dst: libc::in_addr {
-                        s_addr: u32::from(ip).to_be(),
-                    },
-                    ipi_addr: libc::in_addr { s_addr: 0 },
-                };
-                std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<libc::in_pktinfo>(), pi);
-                off = libc::CMSG_SPACE(size_of::<libc::in_pktinfo>() as u32) as usize;
-                src_len = off;
-            }
-            Some(IpAddr::V6(ip)) => {
-                let c = base.cast::<libc::cmsghdr>();
-                (*c).cmsg_level = libc::IPPROTO_IPV6;
-                (*c).cmsg_type = libc::IPV6_PKTINFO;
-                (*c).cmsg_len = libc::CMSG_LEN(size_of::<libc::in6_pktinfo>() as u32) as usize;
-                let pi = libc::in6_pktinfo {
-                    ipi6_addr: libc::in6_addr {
-                        s6_addr: ip.octets(),
-                    },
-                    ipi6_ifindex: 0,
-                };
-                std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<libc::in6_pktinfo>(), pi);
-                off = libc::CMSG_SPACE(size_of::<libc::in6_pktinfo>() as u32) as usize;
-                src_len = off;
-            }
-            None => {}
-        }
-        if let Some(size) = segment {
-            let c = base.add(off).cast::<libc::cmsghdr>();
-            (*c).cmsg_level = libc::SOL_UDP;
-            (*c).cmsg_type = libc::UDP_SEGMENT;
-            (*c).cmsg_len = libc::CMSG_LEN(2) as usize;
-            std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), size as u16);
-            off += libc::CMSG_SPACE(2) as usize;
-        }
+    let src_len = match src {
+        Some(IpAddr::V4(ip)) => unsafe {
+            let pi = libc::in_pktinfo {
+                ipi_ifindex: 0,
+                ipi_spec_dst: libc::in_addr {
+                    s_addr: u32::from(ip).to_be(),
+                },
+                ipi_addr: libc::in_addr { s_addr: 0 },
+            };
+            put_cmsg(base, libc::IPPROTO_IP, libc::IP_PKTINFO, pi)
+        },
+        Some(IpAddr::V6(ip)) => unsafe {
+            let pi = libc::in6_pktinfo {
+                ipi6_addr: libc::in6_addr {
+                    s6_addr: ip.octets(),
+                },
+                ipi6_ifindex: 0,
+            };
+            put_cmsg(base, libc::IPPROTO_IPV6, libc::IPV6_PKTINFO, pi)
+        },
+        None => 0,
+    };
+    let mut off = src_len;
+    if let Some(size) = segment {
+        // SAFETY: as above.
+        off += unsafe { put_cmsg(base.add(off), libc::SOL_UDP, libc::UDP_SEGMENT, size as u16) };
     }
     (off, src_len)
+}
+
+/// Writes one control message carrying `value` at `at`; returns the
+/// space it takes (`CMSG_SPACE`).
+///
+/// # Safety
+/// `at` must be aligned for a `cmsghdr` and have `CMSG_SPACE` of `T`'s
+/// size writable.
+unsafe fn put_cmsg<T>(at: *mut u8, level: libc::c_int, ty: libc::c_int, value: T) -> usize {
+    let len = size_of::<T>() as u32;
+    // SAFETY: the caller vouches for alignment and room.
+    unsafe {
+        let c = at.cast::<libc::cmsghdr>();
+        (*c).cmsg_level = level;
+        (*c).cmsg_type = ty;
+        (*c).cmsg_len = libc::CMSG_LEN(len) as usize;
+        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<T>(), value);
+        libc::CMSG_SPACE(len) as usize
+    }
 }
 
 /// `sendmmsg` until every header is sent or dropped, never blocking: a
@@ -1080,21 +1080,10 @@ mod tests {
     /// Reads every datagram waiting on `rx` (bounded), with its source.
     fn drain_all(rx: &UdpSocket, want: usize) -> Vec<(SocketAddr, Vec<u8>)> {
         rx.set_nonblocking(true).unwrap();
-        let mut rb = RecvBatch::new();
-        let mut got = Vec::new();
-        for _ in 0..200 {
-            match rb.recv(rx) {
-                Ok(_) => got.extend(rb.iter().map(|d| (d.source, d.data.to_vec()))),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    if got.len() >= want {
-                        break;
-                    }
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-                Err(e) => panic!("{e}"),
-            }
-        }
-        got
+        read_all(rx, &mut RecvBatch::new(), want)
+            .into_iter()
+            .map(|(source, _, data)| (source, data))
+            .collect()
     }
 
     /// Datagrams of the given (destination index, length), each filled with
