@@ -62,7 +62,8 @@ pub enum Command {
         /// Its socket (bound to its host candidate address); `None`: the
         /// driver's shared socket, at the participant's local address
         /// (from [`Driver::shared_local`]). Without a shared socket, or
-        /// with that address taken, the participant is dropped.
+        /// with that address taken, the participant is dropped, its
+        /// snapshot's `failed` saying why.
         socket: Option<UdpSocket>,
     },
     /// Stop driving and drop a participant.
@@ -918,10 +919,11 @@ impl Loop {
         self.out.send_shared();
     }
 
-    fn add(&mut self, id: u64, p: Box<Participant>, sock: Option<UdpSocket>) {
+    fn add(&mut self, id: u64, mut p: Box<Participant>, sock: Option<UdpSocket>) {
         let shared_ip = match &sock {
             Some(sock) => {
-                if sock.set_nonblocking(true).is_err() {
+                if let Err(e) = sock.set_nonblocking(true) {
+                    p.fail(format!("driver: set_nonblocking: {e}"));
                     return;
                 }
                 // Without kernel receive times datagrams get the time they
@@ -939,9 +941,12 @@ impl Loop {
                 // else here has.
                 let local = p.local_addr();
                 let port = self.out.shared.as_ref().and_then(|s| s.local_addr().ok());
-                if port.map(|a| a.port()) != Some(local.port())
-                    || self.by_ip.contains_key(&local.ip())
-                {
+                if port.map(|a| a.port()) != Some(local.port()) {
+                    p.fail(format!("driver: no shared socket at {local}"));
+                    return;
+                }
+                if self.by_ip.contains_key(&local.ip()) {
+                    p.fail(format!("driver: {local} is taken"));
                     return;
                 }
                 Some(local.ip())
@@ -956,8 +961,9 @@ impl Loop {
         };
         match (&sock, shared_ip) {
             (Some(s), _) => {
-                if self.epoll.add(s.as_raw_fd(), idx as u64).is_err() {
+                if let Err(e) = self.epoll.add(s.as_raw_fd(), idx as u64) {
                     self.free.push(idx);
+                    p.fail(format!("driver: epoll: {e}"));
                     return;
                 }
             }
@@ -965,7 +971,9 @@ impl Loop {
                 self.by_ip.insert(ip, idx);
             }
             (None, None) => {
+                // Not reached: a participant without a socket has an address.
                 self.free.push(idx);
+                p.fail("driver: no socket");
                 return;
             }
         }
@@ -991,5 +999,66 @@ impl Loop {
             flush(e, now, idx, &mut self.out);
         }
         self.out.send_shared();
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::participant::ParticipantConfig;
+    use crate::stats::NoObserver;
+
+    /// A participant the driver cannot take says why in its snapshot.
+    #[test]
+    fn a_participant_without_a_socket_the_driver_has_fails_visibly() {
+        let local: SocketAddr = "127.1.0.9:9".parse().unwrap();
+        let (p, _offer) =
+            Participant::new(ParticipantConfig::new("x"), local, Instant::now()).unwrap();
+        let shared = p.shared();
+        // No shared socket on this driver.
+        let driver = Driver::spawn("t", Box::new(NoObserver), None).unwrap();
+        assert!(!driver.has_shared() && driver.shared_local().is_none());
+        assert!(driver.send(Command::Add {
+            id: 1,
+            participant: Box::new(p),
+            socket: None,
+        }));
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let failed = loop {
+            let f = shared
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .failed
+                .clone();
+            if f.is_some() || Instant::now() > deadline {
+                break f;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        assert_eq!(
+            failed.as_deref(),
+            Some("driver: no shared socket at 127.1.0.9:9")
+        );
+        assert_eq!(driver.stats().participants.load(Relaxed), 0);
+    }
+
+    /// Addresses on the shared socket are its port's and never repeat.
+    #[test]
+    fn shared_addresses_are_distinct_and_skip_network_and_broadcast() {
+        let driver = Driver::spawn_shared("t", Box::new(NoObserver), None).unwrap();
+        let addrs: Vec<SocketAddr> = (0..600).map_while(|_| driver.shared_local()).collect();
+        assert_eq!(addrs.len(), 600);
+        let unique: std::collections::HashSet<_> = addrs.iter().collect();
+        assert_eq!(unique.len(), 600);
+        for a in &addrs {
+            let std::net::IpAddr::V4(ip) = a.ip() else {
+                panic!("{a}");
+            };
+            let [x, y, _, last] = ip.octets();
+            assert_eq!((x, y), (127, 1));
+            assert!(last != 0 && last != 255, "{a}");
+        }
+        assert!(addrs.iter().all(|a| a.port() == addrs[0].port()));
     }
 }

@@ -709,6 +709,15 @@ impl Participant {
         Ok(offer.to_sdp_string())
     }
 
+    /// Give up on the participant: `why` goes into its snapshot's
+    /// `failed`, it is closed, and the snapshot is published.
+    pub fn fail(&mut self, why: impl Into<String>) {
+        self.snap.failed = Some(why.into());
+        self.snap.connected = false;
+        self.close();
+        self.publish();
+    }
+
     /// Close the str0m instance (no more output but a final poll).
     pub fn close(&mut self) {
         self.rtc_idle_until = None;
