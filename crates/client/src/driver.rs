@@ -486,8 +486,6 @@ impl Entry {
         t
     }
 
-    /// Hand every shaped datagram due by `now` to the participant, each
-    /// at its release time.
     /// Hand one datagram read from a socket to the participant (through
     /// its bottleneck, if it has one). RTP and RTCP wait for one drain per
     /// batch ([`Entry::drain`]); true when this one is the first to wait.
@@ -541,6 +539,8 @@ impl Entry {
         }
     }
 
+    /// Hand every shaped datagram due by `now` to the participant, each
+    /// at its release time.
     fn release_due(&mut self, now: Instant, idx: usize, out: &mut Out) {
         // Bounded by the queue length (nothing is queued meanwhile).
         while let Some(r) = self.shaper.as_mut().and_then(|s| s.pop_due(now)) {
@@ -594,10 +594,15 @@ impl Out {
         };
         let mut sent = SendResult::default();
         self.tx.flush(sock, &mut sent);
-        self.stats.tx_datagrams.fetch_add(sent.sent as u64, Relaxed);
-        if sent.dropped > 0 {
-            self.stats.tx_errors.fetch_add(sent.dropped as u64, Relaxed);
-        }
+        count_sent(&self.stats, &sent);
+    }
+}
+
+/// Count in `stats` what a send did.
+fn count_sent(stats: &DriverStats, sent: &SendResult) {
+    stats.tx_datagrams.fetch_add(sent.sent as u64, Relaxed);
+    if sent.dropped > 0 {
+        stats.tx_errors.fetch_add(sent.dropped as u64, Relaxed);
     }
 }
 
@@ -634,10 +639,7 @@ fn flush(e: &mut Entry, now: Instant, idx: usize, out: &mut Out) {
     if e.sock.is_some() {
         tx.flush(sock, &mut sent);
     }
-    stats.tx_datagrams.fetch_add(sent.sent as u64, Relaxed);
-    if sent.dropped > 0 {
-        stats.tx_errors.fetch_add(sent.dropped as u64, Relaxed);
-    }
+    count_sent(stats, &sent);
     let next = match e.shaper.as_ref().and_then(Shaper::next_release) {
         Some(r) => next.min(r),
         None => next,

@@ -43,7 +43,7 @@ use std::time::{Duration, Instant};
 
 use str0m::media::Pt;
 use str0m::rtp::rtcp::{Rtcp, RtcpPacket, TwccRecvRegister};
-use str0m::rtp::{ExtensionMap, ExtensionValues, RtpHeader, SrtpContext, Ssrc};
+use str0m::rtp::{ExtensionMap, ExtensionValues, RtpHeader, SrtpContext, Ssrc, extend_u16};
 
 /// Where the transmit copy's SRTCP index starts (str0m's own starts at 0).
 const SRTCP_INDEX_BASE: u32 = 1 << 30;
@@ -247,7 +247,7 @@ impl FastPath {
         // server's address could claim a receipt, no more.
         let Some(stream) = ours.and_then(|i| self.streams.get_mut(i)) else {
             if let Some(t) = parsed.ext_vals.transport_cc {
-                self.receipt(t, now);
+                register_receipt(&mut self.twcc, &mut self.twcc_since, t, now);
             }
             return Rx::NotOurs;
         };
@@ -307,11 +307,6 @@ impl FastPath {
             slot,
             payload: plain,
         })
-    }
-
-    /// A transport-wide receipt: `seq` arrived at `now`.
-    fn receipt(&mut self, seq: u16, now: Instant) {
-        register_receipt(&mut self.twcc, &mut self.twcc_since, seq, now);
     }
 
     /// When the next transport-wide feedback is due.
@@ -459,22 +454,6 @@ fn register_receipt(
     }
 }
 
-/// `seq` extended to 64 bits: the value nearest `prev` (the highest so
-/// far) with those 16 low bits.
-fn extend_u16(prev: Option<u64>, seq: u16) -> u64 {
-    let Some(prev) = prev else {
-        return u64::from(seq);
-    };
-    let seq = u64::from(seq);
-    let base = prev & !0xffff;
-    [base.wrapping_sub(0x1_0000), base, base + 0x1_0000]
-        .into_iter()
-        .map(|b| b.wrapping_add(seq))
-        .filter(|c| *c < (1 << 48))
-        .min_by_key(|c| c.abs_diff(prev))
-        .unwrap_or(seq)
-}
-
 /// An RTCP receiver report with no report blocks from `sender`.
 fn empty_report(sender: u32) -> [u8; 8] {
     let [a, b, c, d] = sender.to_be_bytes();
@@ -517,17 +496,6 @@ fn nack_packet(sender: u32, media: u32, first: u16, count: u64) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn transport_wide_numbers_extend_across_wraps_both_ways() {
-        assert_eq!(extend_u16(None, 7), 7);
-        assert_eq!(extend_u16(Some(65_535), 0), 65_536);
-        assert_eq!(extend_u16(Some(65_536), 65_535), 65_535);
-        assert_eq!(extend_u16(Some(3 * 65_536 + 10), 5), 3 * 65_536 + 5);
-        // Nothing below 0: a number from before the first stays high.
-        assert_eq!(extend_u16(Some(5), 65_530), 65_530);
-        assert_eq!(extend_u16(Some(70_000), 4_464), 70_000);
-    }
 
     #[test]
     fn a_nack_names_every_missing_packet_and_parses_as_one() {

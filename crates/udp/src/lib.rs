@@ -847,8 +847,6 @@ pub struct CopyBatch {
     dests: Vec<SocketAddr>,
     /// Source address of each queued datagram (None: the kernel picks).
     srcs: Vec<Option<IpAddr>>,
-    /// Whether any queued datagram has one.
-    any_src: bool,
     iovs: Vec<libc::iovec>,
     msgs: Messages,
 }
@@ -870,7 +868,6 @@ impl CopyBatch {
             lens: vec![0; BATCH],
             dests: Vec::with_capacity(BATCH),
             srcs: Vec::with_capacity(BATCH),
-            any_src: false,
             // SAFETY: plain C structs for which all-zero bytes are valid.
             iovs: (0..BATCH).map(|_| unsafe { zeroed() }).collect(),
             msgs: Messages::new(),
@@ -926,7 +923,6 @@ impl CopyBatch {
         *len = data.len();
         self.dests.push(dest);
         self.srcs.push(src);
-        self.any_src |= src.is_some();
     }
 
     /// Sends everything queued, in order (see [`send_all`] for refusals).
@@ -944,16 +940,14 @@ impl CopyBatch {
                 iov_len: *len,
             };
         }
-        let srcs: &[Option<IpAddr>] = if self.any_src { &self.srcs } else { &[] };
         // SAFETY: the first n iovecs were just pointed into buffers owned
         // by `self`, which outlive the call.
         unsafe {
             self.msgs
-                .send(socket, &self.dests, srcs, &mut self.iovs, res)
+                .send(socket, &self.dests, &self.srcs, &mut self.iovs, res)
         };
         self.dests.clear();
         self.srcs.clear();
-        self.any_src = false;
     }
 }
 

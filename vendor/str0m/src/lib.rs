@@ -786,6 +786,9 @@ pub mod rtp {
         // the transport-wide feedback itself.
         pub use crate::rtp_::{RtcpPacket, TwccRecvRegister};
     }
+    // corelay patch (PATCHES.md, 25): to extend the transport-wide numbers
+    // such an application registers, as the session does.
+    pub use crate::rtp_::extend_u16;
     use self::rtcp::Rtcp;
 
     /// Video Layers Allocation RTP Header Extension

@@ -230,14 +230,6 @@ impl<'a> DirectApi<'a> {
         &self.rtc.session.exts
     }
 
-    /// corelay patch (PATCHES.md, 12): a packet with transport-wide
-    /// sequence number `seq` arrived at `now`, decrypted by the application
-    /// itself (see [`DirectApi::srtp_contexts`]). It is reported in the
-    /// session's TWCC feedback like one str0m received.
-    pub fn twcc_received(&mut self, seq: u16, now: Instant) {
-        self.rtc.session.twcc_received(seq, now);
-    }
-
     /// corelay patch (PATCHES.md, 23): a regular RTP packet of `ssrc`'s
     /// receive stream that arrived at `now` in a datagram of `wire_len`
     /// bytes, authenticated and decrypted by the application itself (see

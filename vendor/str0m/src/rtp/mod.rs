@@ -18,7 +18,9 @@ pub use mtime::MediaTime;
 
 mod header;
 pub use header::RtpHeader;
-pub(crate) use header::{extend_u7, extend_u8, extend_u15, extend_u16, extend_u32};
+pub(crate) use header::{extend_u7, extend_u8, extend_u15, extend_u32};
+// corelay patch (PATCHES.md, 25): exported (str0m::rtp::extend_u16).
+pub use header::extend_u16;
 
 mod srtp;
 // corelay patch (PATCHES.md, 12): public, for `Rtc::srtp_contexts`.
