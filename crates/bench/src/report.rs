@@ -335,6 +335,7 @@ pub fn summary(o: &Outcome, rows: &[Row], config: Value, video_slots: usize) -> 
     let mut keyframe_requests = 0u64;
     let mut slips = 0u64;
     let mut own_path = 0u64;
+    let mut feedback_ignored = 0u64;
     let mut frames_rx_video = 0u64;
     let mut frames_rx_audio = 0u64;
     let mut not_connected = 0u64;
@@ -344,6 +345,7 @@ pub fn summary(o: &Outcome, rows: &[Row], config: Value, video_slots: usize) -> 
         keyframe_requests += s.keyframe_requests;
         slips += s.send_slips;
         own_path += s.own_path_packets;
+        feedback_ignored += s.feedback_ignored;
         if !s.connected {
             not_connected += 1;
         }
@@ -500,6 +502,7 @@ pub fn summary(o: &Outcome, rows: &[Row], config: Value, video_slots: usize) -> 
             "nacks_sent": nacks,
             "keyframe_requests_received": keyframe_requests,
             "own_path_packets": own_path,
+            "feedback_ignored": feedback_ignored,
         },
         "outages": pairs_v["outages"].clone(),
         "pairs": pairs_v,

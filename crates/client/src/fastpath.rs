@@ -22,6 +22,13 @@
 //! of it, so mapping SSRCs to slots, RTX (the resends its NACKs ask for)
 //! and padding stay str0m's).
 //!
+//! What it skips: the server's transport-wide feedback on what this
+//! client sends, when it comes alone in its SRTCP packet (str0m sends it
+//! so, apart from its reports). The client runs no send-side estimator, so
+//! str0m would only decrypt, parse and keep it, and be woken for it: about
+//! twenty times a second per participant. It is recognised by the SRTCP
+//! packet's clear first 8 bytes and dropped unread (counted).
+//!
 //! Why the feedback is its own: handing str0m the receipts meant a str0m
 //! wake-up (a walk of every timer and a poll of every output) for every
 //! participant every 50 ms; the receive registers' notes wait 250 ms.
@@ -109,6 +116,25 @@ pub(crate) struct Incoming<'a> {
     pub payload: &'a [u8],
 }
 
+/// An SRTCP packet holding one transport-wide feedback packet (RTPFB,
+/// FMT 15; draft-holmer-rmcat-transport-wide-cc-extensions-01 §3.1) and
+/// nothing else, judged from its clear first bytes: its length is the
+/// whole packet less the SRTCP index (4 bytes) and the tag of either
+/// profile (AES-GCM's 16, AES-CM-HMAC-SHA1-80's 10).
+fn lone_transport_feedback(data: &[u8]) -> bool {
+    let (Some(&b0), Some(&pt), Some(&hi), Some(&lo)) =
+        (data.first(), data.get(1), data.get(2), data.get(3))
+    else {
+        return false;
+    };
+    if b0 & 0x1f != 15 || pt != 205 {
+        return false;
+    }
+    let words = usize::from(u16::from_be_bytes([hi, lo]));
+    let rest = data.len().checked_sub((words + 1) * 4);
+    matches!(rest, Some(20) | Some(14))
+}
+
 /// What became of a datagram offered to [`FastPath::receive`].
 pub(crate) enum Rx<'a> {
     /// Not RTP of a stream this path took over: str0m's.
@@ -117,6 +143,9 @@ pub(crate) enum Rx<'a> {
     Dropped,
     /// Padding only (no payload).
     Padding,
+    /// The server's transport-wide feedback alone: nothing here reads it
+    /// (see the module doc).
+    Feedback,
     /// Media for a slot.
     Media(Incoming<'a>),
 }
@@ -221,8 +250,15 @@ impl FastPath {
         let (Some(b0), Some(b1)) = (data.first(), data.get(1)) else {
             return Rx::NotOurs;
         };
-        if !(128..=191).contains(b0) || (192..=223).contains(b1) {
+        if !(128..=191).contains(b0) {
             return Rx::NotOurs;
+        }
+        if (192..=223).contains(b1) {
+            return if lone_transport_feedback(data) {
+                Rx::Feedback
+            } else {
+                Rx::NotOurs
+            };
         }
         let Some(ssrc) = corelay_core::rtp::ssrc(data) else {
             return Rx::NotOurs;
@@ -496,6 +532,52 @@ fn nack_packet(sender: u32, media: u32, first: u16, count: u64) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A transport-wide feedback packet as str0m writes it.
+    fn feedback() -> Vec<u8> {
+        let mut reg = TwccRecvRegister::new(TWCC_KEEP);
+        let t0 = Instant::now();
+        for seq in [1u64, 2, 4] {
+            reg.update_seq(seq.into(), t0 + Duration::from_millis(seq));
+        }
+        let Some(twcc) = reg.build_report(TWCC_MAX_BYTES) else {
+            panic!("no report");
+        };
+        let fb = Rtcp::Twcc(twcc);
+        let mut p = vec![0u8; fb.length_words() * 4];
+        assert_eq!(fb.write_to(&mut p), p.len());
+        p
+    }
+
+    #[test]
+    fn only_a_lone_feedback_packet_is_skipped() {
+        let fb = feedback();
+        // SRTCP: the index (4 bytes), then either profile's tag.
+        for tag in [16, 10] {
+            let mut p = fb.clone();
+            p.extend_from_slice(&vec![0xa5; 4 + tag]);
+            assert!(lone_transport_feedback(&p), "tag {tag}");
+        }
+        let srtcp = |rtcp: &[u8]| [rtcp, &[0xa5; 20][..]].concat();
+        // Behind a report, or followed by one: str0m's to read.
+        let rr = empty_report(7);
+        assert!(!lone_transport_feedback(&srtcp(&[&rr[..], &fb].concat())));
+        assert!(!lone_transport_feedback(&srtcp(&[&fb[..], &rr].concat())));
+        // Another transport feedback message (a NACK, FMT 1).
+        let nack = nack_packet(7, 9, 100, 3);
+        let nack = nack.get(8..).unwrap_or_default();
+        assert!(!lone_transport_feedback(&srtcp(nack)));
+        // Cut short, empty, or RTP.
+        let cut = srtcp(&fb);
+        assert!(!lone_transport_feedback(
+            cut.get(..cut.len() - 1).unwrap_or_default()
+        ));
+        assert!(!lone_transport_feedback(fb.get(..3).unwrap_or_default()));
+        assert!(!lone_transport_feedback(&[]));
+        let mut rtp = cut.clone();
+        rtp[1] = 96;
+        assert!(!lone_transport_feedback(&rtp));
+    }
 
     #[test]
     fn a_nack_names_every_missing_packet_and_parses_as_one() {

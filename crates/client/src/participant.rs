@@ -752,6 +752,10 @@ impl Participant {
                     true
                 }
                 Rx::Padding => true,
+                Rx::Feedback => {
+                    self.snap.feedback_ignored += 1;
+                    true
+                }
                 Rx::Media(m) => {
                     self.snap.own_path_packets += 1;
                     self.on_media(m.slot, m.header, m.seq, m.payload, now, obs);

@@ -233,6 +233,10 @@ pub struct Snapshot {
     /// Media packets received on the own media path ([`crate::fastpath`]);
     /// the rest of `packets` came through str0m.
     pub own_path_packets: u64,
+    /// The server's transport-wide feedback packets the own media path
+    /// dropped unread (the client runs no send-side estimator; see
+    /// [`crate::fastpath`]).
+    pub feedback_ignored: u64,
     /// Media packets the own media path could not queue (more than a
     /// poll's worth waiting; see [`crate::fastpath`]): not sent, not counted as sent.
     pub send_refused: u64,
@@ -368,6 +372,7 @@ impl Snapshot {
             send_slips,
             send_refused,
             own_path_packets,
+            feedback_ignored,
             nacks_sent,
             unknown_packets,
             bad_datagrams,
@@ -401,6 +406,7 @@ impl Snapshot {
         self.send_slips = *send_slips;
         self.send_refused = *send_refused;
         self.own_path_packets = *own_path_packets;
+        self.feedback_ignored = *feedback_ignored;
         self.nacks_sent = *nacks_sent;
         self.unknown_packets = *unknown_packets;
         self.bad_datagrams = *bad_datagrams;

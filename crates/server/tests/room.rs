@@ -304,8 +304,12 @@ fn the_clients_own_media_path_is_received_intact_and_feeds_the_estimate() {
                 all[i],
                 s.own_path_packets
             );
+            // The server's transport-wide feedback on what it sends is
+            // recognised and not handed to str0m.
+            assert!(s.feedback_ignored > 0, "{}: no feedback skipped", all[i]);
         } else {
             assert_eq!(s.own_path_packets, 0);
+            assert_eq!(s.feedback_ignored, 0);
         }
         assert_eq!(s.bad_datagrams, 0, "{}", all[i]);
         assert_eq!(s.send_refused, 0, "{}", all[i]);
