@@ -12,7 +12,7 @@ pub mod logging;
 pub mod shard;
 pub mod ws;
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -82,6 +82,7 @@ pub fn run(cfg: Config) -> Result<(), Box<dyn std::error::Error>> {
         let (h, rt) = ws::spawn(ws::WsSpec {
             socket,
             advertised: SocketAddr::new(ip, cfg.udp_port),
+            source: reply_source(cfg.bind_ip, ip),
             settings: settings.clone(),
             to_control: to_control.clone(),
             workers: n,
@@ -264,6 +265,7 @@ fn spawn_shards(
         );
     }
     let mesh = Arc::new(Mesh::new(n));
+    let source = reply_source(cfg.bind_ip, ip);
     for i in 0..n {
         let port = cfg
             .udp_port
@@ -286,6 +288,7 @@ fn spawn_shards(
             tcp,
             tcp_max,
             advertised: SocketAddr::new(ip, port),
+            source,
             settings: settings.clone(),
             mesh: mesh.clone(),
             to_control: to_control.clone(),
@@ -306,6 +309,27 @@ fn spawn_shards(
 /// Panics inside [`corelay_core::guard::isolate`] are caught and logged once,
 /// with the participant they concern, by the code that caught them: the hook
 /// only notes where they happened. Any other panic is logged at ERROR here.
+/// The address media sockets bound to `bind_ip` send from: `advertised`
+/// when they are bound to a wildcard address and it is an address of this
+/// host (of the same family), else none (the kernel picks). A wildcard
+/// socket's answer otherwise leaves from whatever address the route to
+/// the peer prefers, which on a host of several need not be the one in
+/// the candidates, where the peer sent; ICE takes an answer only from
+/// there (RFC 8445 §7.2.5.2.1). An advertised address that is not this
+/// host's (behind a 1:1 NAT) cannot be a source, and the NAT maps the
+/// answer back to it.
+fn reply_source(bind_ip: IpAddr, advertised: IpAddr) -> Option<IpAddr> {
+    let local = || std::net::UdpSocket::bind(SocketAddr::new(advertised, 0)).is_ok();
+    let source = (bind_ip.is_unspecified() && bind_ip.is_ipv4() == advertised.is_ipv4() && local())
+        .then_some(advertised);
+    if let Some(src) = source {
+        tracing::info!(
+            "media sockets bound to {bind_ip} answer from {src}, the address in the candidates"
+        );
+    }
+    source
+}
+
 fn install_panic_hook() {
     std::panic::set_hook(Box::new(|info| {
         let location = info.location().map(|l| l.to_string()).unwrap_or_default();

@@ -268,6 +268,35 @@ fn a_vanished_participant_is_removed_and_its_slot_freed() {
     assert!(ok, "slot not freed: {:?}", s.events.last());
 }
 
+/// A server bound to every address of a host that has several answers
+/// from the one in its candidates, where the client sent: on loopback the
+/// kernel would answer 127.0.0.2 from 127.0.0.1. The own media path takes
+/// only what comes from the address it sends to (so does a browser's ICE),
+/// so it carries the media only if the answers come from there.
+#[test]
+fn a_server_bound_to_every_address_answers_from_the_advertised_one() {
+    let server = start_server(1, &["--bind-ip", "0.0.0.0", "--public-ip", "127.0.0.2"]);
+    let own = |name: &str| {
+        join_with(&server, "wild", name, |s| {
+            s.participant.own_media_path = true;
+        })
+    };
+    let (alice, bob) = (own("alice"), own("bob"));
+    for (p, name, other) in [(&alice, "alice", "bob"), (&bob, "bob", "alice")] {
+        let (ok, s) = p.wait_until(WAIT, |s| video_sources(s, 60) == names(&[other]));
+        assert!(ok, "{name} did not receive {other}: {:#?}", s.slots);
+        let packets: u64 = s.slots.values().map(|st| st.packets).sum();
+        assert!(
+            s.own_path_packets * 10 > packets * 9,
+            "{name}: {} of {packets} packets from the address it sent to",
+            s.own_path_packets
+        );
+    }
+    for p in [alice, bob] {
+        p.leave().unwrap();
+    }
+}
+
 /// The load generator's own media path (corelay_client::fastpath): two
 /// participants send and receive RTP past str0m's streams once connected,
 /// beside one on str0m's path. Everyone receives everyone intact, the own

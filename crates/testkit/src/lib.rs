@@ -187,14 +187,18 @@ impl Server {
             .filter(|_| !extra.contains(&"--runtime"))
             .map(|r| vec!["--runtime".to_string(), r])
             .unwrap_or_default();
+        // Loopback unless the test names its own addresses.
+        let addr = |flag: &'static str| {
+            (!extra.contains(&flag))
+                .then_some([flag, "127.0.0.1"])
+                .into_iter()
+                .flatten()
+        };
         let mut child = Command::new(bin)
-            .args(["--http", &http, "--public-ip", "127.0.0.1"])
-            .args([
-                "--bind-ip",
-                "127.0.0.1",
-                "--udp-port",
-                &udp_base.to_string(),
-            ])
+            .args(["--http", &http])
+            .args(addr("--public-ip"))
+            .args(addr("--bind-ip"))
+            .args(["--udp-port", &udp_base.to_string()])
             .args(["--metrics", &metrics, "--shards", &shards.to_string()])
             .args(["--no-pin", "--log", &log_level])
             .args(&runtime)

@@ -483,6 +483,8 @@ struct Messages {
     /// (0 without one): kept when a refused GSO run goes out one by one.
     src_cmsg: Vec<usize>,
     gso: bool,
+    /// The source of every datagram not given one of its own.
+    source: Option<IpAddr>,
 }
 
 impl Messages {
@@ -495,13 +497,14 @@ impl Messages {
             segs: vec![0; BATCH],
             src_cmsg: vec![0; BATCH],
             gso: false,
+            source: None,
         }
     }
 
     /// Sends the datagrams `iovs` to `dests` (pairwise, at most [`BATCH`]),
     /// in order, each from its address in `srcs` where that is given
-    /// (`srcs` is empty or pairs with `dests`; `None`: the kernel picks),
-    /// joining runs into GSO messages when `gso` is on.
+    /// (`srcs` is empty or pairs with `dests`), else from `source` (`None`:
+    /// the kernel picks), joining runs into GSO messages when `gso` is on.
     ///
     /// # Safety
     /// Every iovec must point at a buffer that is live for the call.
@@ -531,7 +534,8 @@ impl Messages {
             if i >= n {
                 break;
             }
-            let src = srcs.get(i).copied().flatten();
+            let src_of = |j: usize| srcs.get(j).copied().flatten().or(self.source);
+            let src = src_of(i);
             let size = first.iov_len;
             let mut k = 1;
             if self.gso && size > 0 {
@@ -546,7 +550,7 @@ impl Messages {
                     let len = iov.iov_len;
                     if k == MAX_GSO_SEGMENTS
                         || d != dest
-                        || srcs.get(j).copied().flatten() != src
+                        || src_of(j) != src
                         || len == 0
                         || len > size
                         || bytes + len > MAX_GSO_BYTES
@@ -639,6 +643,15 @@ impl SendBatch {
     /// Whether GSO is on.
     pub fn gso(&self) -> bool {
         self.msgs.gso
+    }
+
+    /// Sends every later datagram from `source` (`None`: the kernel picks,
+    /// the default). For a socket bound to a wildcard address on a host of
+    /// several: the kernel would pick by route, which need not be the
+    /// address the peer sent to, and a peer (ICE) may take an answer only
+    /// from there. `source` must be an address of this host.
+    pub fn set_source(&mut self, source: Option<IpAddr>) {
+        self.msgs.source = source;
     }
 
     /// Sends every datagram, [`BATCH`] per syscall. Never blocks: what the
@@ -1316,6 +1329,37 @@ mod tests {
                 .map(|(src, tag)| (src.unwrap_or(local), port, *tag))
                 .collect();
             assert_eq!(froms, want, "refused: {refuse}");
+        }
+    }
+
+    #[test]
+    fn a_send_batch_with_a_source_sends_every_datagram_from_it() {
+        let wild = UdpSocket::bind("0.0.0.0:0").unwrap();
+        wild.set_nonblocking(true).unwrap();
+        let port = wild.local_addr().unwrap().port();
+        let peer = UdpSocket::bind("127.0.0.1:0").unwrap();
+        peer.set_nonblocking(true).unwrap();
+        let to = peer.local_addr().unwrap();
+        let other: IpAddr = Ipv4Addr::new(127, 0, 0, 2).into();
+        let local: IpAddr = Ipv4Addr::LOCALHOST.into();
+        // Unset, the kernel picks 127.0.0.1 (the loopback route's source);
+        // set, every datagram of the GSO run comes from it.
+        for (source, want) in [(None, local), (Some(other), other)] {
+            let mut sb = SendBatch::new();
+            sb.set_gso(true);
+            sb.set_source(source);
+            let data = [[1u8; 100], [2; 100], [3; 100], [4; 100]];
+            let dests = [to; 4];
+            let items = dests.iter().zip(data.iter().map(|d| &d[..]));
+            let res = sb.send(&wild, items);
+            assert_eq!((res.sent, res.dropped, res.messages), (4, 0, 1));
+            let got = read_all(&peer, &mut RecvBatch::new(), 4);
+            let froms: Vec<(IpAddr, u16, u8)> = got
+                .iter()
+                .map(|(s, _, p)| (s.ip(), s.port(), p[0]))
+                .collect();
+            let expect: Vec<(IpAddr, u16, u8)> = (1..=4).map(|t| (want, port, t)).collect();
+            assert_eq!(froms, expect, "source {source:?}");
         }
     }
 

@@ -37,7 +37,7 @@ pub mod mesh;
 pub mod tcp;
 
 use std::io;
-use std::net::{SocketAddr, UdpSocket};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -233,6 +233,9 @@ pub struct ShardSpec {
     /// ICE-TCP connections this shard takes at most ([`tcp::conns_per_shard`]).
     pub tcp_max: usize,
     pub advertised: SocketAddr,
+    /// Where every datagram is sent from (a socket bound to a wildcard
+    /// address): the advertised address, when it is this host's.
+    pub source: Option<IpAddr>,
     pub settings: RtcSettings,
     pub mesh: Arc<Mesh>,
     pub to_control: mpsc::UnboundedSender<ToControl>,
@@ -345,6 +348,7 @@ async fn run(
     let peers = spec.mesh.clone();
     let mut send = SendBatch::new();
     send.set_gso(spec.offload && udp::gso_supported(&spec.socket));
+    send.set_source(spec.source);
     let recv = RecvBatch::for_socket(&spec.socket, spec.offload);
     let (tcp_conns, mut tcp_frames) = TcpConns::new(spec.tcp_max);
     let mut d = ShardLoop {

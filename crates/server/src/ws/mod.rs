@@ -49,7 +49,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::io;
-use std::net::{SocketAddr, UdpSocket as StdUdpSocket};
+use std::net::{IpAddr, SocketAddr, UdpSocket as StdUdpSocket};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -100,6 +100,8 @@ const LOGICAL: ShardId = ShardId(0);
 pub struct WsSpec {
     pub socket: StdUdpSocket,
     pub advertised: SocketAddr,
+    /// Where every datagram is sent from (see the shards' `ShardSpec`).
+    pub source: Option<IpAddr>,
     pub settings: RtcSettings,
     pub to_control: mpsc::UnboundedSender<ToControl>,
     /// Worker threads of the runtime (`--shards`).
@@ -183,6 +185,7 @@ pub fn spawn(spec: WsSpec) -> io::Result<(ShardHandle, WsRuntime)> {
         figures_tx: hub_tx,
         packet_metrics: spec.packet_metrics,
         gso,
+        source: spec.source,
         fail_on_room: spec.fail_on_room,
         workers: spec.workers.max(1),
         next: 1,
@@ -810,6 +813,8 @@ struct Hub {
     packet_metrics: bool,
     /// GSO on for every task's sends (asked for and supported).
     gso: bool,
+    /// Every task's sends leave from it ([`WsSpec::source`]).
+    source: Option<IpAddr>,
     fail_on_room: Option<String>,
     workers: usize,
     /// The next virtual shard id (0 is the logical shard).
@@ -974,6 +979,7 @@ impl Hub {
             send: {
                 let mut s = SendBatch::new();
                 s.set_gso(self.gso);
+                s.set_source(self.source);
                 s
             },
             peers: HashMap::new(),
