@@ -30,8 +30,9 @@ pub struct Config {
     pub bind_ip: IpAddr,
 
     /// IP address put in ICE candidates: what clients send media to. Default:
-    /// this machine's primary address (the one its default route uses), or
-    /// 127.0.0.1 when there is no network.
+    /// this machine's first up, non-loopback IPv4 address (in interface
+    /// order), or 127.0.0.1 when there is none. Media sockets bound to a
+    /// wildcard address send from it when it is this machine's.
     #[arg(long, env = "CORELAY_PUBLIC_IP")]
     pub public_ip: Option<IpAddr>,
 
