@@ -306,9 +306,6 @@ fn spawn_shards(
     Ok(())
 }
 
-/// Panics inside [`corelay_core::guard::isolate`] are caught and logged once,
-/// with the participant they concern, by the code that caught them: the hook
-/// only notes where they happened. Any other panic is logged at ERROR here.
 /// The address media sockets bound to `bind_ip` send from: `advertised`
 /// when they are bound to a wildcard address and it is an address of this
 /// host (of the same family), else none (the kernel picks). A wildcard
@@ -330,6 +327,9 @@ fn reply_source(bind_ip: IpAddr, advertised: IpAddr) -> Option<IpAddr> {
     source
 }
 
+/// Panics inside [`corelay_core::guard::isolate`] are caught and logged once,
+/// with the participant they concern, by the code that caught them: the hook
+/// only notes where they happened. Any other panic is logged at ERROR here.
 fn install_panic_hook() {
     std::panic::set_hook(Box::new(|info| {
         let location = info.location().map(|l| l.to_string()).unwrap_or_default();
