@@ -9,14 +9,23 @@
 //! thread paces the input at `rate` packets per second in bursts of `burst`
 //! (the scenario's datagrams per server wake-up, so the floor's batches are
 //! the server's), round-robin over `subscribers` publishers (each packet's
-//! SSRC), and drains what the floor
-//! sends from `subscribers` sockets of its own under epoll, as a load client
-//! does: publisher `p`'s copies go to the sockets of the `fanout` participants
-//! after it, so loopback delivery (the sender pays it) is paid as for the
-//! scenario's subscribers, one socket each. The floor thread's CPU time over
+//! SSRC), and reads what the floor sends under epoll, as the load client's
+//! driver thread does: one socket bound to every address, each participant
+//! an address of its own in 127.1.0.0/16 on it. Publisher `p`'s copies go
+//! to the `fanout` participants after it, so loopback delivery (the sender
+//! pays it) is paid as for the scenario's subscribers, one destination
+//! each. The floor thread's CPU time over
 //! the measurement divided by the packets it sent is
 //! `floor_us_per_forwarded_packet`, the figure `floor_ratio` divides the
 //! server's by.
+//!
+//! The second thread is the load client's floor in the same run: it does
+//! what any client must (encrypt and send its media, read with `recvmmsg`
+//! and authenticate every copy it receives), in the scenario's proportions
+//! (fan-out times as many received as sent). Its CPU time over the same
+//! window divided by the copies it received is
+//! `client_floor_us_per_received_packet`: what `client_to_server_ratio`
+//! would be made of if the client did nothing else.
 //!
 //! Owns: its sockets, threads and keys. Touches nothing of corelay's.
 
@@ -97,18 +106,17 @@ pub fn run(spec: &FloorSpec) -> io::Result<Value> {
     let input_sock = UdpSocket::bind("127.0.0.1:0")?;
     let floor_addr = floor_sock.local_addr()?;
     floor_sock.set_read_timeout(Some(Duration::from_millis(50)))?;
-    // The subscribers' sockets, drained by the load thread under epoll.
-    let subs = (0..subscribers)
-        .map(|_| {
-            let s = UdpSocket::bind("127.0.0.1:0")?;
-            s.set_nonblocking(true)?;
-            Ok(s)
+    // The subscribers: one address each in 127.1.0.0/16, all on one
+    // socket, as the load client's driver thread has them.
+    let sink = UdpSocket::bind("0.0.0.0:0")?;
+    sink.set_nonblocking(true)?;
+    let port = sink.local_addr()?.port();
+    let dests = (1..=subscribers as u32)
+        .map(|k| {
+            let ip = std::net::Ipv4Addr::from(u32::from_be_bytes([127, 1, 0, 0]) + k);
+            sockaddr(std::net::SocketAddr::from((ip, port)))
         })
-        .collect::<io::Result<Vec<UdpSocket>>>()?;
-    let dests = subs
-        .iter()
-        .map(|s| s.local_addr().map(sockaddr))
-        .collect::<io::Result<Vec<_>>>()?;
+        .collect::<Vec<_>>();
     let total = Duration::from_secs_f64(spec.seconds.max(0.5)) + WARMUP;
 
     // The load: SRTP packets encrypted with the ingress key, paced,
@@ -116,14 +124,12 @@ pub fn run(spec: &FloorSpec) -> io::Result<Value> {
     let (rate, payload, pin_load) = (spec.rate.max(1), spec.payload.max(1), spec.pin_load);
     let load = std::thread::Builder::new()
         .name("floor-load".into())
-        .spawn(move || -> io::Result<(u64, u64)> {
+        .spawn(move || -> io::Result<LoadFigures> {
             if let Some(cpu) = pin_load {
                 corelay_thread::pin_to_cpu(cpu);
             }
             let epoll = corelay_client::driver::Epoll::new()?;
-            for (i, s) in subs.iter().enumerate() {
-                epoll.add(s.as_raw_fd(), i as u64)?;
-            }
+            epoll.add(sink.as_raw_fd(), SINK_TOKEN)?;
             // The next burst's time, with the precision epoll's milliseconds lack.
             let timer = Timer::new()?;
             epoll.add(timer.0, TIMER_TOKEN)?;
@@ -133,12 +139,26 @@ pub fn run(spec: &FloorSpec) -> io::Result<Value> {
             let plain = vec![0x5au8; payload];
             let mut out = Batch::new(burst, HEADER + payload + TAG);
             let to = sockaddr(floor_addr);
-            let mut drained = vec![0u8; 2048];
-            let n = subs.len() as u64;
-            let (mut sent, mut received) = (0u64, 0u64);
+            // Each copy is authenticated with its subscriber's key (the
+            // floor's output `o` carries `o` in its SSRC's last byte).
+            let mut decs: Vec<Box<dyn AeadAes128GcmCipher>> =
+                (0..fanout).map(|o| cipher(2 + o as u8, false)).collect();
+            let mut rx = Batch::new(64, 2048);
+            let mut clear = vec![0u8; 2048];
+            let n = subscribers as u64;
+            let (mut sent, mut received, mut bad) = (0u64, 0u64, 0u64);
+            // (CPU, received) when the window opens and when it closes.
+            let mut window: [Option<(Duration, u64)>; 2] = [None, None];
             let start = Instant::now();
             let end = total + Duration::from_millis(200);
             while start.elapsed() < end {
+                let now = start.elapsed();
+                if window[0].is_none() && now >= WARMUP {
+                    window[0] = Some((corelay_thread::thread_cpu(), received));
+                }
+                if window[1].is_none() && now >= total {
+                    window[1] = Some((corelay_thread::thread_cpu(), received));
+                }
                 // Send the bursts the schedule says are due, then drain.
                 let due = (start.elapsed().as_secs_f64() * rate as f64) as u64;
                 while sent + burst as u64 <= due.max(burst as u64) && start.elapsed() < total {
@@ -163,19 +183,44 @@ pub fn run(spec: &FloorSpec) -> io::Result<Value> {
                         timer.clear();
                         continue;
                     }
-                    let Some(s) = subs.get(ev.u64 as usize) else {
+                    if ev.u64 != SINK_TOKEN {
                         continue;
-                    };
-                    // Up to 64 a socket (level-triggered: the rest next time).
-                    for _ in 0..64 {
-                        if s.recv(&mut drained).is_err() {
+                    }
+                    // Read until the socket is empty, every copy
+                    // authenticated.
+                    loop {
+                        let got = rx.recv(&sink, libc::MSG_DONTWAIT)?;
+                        for i in 0..got {
+                            let opened = rx.get(i).and_then(|pkt| {
+                                let header = pkt.get(..HEADER)?;
+                                let dec = decs.get_mut(usize::from(*header.get(11)?))?;
+                                let iv = iv(&salt, header);
+                                dec.decrypt(&iv, &[header], pkt.get(HEADER..)?, &mut clear)
+                                    .ok()
+                            });
+                            match opened {
+                                Some(_) => received += 1,
+                                None => bad += 1,
+                            }
+                        }
+                        if got < rx.capacity() {
                             break;
                         }
-                        received += 1;
                     }
                 }
             }
-            Ok((sent, received))
+            let end_mark = window[1].unwrap_or((corelay_thread::thread_cpu(), received));
+            let (cpu, copies) = match window[0] {
+                Some((cpu0, r0)) => (end_mark.0.saturating_sub(cpu0), end_mark.1 - r0),
+                None => (Duration::ZERO, 0),
+            };
+            Ok(LoadFigures {
+                sent,
+                received,
+                bad,
+                cpu,
+                copies,
+            })
         })?;
 
     if let Some(cpu) = spec.pin_floor {
@@ -266,7 +311,7 @@ pub fn run(spec: &FloorSpec) -> io::Result<Value> {
         }
     }
     let cpu_end = corelay_thread::thread_cpu();
-    let (sent, drained) = load
+    let client = load
         .join()
         .map_err(|_| io::Error::other("the load thread panicked"))??;
     let (cpu0, out0, in0, rc0, sc0, w0) = measured.unwrap_or_default();
@@ -287,14 +332,37 @@ pub fn run(spec: &FloorSpec) -> io::Result<Value> {
         "mean_recv_batch": if recv_calls > rc0 { inp as f64 / (recv_calls - rc0) as f64 } else { 0.0 },
         "mean_per_wake": if wakes > w0 { inp as f64 / (wakes - w0) as f64 } else { 0.0 },
         "mean_send_batch": if send_calls > sc0 { out as f64 / (send_calls - sc0) as f64 } else { 0.0 },
-        "load_sent": sent,
-        "load_drained": drained,
+        "load_sent": client.sent,
+        "load_drained": client.received,
         "bad": bad,
+        "client_floor_us_per_received_packet": if client.copies > 0 {
+            client.cpu.as_secs_f64() * 1e6 / client.copies as f64
+        } else {
+            0.0
+        },
+        "client_floor_cores": client.cpu.as_secs_f64() / secs,
+        "client_floor_bad": client.bad,
     }))
+}
+
+/// What the load thread (the client's floor) did.
+struct LoadFigures {
+    /// Input packets sent.
+    sent: u64,
+    /// Copies received and authenticated.
+    received: u64,
+    /// Copies that failed to authenticate or were cut short.
+    bad: u64,
+    /// Its CPU time over the measured window.
+    cpu: Duration,
+    /// Copies received in that window.
+    copies: u64,
 }
 
 /// The load thread's epoll token of its timer.
 const TIMER_TOKEN: u64 = u64::MAX;
+/// The load thread's epoll token of the subscribers' socket.
+const SINK_TOKEN: u64 = 0;
 
 /// A one-shot `timerfd` (monotonic clock), closed on drop.
 struct Timer(i32);
@@ -393,6 +461,10 @@ impl Batch {
         self.lens[self.used] = len;
         self.to[self.used] = to;
         self.used += 1;
+    }
+
+    fn capacity(&self) -> usize {
+        self.bufs.len()
     }
 
     fn full(&self) -> bool {

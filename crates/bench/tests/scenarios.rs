@@ -328,8 +328,9 @@ fn a_server_killed_mid_run_is_an_outage() {
 }
 
 /// `corelay-bench floor` runs and reports: every input packet decrypted and
-/// sent on to each of the fan-out, delivered into the subscribers' sockets,
-/// a positive cost per forwarded packet.
+/// sent on to each of the fan-out, every copy received and authenticated
+/// with its subscriber's key by the client's floor, a positive cost per
+/// forwarded and per received packet.
 #[test]
 fn the_floor_tool_runs_and_reports() {
     let _cpu = shared_cpu();
@@ -364,7 +365,10 @@ fn the_floor_tool_runs_and_reports() {
     );
     assert!(
         (drained - 3.0 * sent).abs() <= 0.1 * drained,
-        "the copies reached the subscribers' sockets: {v}"
+        "the copies reached the subscribers and were authenticated: {v}"
     );
+    assert_eq!(v["client_floor_bad"], 0, "{v}");
+    let client = v["client_floor_us_per_received_packet"].as_f64().unwrap();
+    assert!(client > 0.0 && client < 1000.0, "{v}");
     assert!(v["mean_per_wake"].as_f64().unwrap() >= 1.0, "{v}");
 }
