@@ -308,7 +308,10 @@ fn spawn_shards(
 
 /// The address media sockets bound to `bind_ip` send from: `advertised`
 /// when they are bound to a wildcard address and it is an address of this
-/// host (of the same family), else none (the kernel picks). A wildcard
+/// host that the socket can send from (of the same family, or IPv4 on a
+/// dual-stack `::` socket, whose IPv4 peers come as v4-mapped addresses
+/// and whose answers to them go by IPv4), else none (the kernel picks).
+/// A wildcard
 /// socket's answer otherwise leaves from whatever address the route to
 /// the peer prefers, which on a host of several need not be the one in
 /// the candidates, where the peer sent; ICE takes an answer only from
@@ -317,8 +320,9 @@ fn spawn_shards(
 /// answer back to it.
 fn reply_source(bind_ip: IpAddr, advertised: IpAddr) -> Option<IpAddr> {
     let local = || std::net::UdpSocket::bind(SocketAddr::new(advertised, 0)).is_ok();
-    let source = (bind_ip.is_unspecified() && bind_ip.is_ipv4() == advertised.is_ipv4() && local())
-        .then_some(advertised);
+    // Only an IPv4 socket cannot send from an IPv6 address.
+    let family = !(bind_ip.is_ipv4() && advertised.is_ipv6());
+    let source = (bind_ip.is_unspecified() && family && local()).then_some(advertised);
     if let Some(src) = source {
         tracing::info!(
             "media sockets bound to {bind_ip} answer from {src}, the address in the candidates"

@@ -272,29 +272,38 @@ fn a_vanished_participant_is_removed_and_its_slot_freed() {
 /// from the one in its candidates, where the client sent: on loopback the
 /// kernel would answer 127.0.0.2 from 127.0.0.1. The own media path takes
 /// only what comes from the address it sends to (so does a browser's ICE),
-/// so it carries the media only if the answers come from there.
+/// so it carries the media only if the answers come from there. So for
+/// `0.0.0.0` and for a dual-stack `::`, whose IPv4 peers come as v4-mapped
+/// addresses.
 #[test]
 fn a_server_bound_to_every_address_answers_from_the_advertised_one() {
-    let server = start_server(1, &["--bind-ip", "0.0.0.0", "--public-ip", "127.0.0.2"]);
-    let own = |name: &str| {
-        join_with(&server, "wild", name, |s| {
-            s.participant.own_media_path = true;
-        })
-    };
-    let (alice, bob) = (own("alice"), own("bob"));
-    for (p, name, other) in [(&alice, "alice", "bob"), (&bob, "bob", "alice")] {
-        let (ok, s) = p.wait_until(WAIT, |s| video_sources(s, 60) == names(&[other]));
-        assert!(ok, "{name} did not receive {other}: {:#?}", s.slots);
-        let packets: u64 = s.slots.values().map(|st| st.packets).sum();
-        assert!(
-            s.own_path_packets * 10 > packets * 9,
-            "{name}: {} of {packets} packets from the address it sent to",
-            s.own_path_packets
+    for bind in ["0.0.0.0", "::"] {
+        let server = start_server(1, &["--bind-ip", bind, "--public-ip", "127.0.0.2"]);
+        let (alice, bob) = (
+            join_own(&server, "wild", "alice"),
+            join_own(&server, "wild", "bob"),
         );
+        for (p, name, other) in [(&alice, "alice", "bob"), (&bob, "bob", "alice")] {
+            let (ok, s) = p.wait_until(WAIT, |s| video_sources(s, 60) == names(&[other]));
+            assert!(ok, "{bind}: {name} did not receive {other}: {:#?}", s.slots);
+            let packets: u64 = s.slots.values().map(|st| st.packets).sum();
+            assert!(
+                s.own_path_packets * 10 > packets * 9,
+                "{bind}: {name}: {} of {packets} packets from the address it sent to",
+                s.own_path_packets
+            );
+        }
+        for p in [alice, bob] {
+            p.leave().unwrap();
+        }
     }
-    for p in [alice, bob] {
-        p.leave().unwrap();
-    }
+}
+
+/// Joins `name` to `room` with the load client's own media path on.
+fn join_own(server: &Server, room: &str, name: &str) -> corelay_client::ParticipantHandle {
+    join_with(server, room, name, |s| {
+        s.participant.own_media_path = true;
+    })
 }
 
 /// The load generator's own media path (corelay_client::fastpath): two
@@ -307,13 +316,8 @@ fn a_server_bound_to_every_address_answers_from_the_advertised_one() {
 #[test]
 fn the_clients_own_media_path_is_received_intact_and_feeds_the_estimate() {
     let server = start_server(1, &[]);
-    let own = |name: &str| {
-        join_with(&server, "own", name, |s| {
-            s.participant.own_media_path = true;
-        })
-    };
-    let alice = own("alice");
-    let bob = own("bob");
+    let alice = join_own(&server, "own", "alice");
+    let bob = join_own(&server, "own", "bob");
     let carol = join(&server, "own", "carol");
     let all = ["alice", "bob", "carol"];
     for (i, p) in [&alice, &bob, &carol].into_iter().enumerate() {
