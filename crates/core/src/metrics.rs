@@ -195,7 +195,9 @@ impl LatencyHistogram {
             .collect()
     }
 
-    /// The smallest bucket edge (µs) below which at least `q` of the samples lie.
+    /// The smallest bucket edge (µs) below which at least `q` of the
+    /// samples lie; in the open top bucket (over the last edge), the
+    /// largest sample, the one bound known there.
     pub fn quantile_edge_us(&self, q: f64) -> Option<u64> {
         if self.count == 0 {
             return None;
@@ -205,7 +207,7 @@ impl LatencyHistogram {
         for (i, c) in self.counts.iter().enumerate() {
             acc += c;
             if acc >= want {
-                return Some(LATENCY_EDGES_US.get(i).copied().unwrap_or(u64::MAX));
+                return Some(LATENCY_EDGES_US.get(i).copied().unwrap_or(self.max_us));
             }
         }
         None
@@ -236,6 +238,8 @@ mod tests {
         assert_eq!(b[3], (10e-6, 1));
         assert_eq!(b.last().unwrap(), &(f64::INFINITY, 1));
         assert_eq!(h.quantile_edge_us(0.5), Some(20));
+        // In the open top bucket: the largest sample, not a bucket edge.
+        assert_eq!(h.quantile_edge_us(1.0), Some(60_000));
         let mut t = LatencyHistogram::default();
         t.add(&h);
         t.add(&h);

@@ -44,7 +44,8 @@ pub struct HistOut {
     pub count: u64,
     pub mean_us: f64,
     pub max_us: u64,
-    /// Upper bucket edge (µs) under which half / 99% of the samples lie.
+    /// Upper bucket edge (µs) under which half / 99% of the samples lie;
+    /// past the last edge (50 ms), the largest sample.
     pub p50_us: Option<u64>,
     pub p99_us: Option<u64>,
     /// `[upper edge µs (null = +Inf), samples in this bucket]`.
