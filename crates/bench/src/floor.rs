@@ -106,14 +106,14 @@ pub fn run(spec: &FloorSpec) -> io::Result<Value> {
     let input_sock = UdpSocket::bind("127.0.0.1:0")?;
     let floor_addr = floor_sock.local_addr()?;
     floor_sock.set_read_timeout(Some(Duration::from_millis(50)))?;
-    // The subscribers: one address each in 127.1.0.0/16, all on one
-    // socket, as the load client's driver thread has them.
+    // The subscribers: one address each in the load client's range
+    // (127.1.0.0/16), all on one socket, as its driver thread has them.
     let sink = UdpSocket::bind("0.0.0.0:0")?;
     sink.set_nonblocking(true)?;
     let port = sink.local_addr()?.port();
     let dests = (1..=subscribers as u32)
         .map(|k| {
-            let ip = std::net::Ipv4Addr::from(u32::from_be_bytes([127, 1, 0, 0]) + k);
+            let ip = std::net::Ipv4Addr::from(corelay_client::driver::SHARED_BASE + k);
             sockaddr(std::net::SocketAddr::from((ip, port)))
         })
         .collect::<Vec<_>>();

@@ -273,7 +273,7 @@ pub struct Driver {
 
 /// The first loopback address [`Driver::shared_local`] hands out
 /// (127.1.0.0/16: clear of 127.0.0.1, where servers listen).
-const SHARED_BASE: u32 = u32::from_be_bytes([127, 1, 0, 0]);
+pub const SHARED_BASE: u32 = u32::from_be_bytes([127, 1, 0, 0]);
 /// Addresses in that range.
 const SHARED_SPAN: u32 = 1 << 16;
 /// Receive and send buffer size asked for the shared socket (the server's

@@ -311,11 +311,10 @@ fn spawn_shards(
 /// host that the socket can send from (of the same family, or IPv4 on a
 /// dual-stack `::` socket, whose IPv4 peers come as v4-mapped addresses
 /// and whose answers to them go by IPv4), else none (the kernel picks).
-/// A wildcard
-/// socket's answer otherwise leaves from whatever address the route to
-/// the peer prefers, which on a host of several need not be the one in
-/// the candidates, where the peer sent; ICE takes an answer only from
-/// there (RFC 8445 §7.2.5.2.1). An advertised address that is not this
+/// A wildcard socket's answer otherwise leaves from whatever address the
+/// route to the peer prefers, which on a host of several need not be the
+/// one in the candidates, where the peer sent; ICE takes an answer only
+/// from there (RFC 8445 §7.2.5.2.1). An advertised address that is not this
 /// host's (behind a 1:1 NAT) cannot be a source, and the NAT maps the
 /// answer back to it.
 fn reply_source(bind_ip: IpAddr, advertised: IpAddr) -> Option<IpAddr> {
