@@ -18,7 +18,8 @@
 //! slot's rendered size needs nor above the cap the engine sets (one layer
 //! over the current one, and none for a while after a move down). Going
 //! above the layer a slot shows now needs 15 % headroom, so a slot does not
-//! flap at the edge. Sources without simulcast are never paused (there is
+//! flap at the edge, and must fit the estimate the engine is sure of (the
+//! lowest of the last seconds), while keeping a layer counts on the latest. Sources without simulcast are never paused (there is
 //! nothing lower to give), but their bitrate counts against the estimate.
 //! A layer that stops at the source while a lower one flows is left at once
 //! ([`SourceLayers::fallback`]): waiting for it would freeze the slot. For
@@ -48,7 +49,10 @@ const PARTIAL_WINDOW: Duration = Duration::from_millis(200);
 /// send their frames at the same instants, so a low frame rate does not
 /// look like this).
 const LAYER_STOPPED: Duration = Duration::from_millis(500);
-/// Weight of the newest window in a layer's smoothed rate.
+/// Weight of the newest window in a layer's smoothed rate when it is lower
+/// (a higher one is taken at once: an encoder ramping up, or sending a
+/// keyframe, needs that much of the link; a lagging figure made a climb
+/// look cheaper than it was).
 const RATE_ALPHA: f64 = 0.5;
 /// Assumed rates (bps) of the top layer and each one below it (by factor
 /// 3), until measured: libwebrtc's 720p/360p/180p ladder, roughly.
@@ -236,7 +240,7 @@ impl Sources {
                     .is_some_and(|f| f.saturating_duration_since(start) < PARTIAL_WINDOW);
                 if *bytes > 0 && (whole || *bps == 0) {
                     let rate = *bytes as f64 * 8.0 / elapsed.as_secs_f64();
-                    *bps = if *bps == 0 {
+                    *bps = if rate >= *bps as f64 {
                         rate as u64
                     } else {
                         (RATE_ALPHA * rate + (1.0 - RATE_ALPHA) * *bps as f64) as u64
@@ -285,8 +289,12 @@ pub(super) struct Allocation {
     pub(super) fixed: u64,
 }
 
-/// Shares `budget` (bps, after audio) across `wants` (see the module doc).
-pub(super) fn allocate(budget: u64, wants: &[SlotWant]) -> Allocation {
+/// Shares `budget` (bps, after audio) across `wants` (see the module doc);
+/// a move above the layer a slot shows must fit in `climb_budget` as well
+/// (the estimate it is sure of; at most `budget`).
+pub(super) fn allocate(budget: u64, climb_budget: u64, wants: &[SlotWant]) -> Allocation {
+    // What a climb must leave unused of `budget`.
+    let unsure = budget.saturating_sub(climb_budget);
     let mut order: Vec<usize> = (0..wants.len()).collect();
     order.sort_by(|&a, &b| {
         let pa = wants.get(a).map(|w| w.priority);
@@ -349,7 +357,7 @@ pub(super) fn allocate(budget: u64, wants: &[SlotWant]) -> Allocation {
             let need = if w.current.is_some_and(|c| next <= c) {
                 step
             } else {
-                (step as f64 * UP_HEADROOM) as u64
+                ((step as f64 * UP_HEADROOM) as u64).saturating_add(unsure)
             };
             if need > left {
                 break;
@@ -418,6 +426,7 @@ mod tests {
     fn a_big_estimate_gives_everyone_the_top_layer_their_size_needs() {
         let a = allocate(
             10_000_000,
+            10_000_000,
             &[
                 want((false, false, 0), &LADDER, Some(2)),
                 want((false, false, 0), &LADDER, Some(0)),
@@ -437,30 +446,34 @@ mod tests {
             want((false, true, 0), &LADDER, Some(2)),
         ];
         // 300 kbps: the pinned and the speaking slot get the lowest layer.
-        let a = allocate(300_000, &wants);
+        let a = allocate(300_000, 300_000, &wants);
         assert_eq!(a.ranks, vec![None, Some(0), Some(0)]);
         // 900 kbps: all three get the lowest; the pinned one climbs to mid
         // (350 kbps more, with headroom).
-        let a = allocate(900_000, &wants);
+        let a = allocate(900_000, 900_000, &wants);
         assert_eq!(a.ranks, vec![Some(0), Some(1), Some(0)]);
         assert_eq!(a.desired, 4_500_000);
         // Nothing fits: all paused.
-        assert_eq!(allocate(100_000, &wants).ranks, vec![None, None, None]);
+        assert_eq!(
+            allocate(100_000, 100_000, &wants).ranks,
+            vec![None, None, None]
+        );
     }
 
     #[test]
     fn climbing_needs_headroom_but_keeping_does_not() {
         let mut w = want((false, false, 0), &LADDER, Some(2));
         // 500 kbps exactly: not enough headroom to climb from 0 to 1...
-        assert_eq!(allocate(500_000, &[w]).ranks, vec![Some(0)]);
+        assert_eq!(allocate(500_000, 500_000, &[w]).ranks, vec![Some(0)]);
         // ...but a slot already on layer 1 keeps it.
         w.current = Some(1);
-        assert_eq!(allocate(500_000, &[w]).ranks, vec![Some(1)]);
+        assert_eq!(allocate(500_000, 500_000, &[w]).ranks, vec![Some(1)]);
     }
 
     #[test]
     fn video_without_simulcast_is_never_paused_but_counts() {
         let a = allocate(
+            600_000,
             600_000,
             &[
                 want((false, false, 0), &[500_000], Some(2)),
@@ -468,7 +481,11 @@ mod tests {
             ],
         );
         assert_eq!(a.ranks, vec![Some(0), None]);
-        let a = allocate(100_000, &[want((false, false, 0), &[500_000], Some(0))]);
+        let a = allocate(
+            100_000,
+            100_000,
+            &[want((false, false, 0), &[500_000], Some(0))],
+        );
         assert_eq!(a.ranks, vec![Some(0)]);
     }
 
@@ -503,22 +520,22 @@ mod tests {
     #[test]
     fn a_slot_showing_video_keeps_its_lowest_layer_down_to_half_its_rate() {
         let mut w = want((false, false, 0), &LADDER, Some(2));
-        assert_eq!(allocate(100_000, &[w]).ranks, vec![None]);
+        assert_eq!(allocate(100_000, 100_000, &[w]).ranks, vec![None]);
         w.current = Some(0);
-        let a = allocate(100_000, &[w]);
+        let a = allocate(100_000, 100_000, &[w]);
         // Kept, but it should shed frame rate while it can.
         assert_eq!((a.ranks, a.reduced), (vec![Some(0)], vec![true]));
-        assert_eq!(allocate(200_000, &[w]).reduced, vec![false]);
-        assert_eq!(allocate(70_000, &[w]).ranks, vec![None]);
+        assert_eq!(allocate(200_000, 200_000, &[w]).reduced, vec![false]);
+        assert_eq!(allocate(70_000, 70_000, &[w]).ranks, vec![None]);
     }
 
     #[test]
     fn the_cap_paces_the_climb() {
         let mut w = want((false, false, 0), &LADDER, Some(2));
         w.cap = 0;
-        assert_eq!(allocate(10_000_000, &[w]).ranks, vec![Some(0)]);
+        assert_eq!(allocate(10_000_000, 10_000_000, &[w]).ranks, vec![Some(0)]);
         w.cap = 1;
-        assert_eq!(allocate(10_000_000, &[w]).ranks, vec![Some(1)]);
+        assert_eq!(allocate(10_000_000, 10_000_000, &[w]).ranks, vec![Some(1)]);
     }
 
     #[test]
@@ -528,15 +545,15 @@ mod tests {
         let mut w = want((false, false, 0), &LADDER, Some(1));
         w.min_rank = 1;
         w.cap = 1;
-        let a = allocate(10_000_000, &[w]);
+        let a = allocate(10_000_000, 10_000_000, &[w]);
         assert_eq!((a.ranks, a.desired), (vec![Some(1)], 500_000));
         w.current = Some(0);
-        assert_eq!(allocate(300_000, &[w]).ranks, vec![Some(1)]);
-        assert_eq!(allocate(200_000, &[w]).ranks, vec![None]);
+        assert_eq!(allocate(300_000, 300_000, &[w]).ranks, vec![Some(1)]);
+        assert_eq!(allocate(200_000, 200_000, &[w]).ranks, vec![None]);
         // It still climbs from there.
         w.max_rank = Some(2);
         w.cap = 2;
-        assert_eq!(allocate(10_000_000, &[w]).ranks, vec![Some(2)]);
+        assert_eq!(allocate(10_000_000, 10_000_000, &[w]).ranks, vec![Some(2)]);
     }
 
     #[test]
@@ -588,6 +605,19 @@ mod tests {
             s.note(key, 0, 3, 1_000, ms(t));
         }
         assert_eq!(src(&s), Some((Some(0), Some(0))));
+    }
+
+    #[test]
+    fn a_climb_must_fit_the_budget_it_is_sure_of_and_keeping_a_layer_need_not() {
+        let mut w = want((false, false, 0), &LADDER, Some(2));
+        w.cap = 1;
+        w.current = Some(0);
+        // 700k now, but only 300k for sure: no climb to h (150k + 1.15 x 350k).
+        assert_eq!(allocate(700_000, 300_000, &[w]).ranks, vec![Some(0)]);
+        assert_eq!(allocate(700_000, 700_000, &[w]).ranks, vec![Some(1)]);
+        // A slot on h keeps it on the estimate of now.
+        w.current = Some(1);
+        assert_eq!(allocate(600_000, 300_000, &[w]).ranks, vec![Some(1)]);
     }
 
     #[test]

@@ -813,13 +813,9 @@ impl Engine {
             Event::ChannelOpen(cid, _label) => self.on_channel_open(now, id, cid),
             Event::EgressBitrateEstimate(str0m::bwe::BweKind::Twcc { estimate, .. }) => {
                 if let Some(p) = self.participants.get_mut(&id) {
-                    let new = estimate.as_u64();
-                    // A fall of more than 5 % is the estimator seeing
-                    // congestion (delay growing, loss): no climb for a while.
-                    if p.estimate.is_some_and(|old| new < old - old / 20) {
-                        p.congested_at = Some(now);
-                    }
-                    p.estimate = Some(new);
+                    // A climb counts on the lowest estimate of the last
+                    // seconds (a fall holds it back that long).
+                    p.note_estimate(now, estimate.as_u64());
                     self.io.realloc.push(id);
                 }
             }

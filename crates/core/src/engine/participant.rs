@@ -7,6 +7,7 @@
 //! room view), know its addresses ([`super::demux`]) or its deadlines
 //! ([`super::timers`]).
 
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use str0m::Rtc;
@@ -67,10 +68,24 @@ pub(super) struct Participant {
     pub(super) guard: StreamGuard,
     /// Its downlink estimate (str0m's BWE from its TWCC feedback), bps.
     pub(super) estimate: Option<u64>,
-    /// The desired rate its BWE was last given (it probes toward it).
-    pub(super) bwe_desired: Option<u64>,
-    /// When it last showed congestion: a falling estimate, or a receiver
-    /// report of more loss than a climb allows ([`super::simulcast`]).
+    /// The estimates of the last [`SURE_WINDOW`] that no later one is
+    /// below, oldest first: the front is their minimum (a climb's budget).
+    lows: VecDeque<(Instant, u64)>,
+    /// The minimum and desired rates its BWE was last given (it pads up to
+    /// the first, probes toward the second).
+    pub(super) bwe_set: Option<(u64, u64)>,
+    /// Since when a climb of its slots is on trial ([`super::simulcast`]),
+    /// the rate (bps) it pads up to meanwhile, and the climb budget then.
+    pub(super) trial: Option<(Instant, u64, u64)>,
+    /// No trial before this (one failed), and the wait after the next
+    /// failure.
+    pub(super) next_trial: Option<Instant>,
+    pub(super) trial_backoff: Duration,
+    /// The highest rate (bps) its slots and audio took lately without a
+    /// lossy report, and when; a climb up to it is not tried first.
+    pub(super) proven: Option<(u64, Instant)>,
+    /// When it last showed congestion: a receiver report of more loss than
+    /// a climb allows ([`super::simulcast`]).
     pub(super) congested_at: Option<Instant>,
     pub(super) slots: Vec<Slot>,
     pub(super) channel: Option<ChannelId>,
@@ -135,6 +150,12 @@ pub(super) fn rtx_history_for(rtt: Duration) -> Duration {
         .clamp(RTX_HISTORY_MIN, RTX_HISTORY_MAX)
 }
 
+/// How long an estimate must have lasted for a climb to count on it
+/// ([`Participant::sure_estimate`]).
+pub(super) const SURE_WINDOW: Duration = Duration::from_secs(2);
+/// Estimates kept for [`Participant::sure_estimate`] at most.
+const LOWS_MAX: usize = 64;
+
 impl Participant {
     pub(super) fn new(
         id: ParticipantId,
@@ -153,7 +174,12 @@ impl Participant {
             guard: StreamGuard::default(),
             estimate: None,
             congested_at: None,
-            bwe_desired: None,
+            lows: VecDeque::new(),
+            bwe_set: None,
+            trial: None,
+            next_trial: None,
+            trial_backoff: super::simulcast::TRIAL_BACKOFF_MIN,
+            proven: None,
             slots: Vec::new(),
             channel: None,
             poisoned: false,
@@ -212,6 +238,39 @@ impl Participant {
                 tx.set_rtx_max_age(self.rtx_history);
             }
         }
+    }
+
+    /// A new downlink estimate.
+    pub(super) fn note_estimate(&mut self, now: Instant, bps: u64) {
+        self.estimate = Some(bps);
+        while self.lows.back().is_some_and(|&(_, v)| v >= bps) {
+            self.lows.pop_back();
+        }
+        // Rising estimates (one entry each) come at most every few tens of
+        // milliseconds; the bound only guards the memory.
+        if self.lows.len() >= LOWS_MAX {
+            self.lows.pop_front();
+        }
+        self.lows.push_back((now, bps));
+    }
+
+    /// The lowest estimate of the last [`SURE_WINDOW`] (the latest one if
+    /// older): what a move onto a higher layer may count on. An estimate
+    /// that a probe through a token bucket's burst lifted, or that grew
+    /// while the link carried much less than it, does not last that long
+    /// (measured behind a 300 kbit/s token bucket: the estimate reached 0.5
+    /// to 0.9 Mbit/s for under a second, and a climb onto a 0.4 Mbit/s
+    /// layer on it froze the subscriber's video for 2 to 4 s).
+    pub(super) fn sure_estimate(&mut self, now: Instant) -> Option<u64> {
+        while self.lows.len() > 1
+            && self
+                .lows
+                .front()
+                .is_some_and(|&(t, _)| now.saturating_duration_since(t) > SURE_WINDOW)
+        {
+            self.lows.pop_front();
+        }
+        self.lows.front().map(|&(_, v)| v)
     }
 
     /// Fits how long its slots keep sent packets for resends to its latest
@@ -372,6 +431,43 @@ mod tests {
         assert_eq!(rtx_history_for(ms(250)), ms(2700));
         assert_eq!(rtx_history_for(ms(400)), RTX_HISTORY_MAX);
         assert_eq!(rtx_history_for(Duration::MAX), RTX_HISTORY_MAX);
+    }
+
+    #[test]
+    fn a_climb_counts_on_the_lowest_estimate_of_the_last_two_seconds() {
+        let ms = Duration::from_millis;
+        let t0 = Instant::now();
+        let mut p = Participant::new(
+            ParticipantId(1),
+            RoomId(1),
+            "p".into(),
+            Rtc::new(t0),
+            &[],
+            &[],
+        );
+        assert_eq!(p.sure_estimate(t0), None);
+        p.note_estimate(t0, 300_000);
+        // A probe lifts it for a moment: the climb still counts on 300k.
+        p.note_estimate(t0 + ms(500), 1_200_000);
+        p.note_estimate(t0 + ms(700), 400_000);
+        assert_eq!(p.estimate, Some(400_000));
+        assert_eq!(p.sure_estimate(t0 + ms(1900)), Some(300_000));
+        // 2 s on, the start has left the window: the lowest since is 400k.
+        assert_eq!(p.sure_estimate(t0 + ms(2100)), Some(400_000));
+        // A fall counts at once.
+        p.note_estimate(t0 + ms(2200), 250_000);
+        assert_eq!(p.sure_estimate(t0 + ms(2200)), Some(250_000));
+        // Long after the last estimate: that one.
+        assert_eq!(p.sure_estimate(t0 + ms(60_000)), Some(250_000));
+        // Rising estimates keep one entry each, within the bound.
+        for i in 0..1000u64 {
+            p.note_estimate(t0 + ms(60_000 + i), 250_000 + i);
+        }
+        assert!(p.lows.len() <= LOWS_MAX);
+        assert_eq!(
+            p.sure_estimate(t0 + ms(61_000)),
+            Some(250_000 + 1000 - LOWS_MAX as u64)
+        );
     }
 
     #[test]

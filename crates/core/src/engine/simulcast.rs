@@ -6,19 +6,23 @@
 //! silent, one paused layer more each second, in case it stopped them
 //! itself).
 //!
-//! A slot starts on its source's lowest layer and climbs one layer a second
-//! while the estimate allows (the new layer's keyframe is requested at
-//! once; the current one flows until it comes); it moves down at once when
-//! the estimate falls or its layer stops at the source (to the highest one
+//! A slot starts on its source's lowest layer and climbs at most one layer
+//! a second (the new layer's keyframe is requested at once; the current one
+//! flows until it comes), on the lowest estimate of the last 2 s
+//! ([`super::participant::SURE_WINDOW`]); it moves down at once when the
+//! estimate falls or its layer stops at the source (to the highest one
 //! still flowing; never below the lowest that flows, so up when the
-//! publisher stopped its lowest itself). After a move down for the
-//! estimate it does not climb for 4 s; after one that only followed the
-//! source, the usual second. It never climbs before the subscriber's first
-//! receiver report, nor within 3 s of one reporting loss or of a fall in
-//! its estimate. Runs when a subscriber's estimate, slots or views change,
-//! and on the room tick. Must not: forward media (the slot switches on a
-//! keyframe in [`super::forward`]) or decide what a slot shows
-//! ([`super::policy`]).
+//! publisher stopped its lowest itself). A climb above what the
+//! subscriber's link carried lately is tried first ([`TRIAL`]): its BWE
+//! pads up to what the climbed slots would take for 2 s, and the climb
+//! happens only if the estimate held; a trial that the estimate failed is
+//! not repeated for 4 s, then 8, up to 32. After a move down for the
+//! estimate a slot does not climb for 4 s; after one that only followed
+//! the source, the usual second. It never climbs before the subscriber's
+//! first receiver report, nor within 3 s of one reporting loss. Runs when
+//! a subscriber's estimate, slots or views change, and on the room tick.
+//! Must not: forward media (the slot switches on a keyframe in
+//! [`super::forward`]) or decide what a slot shows ([`super::policy`]).
 
 use std::time::{Duration, Instant};
 
@@ -44,10 +48,31 @@ const DOWN_HOLD: Duration = Duration::from_secs(4);
 /// estimate raised by a probe that a token bucket's burst let through must
 /// not move it onto a layer its link cannot carry.
 const CLIMB_MAX_LOSS: f32 = 0.05;
-/// A lossy report or a falling estimate holds climbs this long (reports
-/// come each second; one clean report amid random loss does not open the
-/// way, nor does an estimate that is still coming down from its start).
+/// A lossy report holds climbs this long (reports come each second; one
+/// clean report amid random loss does not open the way). A falling
+/// estimate holds them through the climb budget, the lowest estimate of
+/// the last 2 s.
 const CONGESTION_HOLD: Duration = Duration::from_secs(3);
+/// A climb waits this long first, the subscriber's BWE padding up to the
+/// rate it would take meanwhile, and happens only if the lowest estimate
+/// since (see [`super::participant::SURE_WINDOW`]) still allows it and no
+/// receiver report showed loss. An estimate above what the link carries
+/// now is a guess until the link carries that much: str0m's grows while
+/// the lowest layer uses a fraction of it, and a probe through a token
+/// bucket's burst lifts it further (behind a 300 kbit/s bucket it sat at
+/// 0.4 to 0.9 Mbit/s for seconds, and a climb onto a 0.35 Mbit/s layer on
+/// it froze the subscriber's video for 2 to 4 s: its queue full, the lower
+/// layer's keyframe stuck behind it). Padding for a while costs that link
+/// a little delay instead.
+const TRIAL: Duration = Duration::from_secs(2);
+/// After a trial that failed, the next waits this long, doubling with each
+/// failure up to [`TRIAL_BACKOFF_MAX`] (a success starts over).
+pub(super) const TRIAL_BACKOFF_MIN: Duration = Duration::from_secs(4);
+const TRIAL_BACKOFF_MAX: Duration = Duration::from_secs(32);
+/// What a subscriber's slots took without a lossy report is proven this
+/// long after: a climb back up to it (its source's layer stopped a while,
+/// its tile shrank and grew) is not tried first.
+const PROVEN_FOR: Duration = Duration::from_secs(30);
 /// A simulcast source that sends nothing on the layers it was told to send
 /// for this long gets a paused layer resumed (see [`Engine::dynacast`]).
 const PROBE_SILENCE: Duration = Duration::from_secs(1);
@@ -59,9 +84,12 @@ impl Engine {
             return;
         };
         let speaker = self.rooms.get(&p.room).and_then(|r| r.speaker);
-        let estimate = match self.settings.bwe_initial_bps {
-            None => u64::MAX,
-            Some(initial) => p.estimate.unwrap_or(initial),
+        let (estimate, sure) = match self.settings.bwe_initial_bps {
+            None => (u64::MAX, u64::MAX),
+            Some(initial) => {
+                let e = p.estimate.unwrap_or(initial);
+                (e, p.sure_estimate(now).map_or(e, |s| s.min(e)))
+            }
         };
         let audio = p
             .slots
@@ -71,7 +99,7 @@ impl Engine {
             * AUDIO_BPS;
         // No climb before its first receiver report (nothing known of the
         // link but a start value), nor within CONGESTION_HOLD of a lossy
-        // report or a falling estimate.
+        // report.
         let loss = p.stats.egress_loss;
         if loss.is_some_and(|l| l > CLIMB_MAX_LOSS) {
             p.congested_at = Some(now);
@@ -139,14 +167,97 @@ impl Engine {
                 current,
                 min_rank: floor,
             });
-            at.push((i, stopped));
+            at.push((i, stopped, floor, rates));
         }
-        let a = layers::allocate(estimate.saturating_sub(audio), &wants);
-        for (((i, fallback), rank), reduced) in at.into_iter().zip(a.ranks).zip(a.reduced) {
+        let a = layers::allocate(
+            estimate.saturating_sub(audio),
+            sure.saturating_sub(audio),
+            &wants,
+        );
+        // A climb above what a slot shows and aims at (not one the source
+        // forces) is tried first (TRIAL), unless it only goes back up to
+        // what the subscriber's link carried lately. While BWE is off there
+        // is no estimate to doubt.
+        let climbs = at.iter().zip(&a.ranks).any(|(&(i, _, floor, _), &rank)| {
+            p.slots.get(i).is_some_and(|s| {
+                let above = s.target.max(s.current).map(usize::from);
+                s.current.is_some() && rank > above && rank > Some(floor)
+            })
+        });
+        let wanted = a.used.saturating_add(audio);
+        // What the layers shown now take: carried without a lossy report,
+        // it is proven for PROVEN_FOR.
+        let shown = at
+            .iter()
+            .filter_map(|&(i, _, _, rates)| {
+                let c = p.slots.get(i)?.current?;
+                rates.get(usize::from(c)).copied()
+            })
+            .fold(audio, u64::saturating_add);
+        if held {
+            p.proven = None;
+        } else if p.proven.is_none_or(|(rate, at)| {
+            shown >= rate || now.saturating_duration_since(at) >= PROVEN_FOR
+        }) {
+            p.proven = Some((shown, now));
+        }
+        let proven = p.proven.is_some_and(|(rate, _)| wanted <= rate);
+        let commit = match p.trial {
+            _ if !climbs || proven || self.settings.bwe_initial_bps.is_none() => {
+                // A trial whose climb no longer fits because the estimate
+                // fell failed: the next one waits, twice as long each time
+                // (padding costs the link).
+                let ended = p.trial.take();
+                if !climbs && ended.is_some_and(|(_, _, before)| sure < before) {
+                    tracing::debug!(participant = %id, estimate, sure, backoff = ?p.trial_backoff, "climb trial failed");
+                    p.next_trial = Some(now + p.trial_backoff);
+                    p.trial_backoff = (p.trial_backoff * 2).min(TRIAL_BACKOFF_MAX);
+                }
+                true
+            }
+            Some((since, rate, _)) if now.saturating_duration_since(since) >= TRIAL => {
+                // The link carried the padding: the climbs after this one,
+                // up to what was tried, need no trial.
+                p.trial = None;
+                p.trial_backoff = TRIAL_BACKOFF_MIN;
+                p.proven = Some((rate, now));
+                true
+            }
+            Some(_) => false,
+            None if p.next_trial.is_some_and(|t| now < t) => false,
+            None => {
+                // Try what the slots would climb to over the next seconds
+                // (the pacing aside), not just the next layer.
+                let unpaced: Vec<SlotWant> = wants
+                    .iter()
+                    .map(|w| SlotWant {
+                        cap: usize::MAX,
+                        ..*w
+                    })
+                    .collect();
+                let rate = layers::allocate(
+                    estimate.saturating_sub(audio),
+                    sure.saturating_sub(audio),
+                    &unpaced,
+                )
+                .used
+                .saturating_add(audio)
+                .max(wanted);
+                tracing::debug!(participant = %id, rate, estimate, sure, "climb trial starts");
+                p.trial = Some((now, rate, sure));
+                false
+            }
+        };
+        for (((i, fallback, _, rates), rank), reduced) in at.into_iter().zip(a.ranks).zip(a.reduced)
+        {
             let Some(slot) = p.slots.get_mut(i) else {
                 continue;
             };
-            let target = rank.and_then(|r| u8::try_from(r).ok());
+            let mut target = rank.and_then(|r| u8::try_from(r).ok());
+            // A climb on trial waits where it is.
+            if !commit && slot.current.is_some() && target > slot.target.max(slot.current) {
+                target = slot.target;
+            }
             // Shed frame rate at once (VP8 temporal layers, from the next
             // base-layer frame) while a move down waits for the lower
             // layer's keyframe, or while the lowest layer does not fit.
@@ -157,6 +268,17 @@ impl Engine {
             };
             let fresh = std::mem::take(&mut slot.fresh);
             if slot.target != target {
+                tracing::debug!(
+                    participant = %id,
+                    mid = %slot.mid,
+                    current = ?slot.current,
+                    from = ?slot.target,
+                    to = ?target,
+                    estimate,
+                    sure,
+                    ?rates,
+                    "slot target moves"
+                );
                 slot.target = target;
                 slot.last_move = Some(now);
                 // A move down holds climbs (the estimate overshoots after
@@ -193,13 +315,21 @@ impl Engine {
                 .saturating_add(audio)
                 .saturating_add(a.desired.saturating_mul(5) / 4)
         };
-        let moved = p.bwe_desired.is_none_or(|d| desired.abs_diff(d) > d / 10);
+        // While a climb is on trial, the BWE pads up to what it would take
+        // (never above its estimate): a link that cannot carry it shows
+        // delay or loss, and the estimate falls before the climb is made.
+        let minimum = p.trial.map_or(0, |(_, rate, _)| rate);
+        let moved = p.bwe_set.is_none_or(|(m, d)| {
+            desired.abs_diff(d) > d / 10
+                || minimum.abs_diff(m) > m / 10
+                || (m == 0) != (minimum == 0)
+        });
         if moved {
-            p.bwe_desired = Some(desired);
+            p.bwe_set = Some((minimum, desired));
             let _ = guarded(&mut self.io, id, &mut p.poisoned, |_| {
                 p.rtc
                     .bwe()
-                    .set_bitrate(Bitrate::ZERO, Bitrate::bps(desired));
+                    .set_bitrate(Bitrate::bps(minimum), Bitrate::bps(desired));
             });
         }
     }
