@@ -6,9 +6,10 @@
 //   - "fast" on the test's own network, unshaped;
 //   - "slow" in its own network namespace behind a veth pair whose
 //     server-side egress is a 300 kbit/s token bucket (tc tbf).
-// Within ~10 s of their slots being filled, "fast" must decode the 1280-wide
+// Within ~12 s of their slots being filled, "fast" must decode the 1280-wide
 // layer and "slow" one at most 640 wide, both still decoding over the last
-// 5 s (the first 5 s are for slow's estimate to settle); /api/v1/stats must show slow's estimate under 600 kbit/s and its slot
+// 5 s (the first 8 s are for the estimates to settle and fast's climbs,
+// each tried for 2 s first); /api/v1/stats must show slow's estimate under 600 kbit/s and its slot
 // targeting a layer below the top; the layers the subscribers take must be
 // active at the publisher (dynacast may only pause the unused ones). One
 // failure is retried once (see HostJitter): fast off the top layer after
@@ -341,10 +342,14 @@ describe('simulcast: layers follow each subscriber\'s downlink', { skip: skip ??
       await recordFrames(slow, slowMid);
       console.log(`slots filled: fast mid ${fastMid} tile ${await tileSize(fast, fastMid)}, slow mid ${slowMid} tile ${await tileSize(slow, slowMid)}`);
 
-      // Within ~10 s (12 s: the machine is shared): fast decodes >= 1280
-      // wide, slow <= 640 wide. Not judged in the first 5 s: slow's
+      // Within ~12 s (14 s: the machine is shared): fast decodes >= 1280
+      // wide, slow <= 640 wide. Not judged in the first 8 s: slow's
       // estimate starts at --bwe-start-kbps (above its link's rate when that
-      // is set high); the 5 s after that must be clean.
+      // is set high), and fast's two climbs are each tried for 2 s before
+      // they are made, so it reaches the top layer 4 to 5 s in (it was 0 to
+      // 2 s before the trials; judged from 5 s then, its estimate had as
+      // long to settle after its last climb as it has from 8 s now). The 5 s
+      // after that must be clean.
       const sample = async () => {
         const [f, s] = await Promise.all([inboundByMid(fast), inboundByMid(slow)]);
         return { fast: f[fastMid] || {}, slow: s[slowMid] || {} };
@@ -383,18 +388,19 @@ describe('simulcast: layers follow each subscriber\'s downlink', { skip: skip ??
       for (;;) {
         now = await sample();
         trace.push(line(now, await stats()));
-        if ((good(now) && Date.now() - t0 >= 5000) || Date.now() - t0 > 12000) break;
+        if ((good(now) && Date.now() - t0 >= 8000) || Date.now() - t0 > 14000) break;
         await sleep(1000);
       }
       console.log(`after the slots filled (inbound-rtp, /api/v1/stats):\n  ${trace.join('\n  ')}`);
-      if (!good(now)) jitterOnly(now, 'fast not 1280 wide within 12 s');
-      assert.ok(good(now), `within 12 s of the slots being filled: fast >= 1280 wide, slow <= 640 wide; last: ${fmt(now)}`);
+      if (!good(now)) jitterOnly(now, 'fast not 1280 wide within 14 s');
+      assert.ok(good(now), `within 14 s of the slots being filled: fast >= 1280 wide, slow <= 640 wide; last: ${fmt(now)}`);
 
       // Then 5 s more: both keep decoding, at those widths.
       const start = now;
       const tStart = Date.now();
       const window5 = [];
       const slowEstimates = [];
+      const slowClimbEstimates = [];
       let st;
       let end;
       for (let i = 0; i < 5; i++) {
@@ -403,6 +409,7 @@ describe('simulcast: layers follow each subscriber\'s downlink', { skip: skip ??
         st = await stats();
         window5.push(line(end, st));
         slowEstimates.push(participantStats(st, slowId)?.estimate_bps);
+        slowClimbEstimates.push(participantStats(st, slowId)?.climb_estimate_bps);
       }
       const tEnd = Date.now();
       console.log(`the next 5 s (${rel(tStart)}-${rel(tEnd)} s):\n  ${window5.join('\n  ')}`);
@@ -430,13 +437,16 @@ describe('simulcast: layers follow each subscriber\'s downlink', { skip: skip ??
       assert.ok(good(end), `still fast >= 1280 wide, slow <= 640 wide: ${fmt(end)}`);
       assert.ok(slowWidths.length > 0 && Math.max(...slowWidths) <= 640, `slow presents nothing wider than 640 in those 5 s: ${JSON.stringify(slowWidths)}`);
 
-      // The server's view: slow's estimate fits its link and its slot aims
-      // below the top layer; fast's slot forwards the top.
-      // (The median over the window: a probe that the token bucket's burst
-      // lets through at line rate lifts one sample now and then.)
+      // The server's view: what slow's climbs count on fits its link, and
+      // its slot aims below the top layer; fast's slot forwards the top.
+      // (The median over the window, of `climb_estimate_bps`, the lowest
+      // estimate of the last 2 s: str0m's own, `estimate_bps`, reads up to
+      // 1.5 Mbit/s for a second or two when a probe passes the bucket's
+      // burst, more often now that slow stays on q and no longer overloads
+      // its link; the median of that failed 1 run in 10 here.)
       assert.ok(pSlow && Number.isFinite(pSlow.estimate_bps), `slow has an estimate: ${JSON.stringify(pSlow)}`);
-      const median = [...slowEstimates].sort((a, b) => a - b)[Math.floor(slowEstimates.length / 2)];
-      assert.ok(median < 600000, `slow's estimate < 600 kbit/s behind a 300 kbit/s link (median of ${JSON.stringify(slowEstimates)})`);
+      const median = [...slowClimbEstimates].sort((a, b) => a - b)[Math.floor(slowClimbEstimates.length / 2)];
+      assert.ok(median < 600000, `slow's climb estimate < 600 kbit/s behind a 300 kbit/s link (median of ${JSON.stringify(slowClimbEstimates)}; str0m's estimates ${JSON.stringify(slowEstimates)})`);
       const slowSlot = pSlow.layers.find((l) => l.mid === slowMid);
       const fastSlot = pFast.layers.find((l) => l.mid === fastMid);
       // A target of null is a pause (an estimate below the lowest layer).

@@ -5,7 +5,11 @@
 //! SRTP packets with `recvmmsg` in batches, decrypts each (AES-128-GCM, the
 //! profile corelay negotiates), and for each of `fanout` subscribers copies
 //! it, rewrites the header, encrypts it with that subscriber's key and queues
-//! it for `sendmmsg` in batches; no WebRTC logic, no allocation. A second
+//! it for `sendmmsg` in batches; no WebRTC logic, and no allocation per
+//! packet (the buffers are allocated once; each `recvmmsg` or `sendmmsg`
+//! builds its small header arrays, per batch: keeping them between calls
+//! measured 6.30 against 5.80 µs per forwarded packet, 8 of 9 alternating
+//! pairs higher, so they were not kept). A second
 //! thread paces the input at `rate` packets per second in bursts of `burst`
 //! (the scenario's datagrams per server wake-up, so the floor's batches are
 //! the server's), round-robin over `subscribers` publishers (each packet's

@@ -266,6 +266,10 @@ pub struct ParticipantStats {
     pub bytes_out: u64,
     /// Its downlink estimate (send-side BWE from its TWCC feedback), bps.
     pub estimate_bps: Option<u64>,
+    /// The lowest of those over about the last 2 s, bps: what a move onto
+    /// a higher simulcast layer counts on (a probe lifts `estimate_bps`
+    /// for moments).
+    pub climb_estimate_bps: Option<u64>,
     /// How long what we send it stays resendable (its NACKs can reach back
     /// this far), fitted to `rtt_ms`: 3000 until that is known.
     pub rtx_history_ms: u64,

@@ -356,6 +356,11 @@ fn the_clients_own_media_path_is_received_intact_and_feeds_the_estimate() {
     });
     for p in st["room_detail"][0]["participants"].as_array().unwrap() {
         assert!(climbed(p), "estimate did not climb: {p}");
+        // What a climb counts on: the lowest of the last seconds, so never
+        // above the estimate and, while it rose, below it.
+        let sure = p["climb_estimate_bps"].as_u64();
+        assert!(sure.is_some_and(|v| v > 0), "no climb estimate: {p}");
+        assert!(sure <= p["estimate_bps"].as_u64(), "{p}");
     }
     for p in [alice, bob, carol] {
         p.leave().unwrap();

@@ -54,6 +54,10 @@ const LAYER_STOPPED: Duration = Duration::from_millis(500);
 /// keyframe, needs that much of the link; a lagging figure made a climb
 /// look cheaper than it was).
 const RATE_ALPHA: f64 = 0.5;
+/// A layer is taken to need at least this many times the rate of the one
+/// below (twice the width is four times the pixels; libwebrtc's ladder has
+/// about three times the rate).
+const LADDER_STEP: u64 = 2;
 /// Assumed rates (bps) of the top layer and each one below it (by factor
 /// 3), until measured: libwebrtc's 720p/360p/180p ladder, roughly.
 const ASSUMED_TOP_BPS: u64 = 1_500_000;
@@ -147,7 +151,11 @@ impl SourceLayers {
     }
 
     /// Rates by quality rank (lowest first; the rank is the stable id),
-    /// measured or assumed, and never lower than the rank below.
+    /// measured or assumed, and never lower than [`LADDER_STEP`] times the
+    /// rank below: a layer that has just started (resumed by dynacast, or
+    /// an encoder ramping up) measures far below what it will send, and a
+    /// climb onto it must not look cheap (measured: f at 228 kbit/s a
+    /// second after it started, where it went on to send 0.7 to 1 Mbit/s).
     pub(super) fn rates(&self) -> ([u64; MAX_LAYERS], usize) {
         let n = usize::from(self.count);
         let mut rates = [0u64; MAX_LAYERS];
@@ -162,7 +170,7 @@ impl SourceLayers {
                 ASSUMED_TOP_BPS / 3u64.pow((n - 1 - rank) as u32)
             };
             *rate = r.max(floor);
-            floor = *rate;
+            floor = rate.saturating_mul(LADDER_STEP);
         }
         (rates, n)
     }
@@ -629,7 +637,8 @@ mod tests {
             s.get(&key).unwrap().rates(),
             ([166_666, 500_000, 1_500_000, 0], 3)
         );
-        // q briefly sends more than h: h is taken to need at least q's rate.
+        // q briefly sends more than h: h is taken to need at least twice
+        // q's rate.
         for _ in 0..10 {
             s.note(key, 0, 3, 5_000, t0);
             s.note(key, 1, 3, 3_000, t0);
@@ -637,7 +646,7 @@ mod tests {
         }
         s.roll(t0 + Duration::from_secs(1));
         let (rates, n) = s.get(&key).unwrap().rates();
-        assert_eq!(rates[..n], [400_000, 400_000, 1_200_000]);
+        assert_eq!(rates[..n], [400_000, 800_000, 1_600_000]);
         // f resumes 600 ms into a window: that window does not measure it.
         let t1 = t0 + Duration::from_secs(1);
         s.note(key, 0, 3, 5_000, t1);

@@ -252,6 +252,14 @@ impl Participant {
             self.lows.pop_front();
         }
         self.lows.push_back((now, bps));
+        while self.lows.len() > 1
+            && self
+                .lows
+                .front()
+                .is_some_and(|&(t, _)| now.saturating_duration_since(t) > SURE_WINDOW)
+        {
+            self.lows.pop_front();
+        }
     }
 
     /// The lowest estimate of the last [`SURE_WINDOW`] (the latest one if
@@ -261,15 +269,17 @@ impl Participant {
     /// (measured behind a 300 kbit/s token bucket: the estimate reached 0.5
     /// to 0.9 Mbit/s for under a second, and a climb onto a 0.4 Mbit/s
     /// layer on it froze the subscriber's video for 2 to 4 s).
-    pub(super) fn sure_estimate(&mut self, now: Instant) -> Option<u64> {
-        while self.lows.len() > 1
-            && self
-                .lows
-                .front()
-                .is_some_and(|&(t, _)| now.saturating_duration_since(t) > SURE_WINDOW)
-        {
-            self.lows.pop_front();
-        }
+    pub(super) fn sure_estimate(&self, now: Instant) -> Option<u64> {
+        self.lows
+            .iter()
+            .find(|&&(t, _)| now.saturating_duration_since(t) <= SURE_WINDOW)
+            .or(self.lows.back())
+            .map(|&(_, v)| v)
+    }
+
+    /// The lowest estimate of about the last [`SURE_WINDOW`], as of the
+    /// latest estimate (for the figures; no clock).
+    pub(super) fn climb_estimate(&self) -> Option<u64> {
         self.lows.front().map(|&(_, v)| v)
     }
 
