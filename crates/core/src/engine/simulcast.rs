@@ -230,8 +230,9 @@ impl Engine {
                 // (the pacing aside), not just the next layer: padding
                 // only to the next layer let 1 climb of 10 through behind
                 // 300 kbit/s, and the estimate stayed high. (Another 15 %
-                // on top made the unshaped subscriber's estimate fall
-                // after its climbs on this shared host.)
+                // on top coincided with the unshaped subscriber's estimate
+                // falling after its climbs, in 20 runs on this shared
+                // host; it is left out until that is understood.)
                 let unpaced: Vec<SlotWant> = wants
                     .iter()
                     .map(|w| SlotWant {
