@@ -31,6 +31,7 @@ use str0m::media::MediaKind;
 
 use super::io::guarded;
 use super::layers::{self, AUDIO_BPS, SlotWant};
+use super::slot::Slot;
 use super::{Engine, MAX_LAYERS, PeerMsg};
 use crate::events::RoomEvent;
 use crate::ids::{LayerKey, ParticipantId, TrackKey};
@@ -76,6 +77,14 @@ const PROVEN_FOR: Duration = Duration::from_secs(30);
 /// A simulcast source that sends nothing on the layers it was told to send
 /// for this long gets a paused layer resumed (see [`Engine::dynacast`]).
 const PROBE_SILENCE: Duration = Duration::from_secs(1);
+
+/// Whether `rank` takes `slot` above both the layer it shows and the one
+/// it aims at, by choice: not up to `floor`, the lowest layer still flowing
+/// at the source, which it must take.
+fn climbs_by_choice(slot: &Slot, rank: Option<usize>, floor: usize) -> bool {
+    let above = slot.target.max(slot.current).map(usize::from);
+    slot.current.is_some() && rank > above && rank > Some(floor)
+}
 
 impl Engine {
     /// Chooses a layer for each of `id`'s video slots from its estimate.
@@ -179,10 +188,9 @@ impl Engine {
         // what the subscriber's link carried lately. While BWE is off there
         // is no estimate to doubt.
         let climbs = at.iter().zip(&a.ranks).any(|(&(i, _, floor, _), &rank)| {
-            p.slots.get(i).is_some_and(|s| {
-                let above = s.target.max(s.current).map(usize::from);
-                s.current.is_some() && rank > above && rank > Some(floor)
-            })
+            p.slots
+                .get(i)
+                .is_some_and(|s| climbs_by_choice(s, rank, floor))
         });
         let wanted = a.used.saturating_add(audio);
         // What the layers shown now take: carried without a lossy report,
@@ -253,16 +261,19 @@ impl Engine {
                 false
             }
         };
-        for (((i, fallback, _, rates), rank), reduced) in at.into_iter().zip(a.ranks).zip(a.reduced)
+        for (((i, fallback, floor, rates), rank), reduced) in
+            at.into_iter().zip(a.ranks).zip(a.reduced)
         {
             let Some(slot) = p.slots.get_mut(i) else {
                 continue;
             };
-            let mut target = rank.and_then(|r| u8::try_from(r).ok());
-            // A climb on trial waits where it is.
-            if !commit && slot.current.is_some() && target > slot.target.max(slot.current) {
-                target = slot.target;
-            }
+            // A climb on trial waits where it is (one the source forces
+            // does not).
+            let target = if !commit && climbs_by_choice(slot, rank, floor) {
+                slot.target
+            } else {
+                rank.and_then(|r| u8::try_from(r).ok())
+            };
             // Shed frame rate at once (VP8 temporal layers, from the next
             // base-layer frame) while a move down waits for the lower
             // layer's keyframe, or while the lowest layer does not fit.
