@@ -19,8 +19,9 @@
 //! over the current one, and none for a while after a move down). Going
 //! above the layer a slot shows now needs 15 % headroom, so a slot does not
 //! flap at the edge, and must fit the estimate the engine is sure of (the
-//! lowest of the last seconds), while keeping a layer counts on the latest. Sources without simulcast are never paused (there is
-//! nothing lower to give), but their bitrate counts against the estimate.
+//! lowest of the last seconds), while keeping a layer counts on the latest.
+//! Sources without simulcast are never paused (there is nothing lower to
+//! give), but their bitrate counts against the estimate.
 //! A layer that stops at the source while a lower one flows is left at once
 //! ([`SourceLayers::fallback`]): waiting for it would freeze the slot. For
 //! the same reason a slot never takes a layer below the lowest one still

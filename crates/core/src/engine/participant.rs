@@ -66,10 +66,10 @@ pub(super) struct Participant {
     ssrcs: Vec<(Ssrc, usize, u8)>,
     /// Which unseen SSRCs may reach the `Rtc` ([`StreamGuard`]).
     pub(super) guard: StreamGuard,
-    /// Its downlink estimate (str0m's BWE from its TWCC feedback), bps.
-    pub(super) estimate: Option<u64>,
-    /// The estimates of the last [`SURE_WINDOW`] that no later one is
-    /// below, oldest first: the front is their minimum (a climb's budget).
+    /// Its downlink estimates (str0m's BWE from its TWCC feedback, bps) of
+    /// the last [`SURE_WINDOW`] that no later one is below, oldest first:
+    /// the front is their minimum (a climb's budget), the back the latest
+    /// ([`Participant::estimate`]).
     lows: VecDeque<(Instant, u64)>,
     /// The minimum and desired rates its BWE was last given (it pads up to
     /// the first, probes toward the second).
@@ -172,7 +172,6 @@ impl Participant {
             tracks: Vec::new(),
             ssrcs: Vec::new(),
             guard: StreamGuard::default(),
-            estimate: None,
             congested_at: None,
             lows: VecDeque::new(),
             bwe_set: None,
@@ -240,9 +239,13 @@ impl Participant {
         }
     }
 
+    /// Its latest downlink estimate, bps.
+    pub(super) fn estimate(&self) -> Option<u64> {
+        self.lows.back().map(|&(_, v)| v)
+    }
+
     /// A new downlink estimate.
     pub(super) fn note_estimate(&mut self, now: Instant, bps: u64) {
-        self.estimate = Some(bps);
         while self.lows.back().is_some_and(|&(_, v)| v >= bps) {
             self.lows.pop_back();
         }
@@ -263,12 +266,11 @@ impl Participant {
     }
 
     /// The lowest estimate of the last [`SURE_WINDOW`] (the latest one if
-    /// older): what a move onto a higher layer may count on. An estimate
-    /// that a probe through a token bucket's burst lifted, or that grew
-    /// while the link carried much less than it, does not last that long
-    /// (measured behind a 300 kbit/s token bucket: the estimate reached 0.5
-    /// to 0.9 Mbit/s for under a second, and a climb onto a 0.4 Mbit/s
-    /// layer on it froze the subscriber's video for 2 to 4 s).
+    /// older): what a move onto a higher layer may count on. A probe that
+    /// a token bucket's burst lets through lifts the estimate for a moment
+    /// (behind 300 kbit/s, to 1.2 Mbit/s for 0.2 s); one that stays up for
+    /// seconds is put to the test by a climb's trial
+    /// ([`super::simulcast`]).
     pub(super) fn sure_estimate(&self, now: Instant) -> Option<u64> {
         self.lows
             .iter()
@@ -460,7 +462,7 @@ mod tests {
         // A probe lifts it for a moment: the climb still counts on 300k.
         p.note_estimate(t0 + ms(500), 1_200_000);
         p.note_estimate(t0 + ms(700), 400_000);
-        assert_eq!(p.estimate, Some(400_000));
+        assert_eq!(p.estimate(), Some(400_000));
         assert_eq!(p.sure_estimate(t0 + ms(1900)), Some(300_000));
         // 2 s on, the start has left the window: the lowest since is 400k.
         assert_eq!(p.sure_estimate(t0 + ms(2100)), Some(400_000));

@@ -61,7 +61,7 @@ const CONGESTION_HOLD: Duration = Duration::from_secs(3);
 /// now is a guess until the link carries that much: str0m's grows while
 /// the lowest layer uses a fraction of it, and a probe through a token
 /// bucket's burst lifts it further (behind a 300 kbit/s bucket it sat at
-/// 0.4 to 0.9 Mbit/s for seconds, and a climb onto a 0.35 Mbit/s layer on
+/// 0.4 to 1.4 Mbit/s for seconds, and a climb onto a 0.35 Mbit/s layer on
 /// it froze the subscriber's video for 2 to 4 s: its queue full, the lower
 /// layer's keyframe stuck behind it). Padding for a while costs that link
 /// a little delay instead.
@@ -96,8 +96,8 @@ impl Engine {
         let (estimate, sure) = match self.settings.bwe_initial_bps {
             None => (u64::MAX, u64::MAX),
             Some(initial) => {
-                let e = p.estimate.unwrap_or(initial);
-                (e, p.sure_estimate(now).map_or(e, |s| s.min(e)))
+                let e = p.estimate().unwrap_or(initial);
+                (e, p.sure_estimate(now).unwrap_or(e))
             }
         };
         let audio = p

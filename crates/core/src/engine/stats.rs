@@ -18,7 +18,7 @@ impl Engine {
             .values()
             .map(|p| {
                 let mut st = p.stats.clone();
-                st.estimate_bps = p.estimate;
+                st.estimate_bps = p.estimate();
                 st.climb_estimate_bps = p.climb_estimate();
                 st.rtx_history_ms = u64::try_from(p.rtx_history().as_millis()).unwrap_or(u64::MAX);
                 st.layers = p
