@@ -24,6 +24,7 @@ pub mod engine;
 pub mod events;
 pub mod guard;
 pub mod ids;
+pub mod lanes;
 pub mod media;
 pub mod metrics;
 pub mod offer;
@@ -32,6 +33,7 @@ pub mod rtp;
 
 pub use engine::{Engine, LeaveReason, Outputs, PeerMsg, ShardEvent};
 pub use ids::{ParticipantId, RoomId, ShardId, TrackKey};
+pub use lanes::{ControlOutbox, Lane};
 pub use offer::{
     Accepted, DtlsIdentity, OfferError, OfferLimits, ParticipantLimits, RtcSettings, VideoCodec,
 };

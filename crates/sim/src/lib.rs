@@ -6,7 +6,8 @@
 //! take the start instant.
 //!
 //! Owns the virtual clock, the event loop that feeds clients and engines,
-//! routing between shards (`PeerMsg`, one hop, no delay), and a tiny control
+//! routing between shards (`PeerMsg`, one hop, no delay, over the server's
+//! two lanes per shard pair: [`mesh`]), and a tiny control
 //! plane that does what the server's control thread does for joins, leaves,
 //! renegotiations and shard events (rosters as [`RoomUpdate`] values).
 //! Must not: touch engine internals (only `corelay_core`'s public API),
@@ -23,9 +24,10 @@
 //! than by that order (its patch 22). Should any of them start to change
 //! what goes on the wire, that test says so.
 
+pub mod mesh;
 pub mod net;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
@@ -40,6 +42,7 @@ use corelay_core::{
 
 pub use corelay_client;
 pub use corelay_core;
+pub use mesh::SimMesh;
 pub use net::{DirStats, LinkParams, Net};
 
 /// What virtual CLOCK_MONOTONIC reads at the start instant (1000 s: stamps
@@ -186,6 +189,8 @@ pub struct Sim {
     pub net: Net,
     /// Every shard event, in order.
     pub control: Vec<ControlEvent>,
+    /// The lanes between shards ([`mesh`]).
+    pub mesh: SimMesh,
     rooms: BTreeMap<String, Room>,
     next_room: u64,
     next_pid: u64,
@@ -217,6 +222,7 @@ impl Sim {
             clients: Vec::new(),
             net: Net::new(seed),
             control: Vec::new(),
+            mesh: SimMesh::new(shards),
             rooms: BTreeMap::new(),
             next_room: 0,
             next_pid: 1,
@@ -472,7 +478,7 @@ impl Sim {
                 out.forwarded.clear();
                 let peers = std::mem::take(&mut out.peers);
                 let control = std::mem::take(&mut out.control);
-                work |= !transmits.is_empty() || !peers.is_empty() || !control.is_empty();
+                work |= !transmits.is_empty() || !control.is_empty();
                 for t in transmits {
                     self.net.send(
                         now,
@@ -483,9 +489,11 @@ impl Sim {
                         &t.contents,
                     );
                 }
-                let mut queue: VecDeque<_> = peers.into_iter().collect();
-                while let Some((to, msg)) = queue.pop_front() {
-                    self.deliver_peer(to, msg);
+                work |= self.mesh.route(s, peers);
+                for to in 0..self.shards.len() {
+                    for msg in self.mesh.drain(to) {
+                        self.deliver_peer(ShardId(to), msg);
+                    }
                 }
                 for ev in control {
                     self.on_control(s, ev);

@@ -1573,3 +1573,111 @@ fn sim_simulcast_dynacast_across_shards() {
     s.run_for(Duration::from_secs(7));
     assert_eq!(active(&s), Some(serde_json::json!(["q"])));
 }
+
+/// The layers `p` was last told to send (its "layers" event).
+fn active_layers(s: &Sim, p: C) -> Option<serde_json::Value> {
+    s.events(p, "layers").last().map(|e| e["active"].clone())
+}
+
+/// (23) Control between shards survives a full media lane. The lane for
+/// media from shard 1 to shard 0 is full (capacity 0: a publisher on shard
+/// 1 loses every packet to its viewer on shard 0), yet the layer demand and
+/// the keyframe requests of a subscriber on shard 1 reach its simulcast
+/// publisher on shard 0. When control rode the media queue, one full queue
+/// left the publisher's shard pausing the layers the subscriber wanted.
+#[test]
+fn sim_control_crosses_a_full_media_lane() {
+    let mut s = sim(23, 2);
+    s.mesh
+        .set_capacity(1, 0, 0, corelay_sim::mesh::CONTROL_CAPACITY);
+    let p = s.join("r", simulcast_publisher("p"), 0);
+    let q = s.join("r", publisher("q"), 1);
+    let v = s.join("r", viewer("v", 1), 1);
+    let w = s.join("r", viewer("w", 1), 0);
+    s.run_for(Duration::from_secs(1));
+    // v (shard 1) watches p (shard 0), w (shard 0) watches q (shard 1):
+    // only v wants p's upper layers.
+    let slot = video_slots(&s, v).remove(0);
+    pin(&mut s, v, p, &slot);
+    let w_slot = video_slots(&s, w).remove(0);
+    pin(&mut s, w, q, &w_slot);
+    set_view(&mut s, v, &slot, 1280, 720);
+    s.run_for(Duration::from_secs(9));
+    // The media lane is full for real: q's media to w was dropped.
+    assert!(
+        s.mesh.media_dropped > 100,
+        "{} dropped",
+        s.mesh.media_dropped
+    );
+    assert!(
+        video_packets(&s, w)
+            .iter()
+            .all(|x| x.source.as_deref() != Some("q"))
+    );
+    // The demand crossed: p sends every layer, and v is on the top one.
+    assert_eq!(
+        active_layers(&s, p),
+        Some(serde_json::json!(["q", "h", "f"]))
+    );
+    let got = layers_since(&s, v, Duration::from_secs(10));
+    assert!(got.len() > 20 && got.iter().all(|&l| l == 3), "{got:?}");
+    // So does a keyframe request.
+    let k0 = s.snapshot(p).keyframe_requests;
+    s.participant(v).request_keyframe(&slot);
+    s.run_for(200 * MS);
+    assert_eq!(s.snapshot(p).keyframe_requests, k0 + 1);
+}
+
+/// (24) A full control lane holds the sender's control back, loses none of
+/// it and stays small. Shard 0 drains nothing for 6 s and its control lane
+/// from shard 1 takes one message. Meanwhile shard 1's subscriber grows its
+/// view (its demand for p's layers goes up: that change fills the lane)
+/// and shrinks it again (the demand falls back: that change and the
+/// keyframe requests wait in shard 1's outbox, coalesced). When shard 0
+/// drains again, everything arrives in order and p's upper layers stay
+/// off. A lane that dropped what did not fit would leave p with the grown
+/// demand, sending a layer nobody takes for good: shard 1 sends a demand
+/// only when it changes.
+#[test]
+fn sim_a_full_control_lane_is_back_pressure_not_loss() {
+    let mut s = sim(24, 2);
+    let p = s.join("r", simulcast_publisher("p"), 0);
+    let v = s.join("r", viewer("v", 1), 1);
+    s.run_for(Duration::from_secs(1));
+    let slot = video_slots(&s, v).remove(0);
+    set_view(&mut s, v, &slot, 320, 180);
+    s.run_for(Duration::from_secs(8));
+    assert_eq!(active_layers(&s, p), Some(serde_json::json!(["q"])));
+    s.mesh
+        .set_capacity(1, 0, corelay_sim::mesh::MEDIA_CAPACITY, 1);
+    s.mesh.hold(0, true);
+    let k0 = s.snapshot(p).keyframe_requests;
+    let mut most = 0;
+    let mut step = |s: &mut Sim, secs: u64| {
+        for _ in 0..secs * 10 {
+            s.run_for(100 * MS);
+            most = most.max(s.mesh.outbox_len(1));
+        }
+    };
+    set_view(&mut s, v, &slot, 1280, 720);
+    step(&mut s, 5);
+    set_view(&mut s, v, &slot, 320, 180);
+    s.participant(v).request_keyframe(&slot);
+    step(&mut s, 1);
+    // Held: nothing of it reached p, and it waited, coalesced.
+    assert_eq!(s.snapshot(p).keyframe_requests, k0);
+    assert_eq!(active_layers(&s, p), Some(serde_json::json!(["q"])));
+    assert!(
+        (1..=3).contains(&most),
+        "the outbox held at most {most} messages"
+    );
+    assert_eq!(s.mesh.queued_into(0).1, 1, "the control lane is full");
+    s.mesh.hold(0, false);
+    s.run_for(Duration::from_secs(1));
+    assert_eq!(s.mesh.outbox_len(1), 0);
+    assert!(s.snapshot(p).keyframe_requests > k0);
+    // p got the growth (the lane's message) and the fall (the outbox's)
+    // in one drain: its upper layers never come on.
+    s.run_for(Duration::from_secs(8));
+    assert_eq!(active_layers(&s, p), Some(serde_json::json!(["q"])));
+}

@@ -44,7 +44,8 @@ use std::time::{Duration, Instant};
 use corelay_core::metrics::{Counters, LatencyHistogram, ParticipantStats};
 use corelay_core::room::RoomUpdate;
 use corelay_core::{
-    Accepted, Engine, OfferError, ParticipantId, RoomId, RtcSettings, ShardEvent, ShardId,
+    Accepted, ControlOutbox, Engine, Lane, OfferError, ParticipantId, RoomId, RtcSettings,
+    ShardEvent, ShardId,
 };
 use str0m::change::SdpOffer;
 use str0m::net::Protocol;
@@ -65,6 +66,9 @@ const MAX_DATAGRAMS_PER_WAKE: usize = MAX_BATCHES_PER_WAKE * udp::BATCH;
 const MAX_TCP_FRAMES_PER_WAKE: usize = 256;
 /// Peer messages handled per wake-up.
 const PEER_BUDGET: usize = 4096;
+/// How soon a shard tries again to hand a peer the control messages its
+/// full control lane refused ([`ControlOutbox`]).
+const OUTBOX_RETRY: Duration = Duration::from_millis(1);
 /// How often a shard reports its figures to the control thread.
 const REPORT_INTERVAL: Duration = Duration::from_millis(250);
 
@@ -319,6 +323,10 @@ struct ShardLoop {
     recv: RecvBatch,
     send: SendBatch,
     mesh: Arc<Mesh>,
+    /// Control messages the mesh's control lane could not take yet.
+    outbox: ControlOutbox,
+    /// The peer [`Mesh::drain`] starts at, one further each time.
+    drain_start: usize,
     to_control: mpsc::UnboundedSender<ToControl>,
     touched_peers: Vec<bool>,
     /// Thread CPU time at the last report.
@@ -360,6 +368,8 @@ async fn run(
         send,
         touched_peers: Vec::new(),
         mesh: spec.mesh,
+        outbox: ControlOutbox::new(),
+        drain_start: 0,
         to_control: spec.to_control,
         busy: Duration::ZERO,
         iterations: 0,
@@ -396,6 +406,13 @@ async fn run(
             accept_rest = None;
         }
         let deadline = accept_rest.map_or(deadline, |t| t.min(deadline));
+        // A peer's full control lane: try again shortly (the flush after
+        // the timer sends what the outbox holds first).
+        let deadline = if d.outbox.is_empty() {
+            deadline
+        } else {
+            deadline.min(Instant::now() + OUTBOX_RETRY)
+        };
         tokio::select! {
             biased;
             cmd = commands.recv() => {
@@ -420,7 +437,8 @@ async fn run(
             _ = wake.notified() => {
                 let start = Instant::now();
                 let engine = &mut d.engine;
-                d.mesh.drain(d.index, PEER_BUDGET, |m| engine.handle_peer(start, m));
+                d.drain_start = d.drain_start.wrapping_add(1);
+                d.mesh.drain(d.index, d.drain_start, PEER_BUDGET, |m| engine.handle_peer(start, m));
                 d.flush(&socket);
                 d.worked(start);
             }
@@ -571,6 +589,10 @@ impl ShardLoop {
 
     /// Sends what the engine produced: datagrams in batches, peer messages
     /// with one wake-up per touched peer, events to the control thread.
+    #[allow(
+        clippy::result_large_err,
+        reason = "a control message a full lane refuses comes back by value (Mesh::push)"
+    )]
     fn flush(&mut self, socket: &tokio::net::UdpSocket) {
         let out = self.engine.outputs();
         let mut dropped_tcp = 0;
@@ -593,21 +615,25 @@ impl ShardLoop {
         );
         let out = self.engine.outputs();
         let mut dropped = 0;
-        if !out.peers.is_empty() {
+        let (mesh, from) = (&self.mesh, self.index);
+        let mut woken = self.outbox.flush(|to, m| mesh.push(from, to, m));
+        if !out.peers.is_empty() || woken != 0 {
             self.touched_peers.clear();
-            self.touched_peers.resize(64, false);
+            self.touched_peers.resize(mesh.shards(), false);
             for (to, msg) in out.peers.drain(..) {
-                if !self.mesh.push(self.index, to, msg) {
+                if msg.lane() == Lane::Control {
+                    woken |= self.outbox.send(to, msg, |to, m| mesh.push(from, to, m));
+                } else if mesh.push(from, to, msg).is_err() {
                     dropped += 1;
                 } else if let Some(t) = self.touched_peers.get_mut(to.0) {
                     *t = true;
                 } else {
-                    self.mesh.wake(to);
+                    mesh.wake(to);
                 }
             }
             for (to, touched) in self.touched_peers.iter().enumerate() {
-                if *touched {
-                    self.mesh.wake(ShardId(to));
+                if *touched || woken & (1 << to.min(63)) != 0 {
+                    mesh.wake(ShardId(to));
                 }
             }
         }

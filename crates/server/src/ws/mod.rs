@@ -56,8 +56,8 @@ use std::time::{Duration, Instant};
 use corelay_core::metrics::{Counters, LatencyHistogram, ParticipantStats};
 use corelay_core::room::RoomUpdate;
 use corelay_core::{
-    Accepted, Engine, LeaveReason, OfferError, ParticipantId, PeerMsg, RoomId, RtcSettings,
-    ShardEvent, ShardId,
+    Accepted, ControlOutbox, Engine, Lane, LeaveReason, OfferError, ParticipantId, PeerMsg, RoomId,
+    RtcSettings, ShardEvent, ShardId,
 };
 use corelay_udp::{RecvBatch, SendBatch};
 use str0m::change::SdpOffer;
@@ -83,6 +83,9 @@ const READER_CTL: usize = 4096;
 const HUB_INBOX: usize = 4096;
 /// Messages a participant task handles per wake-up before it sends.
 const BUDGET: usize = 256;
+/// How soon a task tries again to hand a peer the control messages its
+/// full inbox refused.
+const OUTBOX_RETRY: Duration = Duration::from_millis(1);
 /// Batches the reader reads per wake-up before it looks at its control queue.
 const MAX_BATCHES_PER_WAKE: usize = 8;
 /// Datagrams it reads per wake-up (a GRO message counts as its datagrams;
@@ -603,6 +606,9 @@ struct Task {
     socket: Arc<UdpSocket>,
     send: SendBatch,
     peers: HashMap<ShardId, mpsc::Sender<PeerMsg>>,
+    /// Control messages a full peer inbox could not take yet (lossless,
+    /// as between shards: [`corelay_core::lanes`]).
+    outbox: ControlOutbox,
     reader: mpsc::Sender<ReaderCtl>,
     hub: mpsc::Sender<HubMsg>,
     to_control: mpsc::UnboundedSender<ToControl>,
@@ -634,6 +640,11 @@ impl Task {
                 .engine
                 .poll_timeout()
                 .map_or(next_report, |t| t.min(next_report));
+            let deadline = if self.outbox.is_empty() {
+                deadline
+            } else {
+                deadline.min(Instant::now() + OUTBOX_RETRY)
+            };
             tokio::select! {
                 biased;
                 cmd = inbox.cmds.recv() => {
@@ -751,6 +762,10 @@ impl Task {
 
     /// Sends what the engine produced: datagrams in one batch, peer messages
     /// into the other tasks' channels (lossy), events to the control thread.
+    #[allow(
+        clippy::result_large_err,
+        reason = "a control message a full lane refuses comes back by value (Mesh::push)"
+    )]
     fn flush(&mut self) {
         send_datagrams(
             &mut self.engine,
@@ -763,12 +778,18 @@ impl Task {
         );
         let out = self.engine.outputs();
         let mut dropped = 0;
+        let peers = &self.peers;
+        // A control message waits in the outbox while the peer's inbox is
+        // full; one for a task that is gone has no one to reach.
+        let push = |to: ShardId, m: PeerMsg| match peers.get(&to).map(|tx| tx.try_send(m)) {
+            Some(Err(mpsc::error::TrySendError::Full(m))) => Err(m),
+            _ => Ok(()),
+        };
+        self.outbox.flush(push);
         for (to, msg) in out.peers.drain(..) {
-            let sent = self
-                .peers
-                .get(&to)
-                .is_some_and(|tx| tx.try_send(msg).is_ok());
-            if !sent {
+            if msg.lane() == Lane::Control {
+                self.outbox.send(to, msg, push);
+            } else if peers.get(&to).is_none_or(|tx| tx.try_send(msg).is_err()) {
                 dropped += 1;
             }
         }
@@ -983,6 +1004,7 @@ impl Hub {
                 s
             },
             peers: HashMap::new(),
+            outbox: ControlOutbox::new(),
             reader: self.reader.clone(),
             hub: self.figures_tx.clone(),
             to_control: self.to_control.clone(),
