@@ -43,8 +43,9 @@ pub enum RoomEvent {
     Speaker {
         participant: Option<String>,
     },
-    /// The server removed the participant (API DELETE, shutdown, a failure):
-    /// the last event before DTLS closes.
+    /// The server removed the participant (API DELETE, shutdown, a new join
+    /// of its identity (`replaced`), a failure): the last event before DTLS
+    /// closes.
     Bye {
         reason: &'static str,
     },

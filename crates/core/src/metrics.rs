@@ -1,5 +1,5 @@
 //! Per-shard counters: plain integers owned by one shard, copied out as a value
-//! (DESIGN.md rule 5). No atomics, no registry; the control thread sums copies.
+//! (docs/design.md rule 5). No atomics, no registry; the control thread sums copies.
 
 use serde::Serialize;
 
@@ -61,7 +61,10 @@ pub struct Counters {
     /// Data-channel requests over the participant's rate or size limit.
     pub dropped_requests: u64,
     /// Datagrams from a participant's address that str0m took without effect
-    /// (SRTP authentication failure, replay, bad STUN integrity, stray DTLS).
+    /// (SRTP authentication failure, replay, bad STUN integrity, a DTLS
+    /// datagram that is not whole records). Valid DTLS records and RTCP often
+    /// give nothing at once (SCTP acknowledges every other data-channel
+    /// packet), so they are not judged by their silence.
     pub dropped_by_stack: u64,
     /// RTP with a rid and an SSRC the participant never used, on an m-line
     /// without simulcast: kept from str0m (it would open a receive stream).
@@ -75,6 +78,10 @@ pub struct Counters {
     pub dynacast_notices: u64,
     /// VP8 packets of temporal layers a slot left out (its down-switch).
     pub temporal_skipped: u64,
+    /// Data channels a participant opened that str0m refused: over
+    /// `offer::MAX_DATA_CHANNELS` at a time, or a label and protocol over
+    /// `offer::MAX_CHANNEL_LABEL_BYTES` (str0m patch 26). Reset, never kept.
+    pub refused_channels: u64,
 }
 
 impl Counters {
@@ -118,7 +125,8 @@ impl Counters {
             layer_switches,
             layer_pauses,
             dynacast_notices,
-            temporal_skipped
+            temporal_skipped,
+            refused_channels
         );
     }
 }

@@ -274,6 +274,20 @@ impl std::fmt::Debug for Accepted {
     }
 }
 
+/// Data channels one participant's association keeps at a time (str0m patch
+/// 26). A participant uses one, "events"; 4 leaves room for a client that
+/// opens a second of its own or replaces one while the old is still
+/// closing. Beyond it a channel the client opens is refused (reset, never
+/// kept) and counted in `refused_channels`: without a bound a client could
+/// open 65,535 streams, each keeping its label (132 KiB per channel with a
+/// 60 KB label was measured, issue 56.2).
+pub const MAX_DATA_CHANNELS: usize = 4;
+
+/// Bytes of label and protocol, together, that a data channel a client
+/// opens may carry (str0m patch 26); "events" needs 6. A longer DCEP open
+/// is refused and counted in `refused_channels`, its label never kept.
+pub const MAX_CHANNEL_LABEL_BYTES: usize = 1024;
+
 /// Builds the `Rtc` for one participant: ICE-lite, RTP mode, Opus and only
 /// the video `codecs` given (the room's), the send-side bandwidth estimate
 /// when `settings.bwe_initial_bps` is set, the server's DTLS identity, and
@@ -290,6 +304,8 @@ pub fn build_rtc(
         .set_stats_interval(Some(std::time::Duration::from_secs(1)))
         .set_ice_lite(true)
         .set_rtp_mode(true)
+        .set_sctp_max_channels(MAX_DATA_CHANNELS)
+        .set_sctp_max_label_len(MAX_CHANNEL_LABEL_BYTES)
         .clear_codecs()
         .enable_opus(true, false)
         .enable_bwe(bwe_initial_bps.map(str0m::bwe::Bitrate::bps));

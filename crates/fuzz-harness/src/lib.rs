@@ -20,11 +20,61 @@ use corelay_core::offer::accept_offer_with_ice;
 use corelay_core::room::{MemberInfo, RoomUpdate};
 use corelay_core::{Engine, ParticipantId, RoomId, RtcSettings, ShardEvent, VideoCodec};
 use str0m::change::{SdpAnswer, SdpPendingOffer};
-use str0m::channel::ChannelId;
+use str0m::channel::{ChannelConfig, ChannelId};
 use str0m::media::{Direction, MediaKind, Mid};
 use str0m::net::{Protocol, Receive};
 use str0m::rtp::{Extension, ExtensionMap, RtpWrite, SeqNo};
 use str0m::{Candidate, Event, Input, Output, Rtc};
+
+/// The first byte of a `datachannel` fuzz input that opens channels instead
+/// of sending a message (no JSON text starts with it): [`OpenChannels`].
+pub const OPEN_CHANNELS: u8 = 0x01;
+
+/// The most channels one such input opens.
+pub const MAX_OPEN_PER_INPUT: usize = 16;
+
+/// Steps of the clock after opening channels: 200 ms, enough for SCTP to
+/// carry 16 DCEP opens of 64 KiB (its window opens on acknowledgements).
+pub const OPEN_STEPS: usize = 100;
+
+/// A `datachannel` fuzz input that opens channels: `[OPEN_CHANNELS, count,
+/// label length (u16, big-endian), fill...]`. `count` (modulo
+/// [`MAX_OPEN_PER_INPUT`] + 1) channels are opened, each with a label of
+/// that many bytes: `fill` repeated, as printable ASCII ("x" when empty).
+#[derive(Debug, Clone, Copy)]
+pub struct OpenChannels<'a> {
+    pub count: usize,
+    pub label_len: usize,
+    pub fill: &'a [u8],
+}
+
+impl<'a> OpenChannels<'a> {
+    /// The input as one, when it starts with [`OPEN_CHANNELS`].
+    pub fn decode(data: &'a [u8]) -> Option<OpenChannels<'a>> {
+        let [OPEN_CHANNELS, count, hi, lo, fill @ ..] = data else {
+            return None;
+        };
+        Some(OpenChannels {
+            count: usize::from(*count) % (MAX_OPEN_PER_INPUT + 1),
+            label_len: usize::from(u16::from_be_bytes([*hi, *lo])),
+            fill,
+        })
+    }
+
+    /// The label each channel carries.
+    pub fn label(&self) -> String {
+        let fill: &[u8] = if self.fill.is_empty() {
+            b"x"
+        } else {
+            self.fill
+        };
+        fill.iter()
+            .cycle()
+            .take(self.label_len)
+            .map(|b| char::from(b'!' + b % 94))
+            .collect()
+    }
+}
 
 /// The shard's socket as clients see it.
 pub const SERVER: &str = "127.0.0.1:3478";
@@ -388,7 +438,11 @@ impl Live {
                         }
                         Ok(Output::Event(e)) => match e {
                             Event::Connected => c.connected = true,
-                            Event::ChannelOpen(cid, _) => c.channel = Some(cid),
+                            // The "events" channel; others the fuzz input
+                            // opened ([`Live::open_channels`]) do not replace it.
+                            Event::ChannelOpen(cid, label) if label == "events" => {
+                                c.channel = Some(cid)
+                            }
                             Event::ChannelData(d) => {
                                 c.messages_received += 1;
                                 if d.data.windows(9).any(|w| w == b"\"welcome\"") {
@@ -423,6 +477,25 @@ impl Live {
         self.engine
             .handle_datagram(now, None, stranger_addr(), server, data);
         self.advance(STEP);
+    }
+
+    /// A fuzz input that opens data channels ([`OpenChannels`]): participant
+    /// 0's client opens them in-band (DCEP), then the clock moves
+    /// [`OPEN_STEPS`] steps while SCTP carries them to the engine, which
+    /// keeps those within its limits and refuses (resets) the rest.
+    pub fn open_channels(&mut self, open: &OpenChannels<'_>) {
+        if let Some(c) = self.clients.first_mut() {
+            let label = open.label();
+            for _ in 0..open.count {
+                c.rtc.direct_api().create_data_channel(ChannelConfig {
+                    label: label.clone(),
+                    ..Default::default()
+                });
+            }
+        }
+        for _ in 0..OPEN_STEPS {
+            self.advance(STEP);
+        }
     }
 
     /// One fuzz input as a text message participant 0 sends on its data

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use corelay_core::offer::{accept_offer, check_renegotiation};
-use corelay_fuzz_harness::{BASE_OFFER, Live, origin, server_addr, settings};
+use corelay_fuzz_harness::{BASE_OFFER, Live, OpenChannels, origin, server_addr, settings};
 
 fn seeds(target: &str) -> Vec<(String, Vec<u8>)> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -63,6 +63,45 @@ fn every_datagram_seed_leaves_the_session_usable() {
         live.feed_datagram(&d);
         assert!(live.healthy(), "{name} broke the session");
     }
+}
+
+/// The `datachannel` target's channel-opening inputs (issue 56.2): many
+/// channels with long labels are refused by the engine (counted, never
+/// kept), short ones up to its limit of 4 are opened, and the session, its
+/// "events" channel included, goes on.
+#[test]
+fn channels_opened_by_the_fuzz_input_are_bounded_and_the_session_goes_on() {
+    let (_, seed) = seeds("datachannel")
+        .into_iter()
+        .find(|(n, _)| n == "open-many-long.bin")
+        .unwrap();
+    let open = OpenChannels::decode(&seed).unwrap();
+    assert_eq!((open.count, open.label_len), (16, 60_000));
+    let mut live = Live::connect();
+    let refused = |l: &Live| l.engine.counters().refused_channels;
+    live.open_channels(&open);
+    // Every one of them: the label is over the limit.
+    assert_eq!(refused(&live), 16);
+    assert!(live.healthy());
+    // Short labels: the "events" channel and 3 more fit, the rest is refused.
+    live.open_channels(&OpenChannels {
+        count: 5,
+        label_len: 8,
+        fill: b"",
+    });
+    assert_eq!(refused(&live), 18);
+    // The events channel still carries requests and their answers.
+    let (_, pin) = seeds("datachannel")
+        .into_iter()
+        .find(|(n, _)| n == "pin.json")
+        .unwrap();
+    let before = live.clients[0].messages_received;
+    live.send_on_channel(&pin);
+    for _ in 0..10 {
+        live.advance(Duration::from_millis(2));
+    }
+    assert!(live.clients[0].messages_received > before);
+    assert!(live.healthy());
 }
 
 #[test]

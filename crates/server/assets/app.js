@@ -890,7 +890,11 @@
     session.addEventListener('bye', async (e) => {
       const reason = e.detail.reason;
       await leave();
-      setStatus(`removed by the server (${reason})`, 'error');
+      // `replaced`: the same identity (token) joined again, in another tab
+      // or device; that session is the live one, so do not rejoin.
+      setStatus(reason === 'replaced'
+        ? 'replaced: this identity joined the room again elsewhere'
+        : `removed by the server (${reason})`, 'error');
     });
 
     form.hidden = true;

@@ -112,6 +112,17 @@ pub struct Config {
     #[arg(long, env = "CORELAY_NO_ICE_TCP")]
     pub no_ice_tcp: bool,
 
+    /// ICE-TCP: time a new connection has to carry a STUN check (or other
+    /// frame) that the server accepts for a known participant; one that has
+    /// not by then is closed (e.g. 5s, 500ms).
+    #[arg(long, env = "CORELAY_ICE_TCP_AUTH_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
+    pub ice_tcp_auth_timeout: Duration,
+
+    /// ICE-TCP: connections per client IP address per shard; more are
+    /// closed at accept and do not take any of the shard's slots.
+    #[arg(long, env = "CORELAY_ICE_TCP_MAX_CONNS_PER_IP", default_value_t = crate::shard::tcp::MAX_CONNS_PER_IP, value_parser = parse_positive)]
+    pub ice_tcp_max_conns_per_ip: usize,
+
     /// Where each participant's downlink estimate starts, in kbit/s. The
     /// estimate (send-side BWE from the client's TWCC feedback, with probing
     /// and pacing) decides which simulcast layer each slot gets.
@@ -128,8 +139,10 @@ pub struct Config {
     pub no_pin: bool,
 
     /// Log filter (tracing EnvFilter syntax), e.g. "info" or "corelay=debug".
-    /// str0m's per-join payload-type notices are kept below WARN unless the
-    /// filter names str0m.
+    /// str0m and the crates it reads the network with (is, dimpl,
+    /// sctp_proto, ...) log at ERROR only unless the filter names them, and
+    /// every place in the code writes at most 10 lines a second at INFO and
+    /// above (docs/operations.md, Logs).
     #[arg(long, env = "CORELAY_LOG", default_value = "info")]
     pub log: String,
 
@@ -172,6 +185,16 @@ pub struct Config {
     /// idle keep-alive connection waits for its next request.
     #[arg(long, env = "CORELAY_HTTP_HEADER_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub http_header_timeout: Duration,
+
+    /// HTTP: a connection whose client takes none of the response for this
+    /// long (a client that does not read) is closed.
+    #[arg(long, env = "CORELAY_HTTP_WRITE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub http_write_timeout: Duration,
+
+    /// HTTP: open connections per client IP address; more are closed at
+    /// accept.
+    #[arg(long, env = "CORELAY_HTTP_MAX_CONNS_PER_IP", default_value_t = crate::control::serve::MAX_CONNS_PER_IP, value_parser = parse_positive)]
+    pub http_max_conns_per_ip: usize,
 
     /// HTTP: time a client has to send a request's body.
     #[arg(long, env = "CORELAY_HTTP_BODY_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
@@ -313,6 +336,15 @@ pub fn parse_ttl(s: &str) -> Result<Duration, String> {
     }
 }
 
+/// A count of at least 1 (a connection cap).
+fn parse_positive(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("{s:?}: {e}")),
+    }
+}
+
 /// A duration flag: `500ms`, or anything [`parse_ttl`] takes (`15s`, `2m`).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     match s.trim().strip_suffix("ms") {
@@ -336,7 +368,7 @@ pub enum LogFormat {
 /// The data plane's runtime (`--runtime`).
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
 pub enum Runtime {
-    /// One pinned shard thread per core (DESIGN.md).
+    /// One pinned shard thread per core (docs/design.md).
     ThreadPerCore,
     /// The baseline the design moved away from: tasks and channels on a
     /// work-stealing tokio runtime ([`crate::ws`]).

@@ -192,6 +192,8 @@ pub fn run(cfg: Config) -> Result<(), Box<dyn std::error::Error>> {
         };
         let limits = control::serve::ConnLimits {
             header_timeout: cfg.http_header_timeout,
+            write_timeout: cfg.http_write_timeout,
+            max_conns_per_ip: cfg.http_max_conns_per_ip,
             shutdown_timeout: cfg.shutdown_timeout,
         };
         let app = control::http::router(state.clone(), access).layer(axum::Extension(
@@ -286,7 +288,11 @@ fn spawn_shards(
             index: ShardId(i),
             socket,
             tcp,
-            tcp_max,
+            tcp_limits: shard::tcp::TcpLimits {
+                max: tcp_max,
+                max_per_ip: cfg.ice_tcp_max_conns_per_ip,
+                auth_timeout: cfg.ice_tcp_auth_timeout,
+            },
             advertised: SocketAddr::new(ip, port),
             source,
             settings: settings.clone(),

@@ -52,6 +52,10 @@ pub struct RtcConfig {
     pub(crate) send_buffer_video: usize,
     pub(crate) sctp_max_buffered_amount: usize,
     pub(crate) sctp_max_message_size: u32,
+    /// corelay patch (PATCHES.md, 26).
+    pub(crate) sctp_max_channels: usize,
+    /// corelay patch (PATCHES.md, 26).
+    pub(crate) sctp_max_label_len: usize,
     pub(crate) rtp_mode: bool,
     pub(crate) enable_raw_packets: bool,
     pub(crate) dtls_version: DtlsVersion,
@@ -725,6 +729,55 @@ impl RtcConfig {
         self.sctp_max_message_size
     }
 
+    /// corelay patch (PATCHES.md, 26): the most data channels this peer keeps at a time.
+    ///
+    /// Channels opened locally count towards the limit. A channel the remote peer opens while
+    /// this many are open (or opening) is refused: its SCTP stream is reset, whatever it sent
+    /// is dropped, nothing of it is kept, and [`Event::ChannelRefused`][crate::Event::ChannelRefused]
+    /// reports it. Without a limit a remote peer can open up to 65,535 streams, each keeping
+    /// its label and protocol (up to 128 KiB).
+    ///
+    /// Defaults to no limit.
+    pub fn set_sctp_max_channels(mut self, channels: usize) -> Self {
+        self.sctp_max_channels = channels;
+        self
+    }
+
+    /// corelay patch (PATCHES.md, 26): returns the most data channels this peer keeps.
+    ///
+    /// ```
+    /// # use str0m::RtcConfig;
+    /// let config = RtcConfig::new().set_sctp_max_channels(4);
+    /// assert_eq!(config.sctp_max_channels(), 4);
+    /// ```
+    pub fn sctp_max_channels(&self) -> usize {
+        self.sctp_max_channels
+    }
+
+    /// corelay patch (PATCHES.md, 26): the most bytes of label and protocol, together, that
+    /// a data channel the remote peer opens (its DCEP open) may carry.
+    ///
+    /// A longer one is refused: its SCTP stream is reset, the label is never kept, and
+    /// [`Event::ChannelRefused`][crate::Event::ChannelRefused] reports it.
+    ///
+    /// Defaults to no limit (DCEP allows 65,535 bytes of each).
+    pub fn set_sctp_max_label_len(mut self, bytes: usize) -> Self {
+        self.sctp_max_label_len = bytes;
+        self
+    }
+
+    /// corelay patch (PATCHES.md, 26): returns the most bytes of label and protocol a
+    /// remote data channel may carry.
+    ///
+    /// ```
+    /// # use str0m::RtcConfig;
+    /// let config = RtcConfig::new().set_sctp_max_label_len(256);
+    /// assert_eq!(config.sctp_max_label_len(), 256);
+    /// ```
+    pub fn sctp_max_label_len(&self) -> usize {
+        self.sctp_max_label_len
+    }
+
     /// Make the entire Rtc be in RTP mode.
     ///
     /// This means all media, read from [`RtpPacket`][crate::rtp::RtpPacket] and written to
@@ -904,6 +957,8 @@ impl Default for RtcConfig {
             send_buffer_video: 1000,
             sctp_max_buffered_amount: crate::sctp::DEFAULT_MAX_BUFFERED_AMOUNT,
             sctp_max_message_size: crate::sctp::LOCAL_MAX_MESSAGE_SIZE,
+            sctp_max_channels: usize::MAX,
+            sctp_max_label_len: usize::MAX,
             rtp_mode: false,
             enable_raw_packets: false,
             dtls_version: DtlsVersion::Dtls12,

@@ -1025,6 +1025,13 @@ pub enum Event {
     /// A data channel's buffered amount has dropped below the configured threshold.
     ChannelBufferedAmountLow(ChannelId),
 
+    /// corelay patch (PATCHES.md, 26): a data channel the remote peer opened was refused,
+    /// by [`RtcConfig::set_sctp_max_channels`] or [`RtcConfig::set_sctp_max_label_len`].
+    ///
+    /// The value is its SCTP stream id. The stream was reset and never reported with
+    /// [`Event::ChannelOpen`]; no [`ChannelId`] exists for it. Reported once per stream.
+    ChannelRefused(u16),
+
     // =================== Statistics and BWE related events ===================
 
     /// Statistics event for the Rtc instance
@@ -1294,6 +1301,8 @@ impl Rtc {
             sctp.enable_snap();
         }
         sctp.set_max_buffered_amount(config.sctp_max_buffered_amount);
+        // corelay patch (PATCHES.md, 26).
+        sctp.set_channel_limits(config.sctp_max_channels, config.sctp_max_label_len);
 
         Ok(Rtc {
             state: RtcState::Alive,
@@ -1840,6 +1849,10 @@ impl Rtc {
                     // back from reallocation until the handshake completes.
                     self.chan.remove_channel(channel_id, reset_pending);
                     return Ok(Some(Output::Event(Event::ChannelClose(channel_id))));
+                }
+                SctpEvent::Refused { id } => {
+                    // corelay patch (PATCHES.md, 26).
+                    return Ok(Some(Output::Event(Event::ChannelRefused(id))));
                 }
                 SctpEvent::StreamResetComplete { id } => {
                     // The reset handshake completed, the stream id can be used again.

@@ -149,6 +149,11 @@ pub(crate) struct Session {
     /// transport-wide feedback: no receipt is registered here, none sent.
     app_twcc_feedback: bool,
 
+    /// corelay patch (PATCHES.md, 27): SRTCP datagrams that failed to
+    /// authenticate (or were too short to carry a tag and an index) once the
+    /// keys were known. Cumulative; [`crate::change::DirectApi::srtcp_unprotect_failures`].
+    srtcp_unprotect_failures: u64,
+
     /// A pacer for sending RTP at specific rate.
     pacer: PacerImpl,
     pacer_control: PacerControl,
@@ -272,6 +277,7 @@ impl Session {
             bwe_last_event: None,
             enable_twcc_feedback: false,
             app_twcc_feedback: false,
+            srtcp_unprotect_failures: 0,
             pacer,
             pacer_control: PacerControl::new(),
             poll_packet_buf: vec![0; 2000],
@@ -701,6 +707,12 @@ impl Session {
             return None;
         }
         self.pending_packets.pop_front()
+    }
+
+    /// corelay patch (PATCHES.md, 27): SRTCP datagrams dropped because they
+    /// failed authentication, since the session was created.
+    pub fn srtcp_unprotect_failures(&self) -> u64 {
+        self.srtcp_unprotect_failures
     }
 
     /// corelay patch (PATCHES.md, 19): true when the datagram carried only
@@ -1158,7 +1170,13 @@ impl Session {
     /// failed to decrypt.
     fn handle_rtcp(&mut self, now: Instant, buf: &[u8], wake: &mut Wake) -> Option<bool> {
         let srtp: &mut SrtpContext = self.srtp_rx.as_mut()?;
-        let unprotected = srtp.unprotect_rtcp(buf)?;
+        // corelay patch (PATCHES.md, 27): a failure is counted, so that the
+        // application can tell garbage (or an attack) on its 5-tuple from
+        // silence; upstream dropped it with a trace line only.
+        let Some(unprotected) = srtp.unprotect_rtcp(buf) else {
+            self.srtcp_unprotect_failures += 1;
+            return None;
+        };
         let mut reports_only = true;
 
         Rtcp::read_packet(&unprotected, &mut self.feedback_rx);
@@ -2058,6 +2076,50 @@ mod tests {
                 .unwrap(),
             rr.to_vec()
         );
+    }
+
+    // corelay patch (PATCHES.md, 27).
+    #[test]
+    fn srtcp_that_fails_authentication_is_counted_once_each() {
+        let now = Instant::now();
+        let crypto = crate::crypto::test_default_provider();
+        let profile = SrtpProfile::AEAD_AES_128_GCM;
+        let bytes: Vec<u8> = (0..profile.keying_material_len() as u8).collect();
+        let keyed = |active: bool| {
+            let mut s = Session::new(&RtcConfig::default());
+            s.set_keying_material(KeyingMaterial::new(&bytes), crypto, profile, active);
+            s
+        };
+        let mut ours = keyed(true);
+        let mut peer = keyed(false);
+        let mut readiness = Readiness::armed();
+        let rr = [0x80, 201, 0, 1, 0, 0, 0, 9];
+        let good = peer.srtp_tx.as_mut().unwrap().protect_rtcp(&rr);
+
+        // A valid SRTCP packet is not a failure.
+        ours.handle_rtcp_receive(now, &good, &mut readiness.wake());
+        assert_eq!(ours.srtcp_unprotect_failures(), 0);
+
+        // A flipped tag, a flipped payload byte, garbage with an RTCP
+        // header, and one too short for a tag: one failure each.
+        let mut tag = peer.srtp_tx.as_mut().unwrap().protect_rtcp(&rr);
+        let n = tag.len();
+        tag[n - 1] ^= 0x01;
+        let mut body = peer.srtp_tx.as_mut().unwrap().protect_rtcp(&rr);
+        body[9] ^= 0x80;
+        let mut garbage = vec![0x80, 200, 0, 6];
+        garbage.extend_from_slice(&[0x5a; 60]);
+        let short = [0x80, 201, 0, 1, 0, 0, 0, 9, 1, 2];
+        let bad: [&[u8]; 4] = [&tag, &body, &garbage, &short];
+        for (i, d) in bad.iter().enumerate() {
+            ours.handle_rtcp_receive(now, d, &mut readiness.wake());
+            assert_eq!(ours.srtcp_unprotect_failures(), i as u64 + 1);
+        }
+
+        // Before the keys nothing can authenticate: not counted.
+        let mut unkeyed = Session::new(&RtcConfig::default());
+        unkeyed.handle_rtcp_receive(now, &garbage, &mut readiness.wake());
+        assert_eq!(unkeyed.srtcp_unprotect_failures(), 0);
     }
 
     // corelay patch (PATCHES.md, 12).

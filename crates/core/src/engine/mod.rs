@@ -133,6 +133,9 @@ pub enum LeaveReason {
     Removed,
     /// The server is shutting down; the control thread already knows.
     Shutdown,
+    /// A new join of its identity took its seat (same room, same flavor);
+    /// the control thread already knows.
+    Replaced,
     /// ICE consent failed (the client went away or its network did).
     IceDisconnected,
     /// It did not connect within `--connect-timeout`.
@@ -153,6 +156,7 @@ impl LeaveReason {
         match self {
             LeaveReason::Removed => "left",
             LeaveReason::Shutdown => "shutdown",
+            LeaveReason::Replaced => "replaced",
             LeaveReason::IceDisconnected => "ice_disconnected",
             LeaveReason::ConnectTimeout => "connect_timeout",
             LeaveReason::Panic => "panic",
@@ -164,7 +168,10 @@ impl LeaveReason {
 
     /// Whether the control thread asked for it (and needs no report).
     pub fn requested(self) -> bool {
-        matches!(self, LeaveReason::Removed | LeaveReason::Shutdown)
+        matches!(
+            self,
+            LeaveReason::Removed | LeaveReason::Shutdown | LeaveReason::Replaced
+        )
     }
 }
 
@@ -349,9 +356,20 @@ impl Engine {
 
     /// Removes a participant (DELETE from the API). Sends DTLS close_notify.
     pub fn remove_participant(&mut self, now: Instant, id: ParticipantId) -> bool {
+        self.remove_participant_for(now, id, LeaveReason::Removed)
+    }
+
+    /// Removes a participant the control thread took out of its room, for
+    /// `reason` (the `bye` says it): `Removed` or `Replaced`.
+    pub fn remove_participant_for(
+        &mut self,
+        now: Instant,
+        id: ParticipantId,
+        reason: LeaveReason,
+    ) -> bool {
         self.drain_pending();
         let existed = self.participants.contains_key(&id);
-        self.io.doomed.push((id, LeaveReason::Removed, None));
+        self.io.doomed.push((id, reason, None));
         self.settle(now);
         existed
     }
@@ -542,6 +560,9 @@ impl Engine {
             && self.settings.participant.fault_injection_name.as_deref() == Some(p.name.as_str());
         let events_before = self.io.events.len();
         let transmits_before = self.io.out.transmits.len();
+        // str0m patch 27: its count of SRTCP that failed authentication,
+        // read around the input, tells an RTCP datagram it dropped.
+        let srtcp_failures = is_rtcp(data).then(|| p.rtc.direct_api().srtcp_unprotect_failures());
         let handled = guarded(&mut self.io, id, &mut p.poisoned, |_| {
             if fault {
                 #[allow(
@@ -557,6 +578,8 @@ impl Engine {
             }
             p.rtc.handle_input(input).map_err(Some)
         });
+        let srtcp_dropped = matches!(handled, Some(Ok(())))
+            && srtcp_failures.is_some_and(|n| p.rtc.direct_api().srtcp_unprotect_failures() != n);
         match handled {
             Some(Ok(())) => p.trail.last_rx = Some(now),
             Some(Err(None)) => {
@@ -588,14 +611,21 @@ impl Engine {
             self.answer_nacks(now, id);
         }
         self.drain(now, kernel_rx, id);
+        if srtcp_dropped {
+            // An SRTCP datagram that failed authentication (str0m patch 27):
+            // counted here, once, and never by the guess below.
+            self.io.counters.dropped_by_stack += 1;
+            self.settle(now);
+            return;
+        }
         // str0m drops some datagrams without a word (an SRTP packet that fails
-        // authentication or replays, a STUN request with bad integrity, a DTLS
-        // record it cannot use): one that produced neither an event nor a
-        // datagram had no effect, and is counted as dropped by the stack.
-        // RTCP is exempt (a valid report may produce nothing at once).
+        // authentication or replays, a STUN request with bad integrity, a
+        // datagram that is not DTLS records): one that produced neither an
+        // event nor a datagram, and whose silence means a refusal
+        // ([`silence_is_refusal`]), is counted as dropped by the stack.
         if self.io.events.len() == events_before
             && self.io.out.transmits.len() == transmits_before
-            && !is_rtcp(data)
+            && silence_is_refusal(data)
         {
             self.io.counters.dropped_by_stack += 1;
         }
@@ -820,6 +850,8 @@ impl Engine {
                 }
             }
             Event::ChannelData(d) => self.on_channel_data(now, id, d),
+            // str0m patch 26: a channel over the limits, reset and not kept.
+            Event::ChannelRefused(_) => self.io.counters.refused_channels += 1,
             Event::MediaAdded(m) => self.on_media_added(now, id, m),
             ev @ (Event::PeerStats(_)
             | Event::MediaIngressStats(_)
@@ -1078,6 +1110,7 @@ fn leave_detail(
         LeaveReason::RenegotiationFailed => format!("a renegotiation failed on the shard: {said}"),
         LeaveReason::Removed => "removed through the API".to_string(),
         LeaveReason::Shutdown => "the server is shutting down".to_string(),
+        LeaveReason::Replaced => "replaced by a new join of its identity".to_string(),
     }
 }
 
@@ -1089,6 +1122,49 @@ fn is_rtp(data: &[u8]) -> bool {
 /// An RTCP packet (RFC 5761 demux: version 2, packet type 192-223).
 fn is_rtcp(data: &[u8]) -> bool {
     matches!(data, [128..=191, 192..=223, ..])
+}
+
+/// Whether a datagram str0m took without an event or a datagram of its own
+/// was refused. A valid STUN request is answered and a valid SRTP packet
+/// gives an event at once, so their silence is a refusal. A valid RTCP
+/// report may give nothing at once, nor may valid DTLS records: a fragment of
+/// a data-channel message (SCTP acknowledges every other packet, or on a
+/// timer; a 200 KB message is ~170 datagrams), a retransmitted handshake
+/// flight. A DTLS datagram counts only when it is not whole DTLS records.
+fn silence_is_refusal(data: &[u8]) -> bool {
+    match data.first() {
+        Some(20..=63) => !dtls_records(data),
+        _ => !is_rtcp(data),
+    }
+}
+
+/// Whether `data` is one or more whole DTLS records end to end (RFC 6347
+/// 4.1: a 13-byte header of content type, version, epoch, sequence number
+/// and length, then that many bytes), each of a type the server speaks
+/// (change_cipher_spec, alert, handshake, application_data) in DTLS 1.0 or
+/// 1.2, and application data never in epoch 0 (it is always encrypted).
+fn dtls_records(mut data: &[u8]) -> bool {
+    if data.is_empty() {
+        return false;
+    }
+    while !data.is_empty() {
+        let Some((header, rest)) = data.split_first_chunk::<13>() else {
+            return false;
+        };
+        let [ty, major, minor, e0, e1, _, _, _, _, _, _, l0, l1] = *header;
+        if !(20..=23).contains(&ty)
+            || major != 0xFE
+            || !matches!(minor, 0xFD | 0xFF)
+            || (ty == 23 && e0 == 0 && e1 == 0)
+        {
+            return false;
+        }
+        let Some(after) = rest.get(usize::from(u16::from_be_bytes([l0, l1]))..) else {
+            return false;
+        };
+        data = after;
+    }
+    true
 }
 
 /// Cheap sanity check before str0m sees a datagram: RTP/RTCP need a version-2

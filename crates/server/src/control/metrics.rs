@@ -1,6 +1,6 @@
 //! Prometheus exposition: the shards' figures (copied out as values every
 //! 250 ms) rendered by the control thread with `prometheus-client` at scrape
-//! time. Nothing on the packet path knows this module exists (DESIGN.md rule 5).
+//! time. Nothing on the packet path knows this module exists (docs/design.md rule 5).
 
 use std::fmt::Write as _;
 
@@ -301,6 +301,12 @@ impl Collector for MetricsSnapshot {
             "corelay_requests_dropped",
             "Data-channel requests over a participant's rate or size limit.",
             &|r| r.counters.dropped_requests,
+        )?;
+        c(
+            &mut enc,
+            "corelay_channels_refused",
+            "Data channels a participant opened over the limit of 4 at a time or with a label and protocol over 1 KiB: reset, never kept.",
+            &|r| r.counters.refused_channels,
         )?;
         let h = &histogram;
         h(

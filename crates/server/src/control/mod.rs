@@ -170,7 +170,10 @@ impl State {
     pub fn leave(&mut self, id: ParticipantId, tell_shard: bool) -> Result<(), RoomError> {
         let d = self.rooms.leave(id)?;
         if tell_shard && let Some(s) = self.link(d.shard) {
-            let _ = s.handle.commands.send(ShardCommand::Remove { id });
+            let _ = s.handle.commands.send(ShardCommand::Remove {
+                id,
+                reason: LeaveReason::Removed,
+            });
         }
         self.departed(d);
         Ok(())
@@ -298,7 +301,9 @@ impl State {
 }
 
 /// Joins `room` with an SDP offer. `identity`: the access token's `sub`
-/// (None without authentication: the id stands in).
+/// (None without authentication: the id stands in). With an identity, the
+/// join replaces the room's member of the same identity and `flavor`, if
+/// any ([`rooms`]: one seat per identity and flavor).
 ///
 /// Admission and placement first (short lock), then the offer is accepted
 /// for the chosen shard without the lock and off the control thread (on
@@ -318,7 +323,7 @@ pub async fn join(
 ) -> Result<Joined, RoomError> {
     let (mut shard, mut advertised, mut codec, settings) = {
         let mut st = lock(state);
-        let (shard, codec) = st.rooms.prepare_join(room)?;
+        let (shard, codec) = st.rooms.prepare_join_as(room, identity, flavor)?;
         (shard, st.advertised(shard)?, codec, st.settings.clone())
     };
     for attempt in 0..MAX_OFFER_ACCEPTS {
@@ -363,6 +368,19 @@ pub async fn join(
         let Some(handle) = st.link(shard).map(|s| s.handle.clone()) else {
             return Err(RoomError::NoShard);
         };
+        // The member it replaced (same identity, same flavor) goes first:
+        // its shard says `bye` with reason `replaced` and closes it. The
+        // roster below already has the newcomer in its place.
+        if let Some((old, old_shard)) = a.replaced {
+            st.detail.remove(&old);
+            if let Some(s) = st.link(old_shard) {
+                let _ = s.handle.commands.send(ShardCommand::Remove {
+                    id: old,
+                    reason: LeaveReason::Replaced,
+                });
+            }
+            tracing::info!(participant = %old, by = %a.id, room, "replaced by a new join of its identity");
+        }
         let _ = handle.commands.send(ShardCommand::Add {
             id: a.id,
             room: a.room,

@@ -9,6 +9,12 @@
 //! return what the shards must be told, [`super::State`] tells them), no
 //! str0m `Rtc` (offers are accepted and rehearsed by the caller before it
 //! asks for admission), no clock beyond a member's join time.
+//!
+//! One seat per identity: with authentication, a room holds at most one
+//! member per (identity, [`Flavor`]). A join whose token's `sub` already
+//! holds that seat replaces the member holding it, in the same admission
+//! ([`Admitted::replaced`]): one token can hold at most three seats of a
+//! room (a call, a WHIP publisher, a WHEP viewer), however often it joins.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -253,6 +259,10 @@ pub struct Admitted {
     pub roster: RoomUpdate,
     /// ...and the other shards hosting members, which get it too.
     pub notify: Vec<ShardId>,
+    /// The member of the same identity and flavor it replaced (already out
+    /// of the directory and of `roster`), and the shard that hosts it: that
+    /// shard must remove it.
+    pub replaced: Option<(ParticipantId, ShardId)>,
 }
 
 /// What [`Rooms::admit`] decided.
@@ -387,15 +397,25 @@ impl Rooms {
         self.admission_refusals
     }
 
-    fn fits(&self, s: &ShardLoad) -> bool {
+    /// Can `shard` take one more? `freed`: the shard of a member the join
+    /// replaces (its seat counts as free).
+    fn fits(&self, shard: ShardId, s: &ShardLoad, freed: Option<ShardId>) -> bool {
+        let participants = s
+            .participants
+            .saturating_sub(usize::from(freed == Some(shard)));
         s.failed.is_none()
-            && s.participants < self.limits.max_participants_per_shard
+            && participants < self.limits.max_participants_per_shard
             && s.busy < self.limits.max_shard_load
     }
 
     /// Admission control and placement: the room's own shard while it has
     /// room (zero hops), else the least loaded shard that can take one more.
     pub fn place(&mut self, room: &str) -> Result<ShardId, RoomError> {
+        self.place_freeing(room, None)
+    }
+
+    /// [`Rooms::place`] for a join that replaces a member on `freed`.
+    fn place_freeing(&mut self, room: &str, freed: Option<ShardId>) -> Result<ShardId, RoomError> {
         if let Some(r) = self.rooms.get(room) {
             // The shard hosting most of the room first.
             let mut counts: Vec<(ShardId, usize)> = Vec::new();
@@ -407,7 +427,7 @@ impl Rooms {
             }
             counts.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
             for (s, _) in counts {
-                if self.load(s).is_some_and(|s| self.fits(s)) {
+                if self.load(s).is_some_and(|l| self.fits(s, l, freed)) {
                     return Ok(s);
                 }
             }
@@ -416,7 +436,7 @@ impl Rooms {
             .shards
             .iter()
             .enumerate()
-            .filter(|(_, s)| self.fits(s))
+            .filter(|(i, s)| self.fits(ShardId(*i), s, freed))
             .min_by(|(_, a), (_, b)| {
                 a.participants
                     .cmp(&b.participants)
@@ -435,14 +455,33 @@ impl Rooms {
         })
     }
 
-    /// The limits on rooms: a valid name, room in the room, and a free room
-    /// when it is a new one.
-    fn check_room(&mut self, room: &str) -> Result<(), RoomError> {
+    /// The member holding the seat a join of `identity` (the token's `sub`;
+    /// None without authentication: every join is someone new) and
+    /// `flavor` would take in `room`, and its shard.
+    fn seat_holder(
+        &self,
+        room: &str,
+        identity: Option<&str>,
+        flavor: Flavor,
+    ) -> Option<(ParticipantId, ShardId)> {
+        let identity = identity?;
+        self.rooms
+            .get(room)?
+            .members
+            .iter()
+            .find(|m| m.flavor == flavor && m.identity == identity)
+            .map(|m| (m.id, m.shard))
+    }
+
+    /// The limits on rooms: a valid name, room in the room (a join that
+    /// replaces a member takes its seat), and a free room when it is a new
+    /// one.
+    fn check_room(&mut self, room: &str, replacing: bool) -> Result<(), RoomError> {
         if !valid_room_name(room) {
             return Err(RoomError::BadRoomName);
         }
         match self.rooms.get(room) {
-            Some(r) if r.members.len() >= self.limits.max_participants_per_room => {
+            Some(r) if !replacing && r.members.len() >= self.limits.max_participants_per_room => {
                 Err(RoomError::RoomFull {
                     room: room.to_string(),
                     members: r.members.len(),
@@ -463,8 +502,21 @@ impl Rooms {
     /// room's video codec (None: the room has none yet) without holding the
     /// directory, and asks [`Rooms::admit`].
     pub fn prepare_join(&mut self, room: &str) -> Result<(ShardId, Option<VideoCodec>), RoomError> {
-        self.check_room(room)?;
-        let shard = self.place(room)?;
+        self.prepare_join_as(room, None, Flavor::Participant)
+    }
+
+    /// [`Rooms::prepare_join`] for `identity` (the token's `sub`) joining as
+    /// `flavor`: a member holding that seat already does not count against
+    /// the room's limit, nor its seat against its shard's.
+    pub fn prepare_join_as(
+        &mut self,
+        room: &str,
+        identity: Option<&str>,
+        flavor: Flavor,
+    ) -> Result<(ShardId, Option<VideoCodec>), RoomError> {
+        let holder = self.seat_holder(room, identity, flavor);
+        self.check_room(room, holder.is_some())?;
+        let shard = self.place_freeing(room, holder.map(|h| h.1))?;
         Ok((shard, self.rooms.get(room).and_then(|r| r.codec)))
     }
 
@@ -473,6 +525,10 @@ impl Rooms {
     /// `prepared`: the shard its offer was accepted for. When placement now
     /// picks another one, the answer is [`Admission::Elsewhere`], unless
     /// `insist` and `prepared` can still take one more.
+    ///
+    /// A member of the room with the newcomer's identity and flavor (with
+    /// authentication) is replaced: it leaves the directory here, in the
+    /// same step, and [`Admitted::replaced`] names it for its shard.
     pub fn admit(
         &mut self,
         room: &str,
@@ -480,9 +536,13 @@ impl Rooms {
         insist: bool,
         new: NewMember<'_>,
     ) -> Result<Admission, RoomError> {
-        self.check_room(room)?;
-        let shard = self.place(room)?;
-        let prepared_fits = self.load(prepared).is_some_and(|s| self.fits(s));
+        let holder = self.seat_holder(room, new.identity, new.flavor);
+        let freed = holder.map(|h| h.1);
+        self.check_room(room, holder.is_some())?;
+        let shard = self.place_freeing(room, freed)?;
+        let prepared_fits = self
+            .load(prepared)
+            .is_some_and(|s| self.fits(prepared, s, freed));
         if shard != prepared && !(insist && prepared_fits) {
             return Ok(Admission::Elsewhere(shard));
         }
@@ -492,6 +552,11 @@ impl Rooms {
         }
         let shard = prepared;
         let resource = capability()?;
+        // The seat's previous holder leaves; its room stays open (same id
+        // and codec) for the newcomer.
+        if let Some((old, _)) = holder {
+            self.remove_member(old);
+        }
         // Public ids (rosters, logs) are random too, so they tell nothing of
         // how many joined; they are not secrets (the resource is).
         let id = loop {
@@ -552,25 +617,31 @@ impl Rooms {
             etag: etag(id, 1),
             roster,
             notify,
+            replaced: holder,
         })))
     }
 
-    /// Removes a participant (API DELETE, or its shard reported it gone).
-    pub fn leave(&mut self, id: ParticipantId) -> Result<Departure, RoomError> {
-        let room = self
-            .where_is
-            .remove(&id)
-            .ok_or(RoomError::UnknownParticipant(id))?;
-        let Some(r) = self.rooms.get_mut(&room) else {
-            return Err(RoomError::UnknownParticipant(id));
-        };
-        let Some(pos) = r.members.iter().position(|m| m.id == id) else {
-            return Err(RoomError::UnknownParticipant(id));
-        };
+    /// Takes a member out of its room (which stays open, even empty) and
+    /// off its shard's count. Returns its room's name and the member.
+    fn remove_member(&mut self, id: ParticipantId) -> Option<(String, Member)> {
+        let room = self.where_is.remove(&id)?;
+        let r = self.rooms.get_mut(&room)?;
+        let pos = r.members.iter().position(|m| m.id == id)?;
         let m = r.members.remove(pos);
         if let Some(s) = self.shards.get_mut(m.shard.0) {
             s.participants = s.participants.saturating_sub(1);
         }
+        Some((room, m))
+    }
+
+    /// Removes a participant (API DELETE, or its shard reported it gone).
+    pub fn leave(&mut self, id: ParticipantId) -> Result<Departure, RoomError> {
+        let (room, m) = self
+            .remove_member(id)
+            .ok_or(RoomError::UnknownParticipant(id))?;
+        let Some(r) = self.rooms.get(&room) else {
+            return Err(RoomError::UnknownParticipant(id));
+        };
         let roster = if r.members.is_empty() {
             self.rooms.remove(&room);
             None
@@ -1171,6 +1242,72 @@ mod tests {
             "not_found"
         );
         assert_eq!(rooms.finish_renegotiate(a.id, None), None);
+    }
+
+    /// One seat per (identity, flavor): a join of an identity that holds
+    /// one takes it over, even in a full room on a full shard; without an
+    /// identity every join is someone new.
+    #[test]
+    fn a_join_of_the_same_identity_and_flavor_replaces_its_seat() {
+        let mut rooms = Rooms::new(
+            Limits {
+                max_participants_per_shard: 2,
+                max_participants_per_room: 2,
+                ..limits()
+            },
+            1,
+        );
+        let as_ = |identity, flavor| NewMember {
+            identity: Some(identity),
+            flavor,
+            ..new_member(identity)
+        };
+        let admit = |rooms: &mut Rooms, new: NewMember<'_>| -> Result<Admitted, RoomError> {
+            let (shard, _) = rooms.prepare_join_as("r", new.identity, new.flavor)?;
+            match rooms.admit("r", shard, false, new)? {
+                Admission::Admitted(a) => Ok(*a),
+                other => panic!("{other:?}"),
+            }
+        };
+        let a1 = admit(&mut rooms, as_("alice", Flavor::Participant)).unwrap();
+        assert_eq!(a1.replaced, None);
+        let b = admit(&mut rooms, as_("bob", Flavor::Participant)).unwrap();
+        // The room and the shard are full: alice still gets back in, in
+        // place of herself.
+        let a2 = admit(&mut rooms, as_("alice", Flavor::Participant)).unwrap();
+        assert_eq!(a2.replaced, Some((a1.id, ShardId(0))));
+        assert_eq!(a2.room, a1.room, "the room stays open");
+        let ids: Vec<_> = a2.roster.members.iter().map(|m| m.id).collect();
+        assert_eq!(ids, [b.id, a2.id]);
+        assert!(!rooms.contains(a1.id));
+        assert_eq!(
+            rooms
+                .find("r", &a1.resource, Flavor::Participant)
+                .unwrap_err()
+                .code(),
+            "not_found"
+        );
+        assert_eq!(rooms.participant_count(), 2);
+        assert_eq!(rooms.shard_loads()[0].participants, 2);
+        // Another flavor is another seat (here: no room for it); so is
+        // another identity.
+        assert_eq!(
+            admit(&mut rooms, as_("alice", Flavor::Whep))
+                .unwrap_err()
+                .code(),
+            "room_full"
+        );
+        assert_eq!(
+            admit(&mut rooms, as_("carol", Flavor::Participant))
+                .unwrap_err()
+                .code(),
+            "room_full"
+        );
+        // Without authentication there is no identity to hold a seat.
+        assert_eq!(
+            join(&mut rooms, "r", "alice").unwrap_err().code(),
+            "room_full"
+        );
     }
 
     #[test]

@@ -169,8 +169,10 @@ pub enum ShardCommand {
         accepted: Box<Accepted>,
         roster: RoomUpdate,
     },
+    /// Take it out; its `bye` says `reason` (`Removed` or `Replaced`).
     Remove {
         id: ParticipantId,
+        reason: corelay_core::LeaveReason,
     },
     Room(RoomUpdate),
     /// An offer the control thread validated and rehearsed: apply it whole.
@@ -234,8 +236,9 @@ pub struct ShardSpec {
     pub socket: UdpSocket,
     /// The ICE-TCP listener on the same port, unless `--no-ice-tcp`.
     pub tcp: Option<std::net::TcpListener>,
-    /// ICE-TCP connections this shard takes at most ([`tcp::conns_per_shard`]).
-    pub tcp_max: usize,
+    /// ICE-TCP connections this shard takes ([`tcp::conns_per_shard`]),
+    /// per client address, and for how long before they authenticate.
+    pub tcp_limits: tcp::TcpLimits,
     pub advertised: SocketAddr,
     /// Where every datagram is sent from (a socket bound to a wildcard
     /// address): the advertised address, when it is this host's.
@@ -358,7 +361,7 @@ async fn run(
     send.set_gso(spec.offload && udp::gso_supported(&spec.socket));
     send.set_source(spec.source);
     let recv = RecvBatch::for_socket(&spec.socket, spec.offload);
-    let (tcp_conns, mut tcp_frames) = TcpConns::new(spec.tcp_max);
+    let (tcp_conns, mut tcp_frames) = TcpConns::new(spec.tcp_limits);
     let mut d = ShardLoop {
         tcp: tcp_conns,
         index: spec.index,
@@ -513,6 +516,7 @@ async fn run(
         }
         d.iterations += 1;
         if Instant::now() >= next_report {
+            d.tcp.sweep(Instant::now());
             d.report();
         }
     }
@@ -521,6 +525,16 @@ async fn run(
         let _ = done.send(());
     }
     Ok(())
+}
+
+/// Received packets the engine refused, every reason together: each refusal
+/// counts in exactly one of these, and a packet it took in none.
+fn refused_frames(c: &Counters) -> u64 {
+    c.dropped_malformed
+        + c.dropped_unknown_source
+        + c.dropped_addr_limit
+        + c.dropped_unknown_stream
+        + c.dropped_by_stack
 }
 
 impl ShardLoop {
@@ -532,7 +546,7 @@ impl ShardLoop {
     ) -> Option<Instant> {
         match accepted {
             Ok((stream, peer)) => {
-                self.tcp.accept(stream, peer);
+                self.tcp.accept(stream, peer, Instant::now());
                 None
             }
             Err(e) => {
@@ -549,8 +563,14 @@ impl ShardLoop {
         for _ in 0..MAX_TCP_FRAMES_PER_WAKE {
             match next {
                 Some(Frame::Data(peer, packet)) => {
+                    let refused = refused_frames(self.engine.counters());
                     self.engine
                         .handle_tcp_frame(now, peer, self.advertised, &packet);
+                    // Not counted as refused: the engine took it for a
+                    // known participant (a valid STUN check, DTLS or media).
+                    if refused_frames(self.engine.counters()) == refused {
+                        self.tcp.accepted_frame(&peer, now);
+                    }
                 }
                 Some(Frame::Closed(peer)) => self.tcp.closed(peer),
                 None => break,
@@ -576,8 +596,8 @@ impl ShardLoop {
                 self.engine
                     .add_participant(now, id, room, name, *accepted, roster)
             }
-            ShardCommand::Remove { id } => {
-                self.engine.remove_participant(now, id);
+            ShardCommand::Remove { id, reason } => {
+                self.engine.remove_participant_for(now, id, reason);
             }
             ShardCommand::Room(update) => self.engine.apply_room(now, update),
             ShardCommand::Renegotiate { id, offer, reply } => {

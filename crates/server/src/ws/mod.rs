@@ -572,7 +572,8 @@ enum TaskCmd {
         update: RoomUpdate,
         peers: Vec<(ShardId, mpsc::Sender<PeerMsg>)>,
     },
-    Remove,
+    /// Take it out; its `bye` says why (`Removed` or `Replaced`).
+    Remove(LeaveReason),
     Renegotiate {
         offer: Box<SdpOffer>,
         reply: oneshot::Sender<Result<String, OfferError>>,
@@ -701,8 +702,8 @@ impl Task {
                 self.engine.close_all(now);
                 return true;
             }
-            Some(TaskCmd::Remove) => {
-                self.engine.remove_participant(now, self.id);
+            Some(TaskCmd::Remove(reason)) => {
+                self.engine.remove_participant_for(now, self.id, reason);
             }
             Some(TaskCmd::Room { update, peers }) => {
                 self.peers = peers.into_iter().collect();
@@ -900,9 +901,9 @@ impl Hub {
                 fail_if_injected(self.fail_on_room.as_deref(), &roster.name);
                 self.add(id, room, name, accepted, roster).await;
             }
-            ShardCommand::Remove { id } => {
+            ShardCommand::Remove { id, reason } => {
                 if let Some(m) = self.member(id) {
-                    let _ = m.cmd.send(TaskCmd::Remove).await;
+                    let _ = m.cmd.send(TaskCmd::Remove(reason)).await;
                 }
             }
             ShardCommand::Room(update) => {

@@ -211,6 +211,17 @@ impl<'a> DirectApi<'a> {
         self.rtc.session.app_twcc_feedback();
     }
 
+    /// corelay patch (PATCHES.md, 27): SRTCP datagrams str0m dropped because
+    /// they failed SRTCP authentication (a wrong tag, or too short to carry
+    /// a tag and an index) after the DTLS handshake gave the keys.
+    /// Cumulative for the `Rtc`'s life. Upstream drops them without a
+    /// signal; an application that counts what each peer's 5-tuple sends
+    /// reads the delta around `handle_input`. An SRTCP datagram that arrives
+    /// before the keys is not counted (nothing could authenticate it).
+    pub fn srtcp_unprotect_failures(&self) -> u64 {
+        self.rtc.session.srtcp_unprotect_failures()
+    }
+
     /// corelay patch (PATCHES.md, 12): SRTP receive and transmit contexts
     /// with this session's keys, independent of the session's own; `None`
     /// before DTLS has given the keys. The transmit context's SRTCP index

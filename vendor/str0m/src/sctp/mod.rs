@@ -68,6 +68,12 @@ pub(crate) struct RtcSctp {
     /// `poll()` must look. `Rtc::poll_output` polls SCTP on every call, which was a walk of the
     /// association's queues for every forwarded media packet.
     poll_needed: bool,
+    /// corelay patch (PATCHES.md, 26): the most data channels (streams with an entry, not
+    /// closing) the association keeps; a stream the remote peer opens beyond it is refused.
+    max_channels: usize,
+    /// corelay patch (PATCHES.md, 26): the most bytes of label and protocol together that a
+    /// remote DCEP open may carry; a longer one is refused.
+    max_label_len: usize,
     #[cfg(test)]
     max_payload_size: usize,
 }
@@ -166,6 +172,12 @@ pub(crate) enum SctpEvent {
         data: Vec<u8>,
     },
     BufferedAmountLow {
+        id: u16,
+    },
+    /// corelay patch (PATCHES.md, 26): a stream the remote peer opened was refused (over the
+    /// channel limit, or its DCEP open's label and protocol too long). It was reset and never
+    /// reported open; no entry is kept for it.
+    Refused {
         id: u16,
     },
     AssociationLost,
@@ -328,6 +340,8 @@ impl RtcSctp {
             snap_init: None,
             max_buffered_amount: DEFAULT_MAX_BUFFERED_AMOUNT,
             poll_needed: true,
+            max_channels: usize::MAX,
+            max_label_len: usize::MAX,
             #[cfg(test)]
             max_payload_size,
         }
@@ -434,6 +448,15 @@ impl RtcSctp {
         self.poll_needed = true;
         self.snap_enabled = true;
         self.snap_init.get_or_insert_with(SctpInitData::new);
+    }
+
+    /// corelay patch (PATCHES.md, 26): bound the data channels the remote peer can make this
+    /// side keep: at most `max_channels` streams at a time (those opened locally count too), and
+    /// at most `max_label_len` bytes of label and protocol in a DCEP open.
+    pub fn set_channel_limits(&mut self, max_channels: usize, max_label_len: usize) {
+        self.poll_needed = true;
+        self.max_channels = max_channels;
+        self.max_label_len = max_label_len;
     }
 
     pub fn set_max_buffered_amount(&mut self, max_buffered_amount: usize) {
@@ -842,6 +865,17 @@ impl RtcSctp {
                 if let Event::Stream(se) = e {
                     match se {
                         StreamEvent::Readable { id } | StreamEvent::Writable { id } => {
+                            // corelay patch (PATCHES.md, 26): a stream the remote peer opens
+                            // past the limit gets no entry (whose DCEP open would keep a label
+                            // of up to 128 KiB): its data is dropped and it is reset, once.
+                            if entry_by_id(&self.entries, id).is_none()
+                                && live_channels(&self.entries) >= self.max_channels
+                            {
+                                if refuse_stream(assoc, &mut self.reset_pending, id) {
+                                    return Some(SctpEvent::Refused { id });
+                                }
+                                continue;
+                            }
                             stream_entry(
                                 &mut self.entries,
                                 id,
@@ -913,7 +947,9 @@ impl RtcSctp {
 
                             if in_band {
                                 let dcep: DcepOpen = config.into();
-                                let mut buf = vec![0; 1500];
+                                // corelay patch (PATCHES.md, 26): sized to the message; a fixed
+                                // 1500 bytes panicked on a label and protocol over 1488 bytes.
+                                let mut buf = vec![0; 12 + dcep.label.len() + dcep.protocol.len()];
                                 let n = dcep.marshal_to(&mut buf);
                                 buf.truncate(n);
 
@@ -1102,6 +1138,23 @@ impl RtcSctp {
                                     }
                                 };
 
+                                // corelay patch (PATCHES.md, 26): a label and protocol over the
+                                // limit are never kept; the stream is reset and refused.
+                                if dcep.label.len().saturating_add(dcep.protocol.len())
+                                    > self.max_label_len
+                                {
+                                    debug!(
+                                        "Refuse stream {}: DCEP label and protocol of {} bytes",
+                                        entry.id,
+                                        dcep.label.len() + dcep.protocol.len()
+                                    );
+                                    entry.do_close = true;
+                                    entry.set_state(StreamEntryState::Closed);
+                                    let stream_id = entry.id;
+                                    self.sctp_propagate_close(stream_id);
+                                    return Some(SctpEvent::Refused { id: stream_id });
+                                }
+
                                 if entry.config.is_none() {
                                     entry.config = Some((&dcep).into());
                                 } else {
@@ -1276,6 +1329,33 @@ fn set_state(current_state: &mut RtcSctpState, state: RtcSctpState) {
     }
 }
 
+/// corelay patch (PATCHES.md, 26): the streams that count against the channel limit: every
+/// entry that is not closed or closing.
+fn live_channels(entries: &[StreamEntry]) -> usize {
+    entries
+        .iter()
+        .filter(|e| e.state != StreamEntryState::Closed && !e.do_close)
+        .count()
+}
+
+/// corelay patch (PATCHES.md, 26): drop what a refused stream holds and reset it. True when
+/// this call refused it; false when a reset was already outstanding for the id (refused
+/// before, or an old incarnation still closing), so it is not reported twice.
+fn refuse_stream(assoc: &mut Association, reset_pending: &mut HashSet<u16>, id: u16) -> bool {
+    let Ok(mut stream) = assoc.stream(id) else {
+        return false;
+    };
+    while let Ok(Some(_)) = stream.read() {}
+    if reset_pending.contains(&id) {
+        return false;
+    }
+    debug!("Refuse stream {}: over the channel limit", id);
+    if stream.close().is_ok() {
+        reset_pending.insert(id);
+    }
+    true
+}
+
 fn entry_index(entries: &[StreamEntry], id: u16) -> Result<usize, usize> {
     entries.binary_search_by_key(&id, |e| e.id)
 }
@@ -1383,6 +1463,7 @@ impl fmt::Debug for SctpEvent {
             Self::BufferedAmountLow { id } => {
                 f.debug_struct("BufferedAmountLow").field("id", id).finish()
             }
+            Self::Refused { id } => f.debug_struct("Refused").field("id", id).finish(),
             Self::AssociationLost => f.debug_struct("AssociationLost").finish(),
         }
     }
@@ -1934,6 +2015,111 @@ mod tests {
             wire[pos - 15] & 0x04 != 0,
             "DCEP receiver should send unordered"
         );
+    }
+
+    // corelay patch (PATCHES.md, 26).
+    #[test]
+    fn remote_channels_past_the_limits_are_refused_and_not_kept() {
+        const MAX_CHANNELS: usize = 4;
+        const MAX_LABEL: usize = 1024;
+        let (mut client, mut server) = connect_client_server();
+        server.set_channel_limits(MAX_CHANNELS, MAX_LABEL);
+        let mut now = client.last_now;
+        #[derive(Default)]
+        struct Seen {
+            opened: Vec<u16>,
+            refused: Vec<u16>,
+            data: Vec<(u16, Vec<u8>)>,
+        }
+        let mut seen = Seen::default();
+        // Moves everything both ways (with time, for the delayed SACKs and the
+        // receive window) until neither side has anything left to send.
+        let mut pump = |client: &mut RtcSctp, server: &mut RtcSctp, seen: &mut Seen| {
+            for _ in 0..400 {
+                let mut moved = false;
+                while let Some(e) = client.poll() {
+                    if let SctpEvent::Transmit { packets } = e {
+                        for p in packets {
+                            moved = true;
+                            server.handle_input(now, &p);
+                        }
+                    }
+                }
+                while let Some(e) = server.poll() {
+                    match e {
+                        SctpEvent::Transmit { packets } => {
+                            for p in packets {
+                                moved = true;
+                                client.handle_input(now, &p);
+                            }
+                        }
+                        SctpEvent::Open { id, .. } => seen.opened.push(id),
+                        SctpEvent::Refused { id } => seen.refused.push(id),
+                        SctpEvent::Data { id, data, .. } => seen.data.push((id, data)),
+                        _ => {}
+                    }
+                }
+                if !moved {
+                    now += Duration::from_millis(50);
+                    let mut r = crate::poll::Readiness::armed();
+                    client.handle_timeout(now, &mut r.wake());
+                    server.handle_timeout(now, &mut r.wake());
+                }
+            }
+        };
+        let config = |label: String| ChannelConfig {
+            label,
+            ..Default::default()
+        };
+
+        // The legitimate channel.
+        client.open_stream(0, config("events".into()));
+        pump(&mut client, &mut server, &mut seen);
+        assert_eq!(seen.opened, vec![0]);
+
+        // 20 channels with 60 KB labels: each refused, none kept.
+        let long = "x".repeat(60_000);
+        for i in 1..=20u16 {
+            client.open_stream(i * 2, config(long.clone()));
+        }
+        pump(&mut client, &mut server, &mut seen);
+        assert_eq!(seen.opened, vec![0]);
+        assert_eq!(seen.refused.len(), 20, "{:?}", seen.refused);
+
+        // 10 with short labels: 3 fit under the limit of 4, 7 are refused.
+        for i in 21..=30u16 {
+            client.open_stream(i * 2, config(format!("short{i}")));
+        }
+        pump(&mut client, &mut server, &mut seen);
+        assert_eq!(seen.opened.len(), MAX_CHANNELS, "{:?}", seen.opened);
+        assert_eq!(seen.refused.len(), 27, "{:?}", seen.refused);
+        let mut distinct = seen.refused.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(
+            distinct.len(),
+            seen.refused.len(),
+            "a stream was refused twice"
+        );
+        assert!(seen.refused.iter().all(|id| !seen.opened.contains(id)));
+
+        // What the server keeps is bounded by the limits.
+        assert!(live_channels(&server.entries) <= MAX_CHANNELS);
+        let kept: usize = server
+            .entries
+            .iter()
+            .filter_map(|e| e.config.as_ref())
+            .map(|c| c.label.len() + c.protocol.len())
+            .sum();
+        assert!(
+            kept <= MAX_CHANNELS * MAX_LABEL,
+            "{kept} bytes of labels kept"
+        );
+
+        // The legitimate channel still carries data.
+        client.write(0, false, b"hello").unwrap();
+        pump(&mut client, &mut server, &mut seen);
+        assert_eq!(seen.data, vec![(0, b"hello".to_vec())]);
     }
 
     #[test]
