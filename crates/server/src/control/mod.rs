@@ -21,13 +21,11 @@
 //!
 //! The state sits behind one `Mutex` that only this thread's tasks (HTTP
 //! handlers and the shard-event pump) take, never across an await and never
-//! while building an `Rtc` or parsing SDP (a join generates a DTLS
-//! certificate, milliseconds): those run before the lock is taken, and a
-//! short critical section then admits, checking the limits again. The lock
-//! is uncontended by construction and the shards never see it. (On today's
-//! current-thread runtime a join still occupies the control thread while it
-//! accepts its offer; because the state is not held meanwhile, that work
-//! could move to a blocking pool without changing admission.)
+//! while building an `Rtc` or parsing SDP (every `Rtc` takes the server's
+//! one DTLS certificate, made at startup, so a join generates none): those
+//! run without the lock, on tokio's blocking pool, and a short critical
+//! section then admits, checking the limits again. The lock is uncontended
+//! by construction and the shards never see it.
 #![allow(
     clippy::disallowed_types,
     reason = "the control thread's own state lock; shards never take it (see above)"
@@ -307,8 +305,8 @@ impl State {
 ///
 /// Admission and placement first (short lock), then the offer is accepted
 /// for the chosen shard without the lock and off the control thread (on
-/// tokio's blocking pool: the DTLS certificate and the SDP are the expensive
-/// part, ~5 ms, and other requests go on meanwhile), then a short critical
+/// tokio's blocking pool: parsing the SDP and building the `Rtc` are the
+/// expensive part, and other requests go on meanwhile), then a short critical
 /// section checks admission again and admits.
 /// When placement changed meanwhile, the offer is accepted again for the
 /// shard it picks now, so the outcome is the one a join holding the lock

@@ -34,9 +34,11 @@
 //! `busy` in the report is the worker threads' CPU time over wall time
 //! times the worker count: a work-stealing pool has no per-core figure.
 //!
-//! Must not: touch the shards (`crate::shard` is used for its types and
-//! `bind` only) or the engine's logic, or trust a datagram: nothing here
-//! panics on input, unknown datagrams are dropped and counted once.
+//! Must not: touch the shards (`crate::shard` is used for its interface
+//! types and the helpers the shard loop shares with it: `record_dwell`,
+//! `send_datagrams`, `micros`, `fail_if_injected`) or the engine's logic,
+//! or trust a datagram: nothing here panics on input, unknown datagrams
+//! are dropped and counted once.
 
 #![deny(
     clippy::unwrap_used,
