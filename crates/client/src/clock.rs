@@ -56,20 +56,7 @@ impl Clock {
 }
 
 /// CLOCK_MONOTONIC now, in nanoseconds.
-pub fn mono_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists on Linux.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    if rc != 0 {
-        return 0;
-    }
-    (ts.tv_sec as u64)
-        .saturating_mul(1_000_000_000)
-        .saturating_add(ts.tv_nsec as u64)
-}
+pub use corelay_thread::monotonic_ns as mono_ns;
 
 /// Monotonic nanoseconds as the `SystemTime` we put in `abs-capture-time`.
 pub fn mono_to_system(ns: u64) -> SystemTime {

@@ -20,17 +20,4 @@ pub const EXIT_NO_BPF_SUPPORT: u8 = 2;
 pub const EXIT_BPF_UNAVAILABLE: u8 = 3;
 
 /// CLOCK_MONOTONIC in nanoseconds, the clock of `bpf_ktime_get_ns()`.
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec to a valid pointer.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    if rc != 0 {
-        return 0;
-    }
-    (ts.tv_sec as u64)
-        .saturating_mul(1_000_000_000)
-        .saturating_add(ts.tv_nsec as u64)
-}
+pub use corelay_thread::monotonic_ns;

@@ -1,7 +1,8 @@
 //! The calling thread's CPU: pinning it to one core, the CPU time it has
-//! used, and its place among its process's real-time threads. Shared by
-//! corelay's shards and corelay-client's driver threads, so both measure
-//! "busy" the same way.
+//! used, and its place among its process's real-time threads; and the
+//! kernel's clocks ([`clock`], [`monotonic_ns`]), read in one place. Shared
+//! by corelay's shards, corelay-client's driver threads and the dwell
+//! tracer, so all measure "busy" and "now" the same way.
 //!
 //! Owns those `libc` calls and their safety arguments; nothing else (no
 //! logging, no policy: callers decide what a failed pin means).
@@ -29,19 +30,33 @@ pub fn pin_to_cpu(cpu: usize) -> bool {
 /// the clock is unavailable. Busy fraction is this over wall time: time
 /// spent preempted by other processes is not work.
 pub fn thread_cpu() -> Duration {
+    clock(libc::CLOCK_THREAD_CPUTIME_ID).unwrap_or(Duration::ZERO)
+}
+
+/// A kernel clock's reading (`clock_gettime`): CLOCK_MONOTONIC, another
+/// thread's CPU clock (`pthread_getcpuclockid`), …; `None` if the clock is
+/// gone (a thread that ended) or unknown.
+pub fn clock(id: libc::clockid_t) -> Option<Duration> {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: clock_gettime writes one timespec we own.
-    let r = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    let r = unsafe { libc::clock_gettime(id, &mut ts) };
     if r != 0 {
-        return Duration::ZERO;
+        return None;
     }
-    Duration::new(
+    Some(Duration::new(
         u64::try_from(ts.tv_sec).unwrap_or(0),
         u32::try_from(ts.tv_nsec).unwrap_or(0),
-    )
+    ))
+}
+
+/// CLOCK_MONOTONIC in nanoseconds (0 if unreadable): the clock of the
+/// kernel's `bpf_ktime_get_ns()` and of the stamps corelay's clients put
+/// in `abs-capture-time`.
+pub fn monotonic_ns() -> u64 {
+    clock(libc::CLOCK_MONOTONIC).map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 
 /// Under a real-time policy (SCHED_RR or SCHED_FIFO, as `chrt -r 10`

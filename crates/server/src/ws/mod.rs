@@ -278,19 +278,7 @@ impl WorkerClocks {
 
 /// The time of a CPU clock (zero if it is gone).
 fn cpu_clock(id: libc::clockid_t) -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes into the timespec we own and pass.
-    let rc = unsafe { libc::clock_gettime(id, &mut ts) };
-    if rc != 0 {
-        return Duration::ZERO;
-    }
-    Duration::new(
-        u64::try_from(ts.tv_sec).unwrap_or(0),
-        u32::try_from(ts.tv_nsec).unwrap_or(0),
-    )
+    corelay_thread::clock(id).unwrap_or(Duration::ZERO)
 }
 
 /// The ufrag of an SDP answer (`a=ice-ufrag:`): what an ICE restart changed.
