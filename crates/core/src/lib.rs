@@ -22,6 +22,7 @@
 pub mod codec;
 pub mod engine;
 pub mod events;
+pub mod faults;
 pub mod guard;
 pub mod ids;
 pub mod lanes;

@@ -24,6 +24,7 @@ use str0m::net::TcpType;
 use str0m::rtp::{Extension, ExtensionMap};
 use str0m::{Candidate, IceCreds, Output, Rtc};
 
+use crate::faults::Faults;
 use crate::guard;
 use crate::ids::ParticipantId;
 
@@ -94,6 +95,8 @@ pub struct RtcSettings {
     /// The DTLS certificate every participant's `Rtc` presents; `None`:
     /// str0m makes one per `Rtc` (a key generation per join).
     pub dtls_identity: Option<DtlsIdentity>,
+    /// The tests' injected faults: empty but in a `fault-injection` build.
+    pub faults: Faults,
 }
 
 /// A server's DTLS certificate and key: one for all its participants (its
@@ -118,6 +121,7 @@ impl Default for RtcSettings {
             ice_tcp: false,
             bwe_initial_bps: Some(DEFAULT_BWE_INITIAL_BPS),
             dtls_identity: None,
+            faults: Faults::default(),
         }
     }
 }
@@ -154,9 +158,6 @@ pub struct ParticipantLimits {
     pub max_addrs: usize,
     /// Data-channel requests per second (token bucket; bursts of twice that).
     pub requests_per_second: u32,
-    /// Testing only: a participant with this display name panics inside its
-    /// own input handling once connected, to prove fault isolation.
-    pub fault_injection_name: Option<String>,
 }
 
 impl Default for ParticipantLimits {
@@ -165,7 +166,6 @@ impl Default for ParticipantLimits {
             connect_timeout: Duration::from_secs(15),
             max_addrs: 8,
             requests_per_second: 20,
-            fault_injection_name: None,
         }
     }
 }

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use corelay_core::VideoCodec;
+use corelay_core::faults::Faults;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
@@ -99,10 +100,12 @@ pub struct Config {
     pub no_udp_offload: bool,
 
     /// Testing only: stall a shard's loop every N datagrams (see --test-stall-ms).
+    #[cfg(feature = "fault-injection")]
     #[arg(long, env = "CORELAY_TEST_STALL_EVERY", hide = true)]
     pub test_stall_every: Option<u64>,
 
     /// Testing only: how long each stall lasts, in milliseconds.
+    #[cfg(feature = "fault-injection")]
     #[arg(long, env = "CORELAY_TEST_STALL_MS", hide = true, default_value_t = 5)]
     pub test_stall_ms: u64,
 
@@ -214,11 +217,13 @@ pub struct Config {
 
     /// Testing only: a participant with this display name panics inside its
     /// own handling once connected (fault isolation).
+    #[cfg(feature = "fault-injection")]
     #[arg(long, env = "CORELAY_TEST_PANIC_PARTICIPANT", hide = true)]
     pub test_panic_participant: Option<String>,
 
     /// Testing only: the shard that gets a participant of this room panics
     /// outside any participant (a shard failure).
+    #[cfg(feature = "fault-injection")]
     #[arg(long, env = "CORELAY_TEST_FAIL_SHARD_ROOM", hide = true)]
     pub test_fail_shard_room: Option<String>,
 
@@ -383,6 +388,24 @@ pub enum ShardFailure {
 
 impl Config {
     /// `--video-codecs` in order, each once.
+    /// The tests' faults from the `--test-*` flags, which exist only in a
+    /// `fault-injection` build ([`Faults`]).
+    #[cfg(feature = "fault-injection")]
+    pub fn faults(&self) -> Faults {
+        Faults::new(
+            self.test_panic_participant.clone(),
+            self.test_fail_shard_room.clone(),
+            self.test_stall_every
+                .map(|every| (every, Duration::from_millis(self.test_stall_ms))),
+        )
+    }
+
+    /// No faults: this build has no `fault-injection` feature.
+    #[cfg(not(feature = "fault-injection"))]
+    pub fn faults(&self) -> Faults {
+        Faults
+    }
+
     pub fn video_codecs(&self) -> Vec<VideoCodec> {
         let mut out: Vec<VideoCodec> = Vec::new();
         for c in &self.video_codecs {
@@ -471,6 +494,26 @@ fn primary_ip() -> Option<IpAddr> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The flags a build without the `fault-injection` feature has: no
+    /// `--test-*` among them (the test command builds with the feature, so
+    /// this runs in a plain `cargo test -p corelay`; tests/structure.rs
+    /// checks the same in the source whatever the features).
+    #[cfg(not(feature = "fault-injection"))]
+    #[test]
+    fn a_build_without_faults_has_no_test_flag() {
+        use clap::CommandFactory;
+        let cmd = Config::command();
+        let mut names = Vec::new();
+        for c in std::iter::once(&cmd).chain(cmd.get_subcommands()) {
+            names.extend(
+                c.get_arguments()
+                    .filter_map(|a| a.get_long().map(str::to_string)),
+            );
+        }
+        assert!(names.iter().any(|n| n == "shards"), "{names:?}");
+        assert!(!names.iter().any(|n| n.starts_with("test")), "{names:?}");
+    }
 
     #[test]
     fn ttl() {

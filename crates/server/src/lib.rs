@@ -61,11 +61,11 @@ pub fn run(cfg: Config) -> Result<(), Box<dyn std::error::Error>> {
             connect_timeout: cfg.connect_timeout,
             max_addrs: cfg.max_addrs_per_participant.max(1),
             requests_per_second: cfg.max_requests_per_second.max(1),
-            fault_injection_name: cfg.test_panic_participant.clone(),
         },
         ice_tcp,
         bwe_initial_bps: (!cfg.no_bwe).then_some(cfg.bwe_start_kbps.max(50) * 1000),
         dtls_identity: Some(DtlsIdentity(identity)),
+        faults: cfg.faults(),
     };
     let (to_control, from_shards) = mpsc::unbounded_channel();
     let mut handles = Vec::with_capacity(n);
@@ -88,10 +88,6 @@ pub fn run(cfg: Config) -> Result<(), Box<dyn std::error::Error>> {
             workers: n,
             packet_metrics: !cfg.no_packet_metrics,
             offload: !cfg.no_udp_offload,
-            stall: cfg
-                .test_stall_every
-                .map(|every| (every, Duration::from_millis(cfg.test_stall_ms))),
-            fail_on_room: cfg.test_fail_shard_room.clone(),
         })?;
         handles.push(h);
         ws_runtime = Some(rt);
@@ -301,10 +297,6 @@ fn spawn_shards(
             core: (!cfg.no_pin && n <= cores).then_some(i % cores),
             packet_metrics: !cfg.no_packet_metrics,
             offload: !cfg.no_udp_offload,
-            stall: cfg
-                .test_stall_every
-                .map(|every| (every, Duration::from_millis(cfg.test_stall_ms))),
-            fail_on_room: cfg.test_fail_shard_room.clone(),
         })?;
         handles.push(h);
         joins.push(j);

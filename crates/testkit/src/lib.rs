@@ -26,7 +26,9 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 /// `$CORELAY_BIN`; else `corelay` in the calling test's own profile
 /// directory (`target/<profile>/deps/<test>` → `target/<profile>/corelay`)
 /// or in `$CARGO_TARGET_DIR/debug`; else it is built there with
-/// `cargo build -p corelay` (a workspace `cargo test` builds it anyway).
+/// `cargo build -p corelay --features fault-injection` (the tests' faults;
+/// a workspace `cargo test --features corelay/fault-injection`, as
+/// scripts/test runs it, builds it anyway).
 pub fn corelay_bin() -> PathBuf {
     if let Some(p) = std::env::var_os("CORELAY_BIN") {
         let p = PathBuf::from(p);
@@ -58,7 +60,7 @@ fn build_corelay(profile_dir: &Path) -> PathBuf {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.current_dir(&workspace)
-        .args(["build", "-p", "corelay"])
+        .args(["build", "-p", "corelay", "--features", "fault-injection"])
         .env("CARGO_TARGET_DIR", target_dir);
     match profile_dir.file_name().and_then(|n| n.to_str()) {
         Some("debug") | None => {}

@@ -58,8 +58,9 @@ pub(super) struct Trail {
 
 pub(super) struct Participant {
     pub(super) room: RoomId,
-    /// Its display name (only the test fault injection looks at it here).
-    pub(super) name: String,
+    /// Its handling panics once connected ([`crate::faults`]).
+    #[cfg(feature = "fault-injection")]
+    pub(super) injected_panic: bool,
     pub(super) rtc: Rtc,
     pub(super) tracks: Vec<PublishedTrack>,
     /// SSRC -> (index in `tracks`, layer), filled on first sight of each SSRC.
@@ -157,17 +158,39 @@ pub(super) const SURE_WINDOW: Duration = Duration::from_secs(2);
 const LOWS_MAX: usize = 64;
 
 impl Participant {
+    /// Whether its handling is to panic once connected (the tests' fault
+    /// injection, [`crate::faults`]; always false in other builds).
+    #[cfg(feature = "fault-injection")]
+    pub(super) fn injected_panic(&self) -> bool {
+        self.injected_panic
+    }
+
+    #[cfg(not(feature = "fault-injection"))]
+    #[inline(always)]
+    pub(super) fn injected_panic(&self) -> bool {
+        false
+    }
+
+    #[cfg(feature = "fault-injection")]
+    pub(super) fn inject_panic(&mut self, on: bool) {
+        self.injected_panic = on;
+    }
+
+    #[cfg(not(feature = "fault-injection"))]
+    #[inline(always)]
+    pub(super) fn inject_panic(&mut self, _on: bool) {}
+
     pub(super) fn new(
         id: ParticipantId,
         room: RoomId,
-        name: String,
         rtc: Rtc,
         tracks: &[MediaLine],
         slots: &[MediaLine],
     ) -> Self {
         let mut p = Participant {
             room,
-            name,
+            #[cfg(feature = "fault-injection")]
+            injected_panic: false,
             rtc,
             tracks: Vec::new(),
             ssrcs: Vec::new(),
@@ -449,14 +472,7 @@ mod tests {
     fn a_climb_counts_on_the_lowest_estimate_of_the_last_two_seconds() {
         let ms = Duration::from_millis;
         let t0 = Instant::now();
-        let mut p = Participant::new(
-            ParticipantId(1),
-            RoomId(1),
-            "p".into(),
-            Rtc::new(t0),
-            &[],
-            &[],
-        );
+        let mut p = Participant::new(ParticipantId(1), RoomId(1), Rtc::new(t0), &[], &[]);
         assert_eq!(p.sure_estimate(t0), None);
         p.note_estimate(t0, 300_000);
         // A probe lifts it for a moment: the climb still counts on 300k.
@@ -488,7 +504,6 @@ mod tests {
         let mut p = Participant::new(
             ParticipantId(1),
             RoomId(1),
-            "p".into(),
             Rtc::new(std::time::Instant::now()),
             &[],
             &[],

@@ -41,6 +41,7 @@ use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use corelay_core::faults::Faults;
 use corelay_core::metrics::{Counters, LatencyHistogram, ParticipantStats};
 use corelay_core::room::RoomUpdate;
 use corelay_core::{
@@ -145,14 +146,15 @@ pub(crate) fn send_datagrams(
     engine.outputs().forwarded.clear();
 }
 
-/// Test-only fault injection (`--test-fail-shard-room`): the shard (or the
-/// work-stealing hub) panics outside any participant when a join for that
-/// room reaches it.
-pub(crate) fn fail_if_injected(fail_on_room: Option<&str>, room: &str) {
-    if fail_on_room == Some(room) {
+/// The tests' shard failure ([`Faults`], `--test-fail-shard-room` in a
+/// `fault-injection` build): the shard (or the work-stealing hub) panics
+/// outside any participant when a join for that room reaches it. Nothing in
+/// other builds.
+pub(crate) fn fail_if_injected(faults: &Faults, room: &str) {
+    if faults.fails_shard(room) {
         #[allow(
             clippy::panic,
-            reason = "test-only fault injection (--test-fail-shard-room)"
+            reason = "the tests' fault injection: false but in a fault-injection build"
         )]
         {
             panic!("injected shard failure (--test-fail-shard-room)");
@@ -252,10 +254,6 @@ pub struct ShardSpec {
     /// Send runs of datagrams with UDP GSO and read them with GRO, where
     /// the kernel supports it.
     pub offload: bool,
-    /// Testing only: stall the loop for `.1` every `.0` datagrams.
-    pub stall: Option<(u64, Duration)>,
-    /// Testing only: panic outside any participant when one joins this room.
-    pub fail_on_room: Option<String>,
 }
 
 /// Binds shard `index`'s socket: its own port, large buffers, receive
@@ -341,10 +339,9 @@ struct ShardLoop {
     forward_local: LatencyHistogram,
     forward_cross: LatencyHistogram,
     iteration: LatencyHistogram,
-    stall: Option<(u64, Duration)>,
-    datagrams: u64,
+    /// The tests' faults ([`Faults`]; empty but in a `fault-injection` build).
+    faults: Faults,
     packet_metrics: bool,
-    fail_on_room: Option<String>,
 }
 
 /// A duration in whole microseconds, saturating (histogram samples).
@@ -362,6 +359,7 @@ async fn run(
     send.set_source(spec.source);
     let recv = RecvBatch::for_socket(&spec.socket, spec.offload);
     let (tcp_conns, mut tcp_frames) = TcpConns::new(spec.tcp_limits);
+    let faults = spec.settings.faults.clone();
     let mut d = ShardLoop {
         tcp: tcp_conns,
         index: spec.index,
@@ -382,10 +380,8 @@ async fn run(
         forward_local: LatencyHistogram::default(),
         forward_cross: LatencyHistogram::default(),
         iteration: LatencyHistogram::default(),
-        stall: spec.stall,
-        datagrams: 0,
+        faults,
         packet_metrics: spec.packet_metrics,
-        fail_on_room: spec.fail_on_room,
     };
     let socket = tokio::net::UdpSocket::from_std(spec.socket)?;
     let listener = spec
@@ -463,11 +459,8 @@ async fn run(
                                 record_dwell(&d.recv, &mut d.dwell);
                             }
                             for dg in d.recv.iter() {
-                                if let Some((every, pause)) = d.stall {
-                                    d.datagrams += 1;
-                                    if d.datagrams.is_multiple_of(every.max(1)) {
-                                        std::thread::sleep(pause);
-                                    }
+                                if let Some(pause) = d.faults.stall_after_datagram() {
+                                    std::thread::sleep(pause);
                                 }
                                 d.engine.handle_datagram(now, dg.kernel_rx, dg.source, d.advertised, dg.data);
                             }
@@ -592,7 +585,7 @@ impl ShardLoop {
                 accepted,
                 roster,
             } => {
-                fail_if_injected(self.fail_on_room.as_deref(), &roster.name);
+                fail_if_injected(&self.faults, &roster.name);
                 self.engine
                     .add_participant(now, id, room, name, *accepted, roster)
             }

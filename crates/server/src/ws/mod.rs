@@ -55,6 +55,7 @@ use std::net::{IpAddr, SocketAddr, UdpSocket as StdUdpSocket};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use corelay_core::faults::Faults;
 use corelay_core::metrics::{Counters, LatencyHistogram, ParticipantStats};
 use corelay_core::room::RoomUpdate;
 use corelay_core::{
@@ -116,10 +117,6 @@ pub struct WsSpec {
     /// Send runs of datagrams with UDP GSO and read them with GRO, where
     /// the kernel supports it.
     pub offload: bool,
-    /// Testing only: stall the reader for `.1` every `.0` datagrams.
-    pub stall: Option<(u64, Duration)>,
-    /// Testing only: the hub panics when one joins this room.
-    pub fail_on_room: Option<String>,
 }
 
 /// The running runtime; [`WsRuntime::shutdown`] stops it.
@@ -178,8 +175,7 @@ pub fn spawn(spec: WsSpec) -> io::Result<(ShardHandle, WsRuntime)> {
         iterations: 0,
         hub: hub_tx.clone(),
         packet_metrics: spec.packet_metrics,
-        stall: spec.stall,
-        datagrams: 0,
+        faults: spec.settings.faults.clone(),
     };
     let hub = Hub {
         settings: spec.settings,
@@ -191,7 +187,6 @@ pub fn spawn(spec: WsSpec) -> io::Result<(ShardHandle, WsRuntime)> {
         packet_metrics: spec.packet_metrics,
         gso,
         source: spec.source,
-        fail_on_room: spec.fail_on_room,
         workers: spec.workers.max(1),
         next: 1,
         members: HashMap::new(),
@@ -384,8 +379,8 @@ struct Reader {
     iterations: u64,
     hub: mpsc::Sender<HubMsg>,
     packet_metrics: bool,
-    stall: Option<(u64, Duration)>,
-    datagrams: u64,
+    /// The tests' faults (its stall; empty but in a `fault-injection` build).
+    faults: Faults,
 }
 
 impl Reader {
@@ -504,13 +499,10 @@ impl Reader {
                         record_dwell(&self.recv, &mut self.dwell);
                     }
                     for dg in self.recv.iter() {
-                        if let Some((every, pause)) = self.stall {
-                            self.datagrams += 1;
-                            if self.datagrams.is_multiple_of(every.max(1)) {
-                                // Test-only (--test-stall-every): blocking
-                                // a worker is what it simulates.
-                                std::thread::sleep(pause);
-                            }
+                        if let Some(pause) = self.faults.stall_after_datagram() {
+                            // The tests' stall (--test-stall-every): blocking
+                            // a worker is what it simulates.
+                            std::thread::sleep(pause);
                         }
                         let target = self
                             .by_addr
@@ -827,7 +819,6 @@ struct Hub {
     gso: bool,
     /// Every task's sends leave from it ([`WsSpec::source`]).
     source: Option<IpAddr>,
-    fail_on_room: Option<String>,
     workers: usize,
     /// The next virtual shard id (0 is the logical shard).
     next: usize,
@@ -888,7 +879,7 @@ impl Hub {
                 accepted,
                 roster,
             } => {
-                fail_if_injected(self.fail_on_room.as_deref(), &roster.name);
+                fail_if_injected(&self.settings.faults, &roster.name);
                 self.add(id, room, name, accepted, roster).await;
             }
             ShardCommand::Remove { id, reason } => {
