@@ -201,6 +201,7 @@ fn media_loop(udp: UdpSocket, rx: Receiver<Msg>, stop: Arc<AtomicBool>) {
         if engine.poll_timeout().is_some_and(|t| t <= now) {
             engine.handle_timeout(now);
         }
+        engine.finish_batch();
         let out = engine.outputs();
         for t in out.transmits.drain(..) {
             let _ = udp.send_to(&t.contents, t.destination);

@@ -170,6 +170,7 @@ pub fn roster(room: RoomId, members: &[MemberInfo]) -> RoomUpdate {
 
 /// Empties everything the engine produced (the shard would send it away).
 pub fn discard_outputs(engine: &mut Engine) {
+    engine.finish_batch();
     let out = engine.outputs();
     out.transmits.clear();
     out.forwarded.clear();
@@ -387,6 +388,7 @@ impl Live {
         let server = self.server;
         for _ in 0..1_000 {
             let mut moved = false;
+            self.engine.finish_batch();
             let out = self.engine.outputs();
             for t in out.transmits.drain(..) {
                 if let Some(c) = self.clients.iter_mut().find(|c| c.addr == t.destination) {

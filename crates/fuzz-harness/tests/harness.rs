@@ -43,12 +43,14 @@ fn the_recorded_stun_request_is_answered_in_a_new_session() {
         .find(|(n, _)| n == "stun-binding-request-1.bin")
         .unwrap();
     let mut live = Live::connect();
+    live.engine.finish_batch();
     live.engine.outputs().transmits.clear();
     let own = live.clients[0].addr;
     let now = live.now;
     live.engine
         .handle_datagram(now, None, own, server_addr(), &stun);
     // A STUN success response (0x0101): integrity held with this session's password.
+    live.engine.finish_batch();
     let out = &live.engine.outputs().transmits;
     assert!(
         out.iter().any(|t| t.contents.starts_with(&[0x01, 0x01])),

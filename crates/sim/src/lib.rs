@@ -473,6 +473,7 @@ impl Sim {
             let mut work = false;
             for s in 0..self.shards.len() {
                 let now = self.now;
+                self.shards[s].engine.finish_batch();
                 let out = self.shards[s].engine.outputs();
                 let transmits = std::mem::take(&mut out.transmits);
                 out.forwarded.clear();

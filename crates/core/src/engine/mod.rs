@@ -285,10 +285,6 @@ impl Engine {
     }
 
     /// Counters the shard driver maintains (socket-level drops).
-    pub fn counters_mut(&mut self) -> &mut Counters {
-        &mut self.io.counters
-    }
-
     pub fn participant_count(&self) -> usize {
         self.participants.len()
     }
@@ -297,13 +293,20 @@ impl Engine {
         self.rooms.len()
     }
 
-    /// What accumulated since the shard last emptied it; the shard drains
-    /// each vector (the engine only appends).
-    ///
-    /// Subscribers whose drain forwarding deferred are drained first, so
-    /// what a batch produced is all here.
-    pub fn outputs(&mut self) -> &mut Outputs {
+    /// Ends a batch of input: the subscribers whose drain forwarding
+    /// deferred (one drain per subscriber per batch, however many packets
+    /// it got) are drained now, so [`Engine::outputs`] holds all the batch
+    /// produced. A driver calls it once after each batch, before it reads
+    /// the outputs; one that forgets only delays them, as
+    /// [`Engine::poll_timeout`] then asks for a `handle_timeout` at once.
+    pub fn finish_batch(&mut self) {
         self.drain_pending();
+    }
+
+    /// What accumulated since the driver last emptied it (after
+    /// [`Engine::finish_batch`]); the driver drains each vector, the engine
+    /// only appends. Does no work.
+    pub fn outputs(&mut self) -> &mut Outputs {
         &mut self.io.out
     }
 

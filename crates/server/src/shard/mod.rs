@@ -83,17 +83,41 @@ pub(crate) fn record_dwell(recv: &RecvBatch, dwell: &mut LatencyHistogram) {
     }
 }
 
+/// The counters the I/O layer keeps (the engine's are its own): copied into
+/// each report beside the engine's ([`IoCounters::add_to`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct IoCounters {
+    /// Datagrams the kernel refused (send buffer full), and ICE-TCP frames
+    /// a full connection refused.
+    pub dropped_send: u64,
+    /// UDP messages the kernel took (a GSO run is one).
+    pub tx_messages: u64,
+    /// Cross-shard media a full lane dropped.
+    pub cross_shard_dropped: u64,
+}
+
+impl IoCounters {
+    /// `c` (the engine's counters) with these in their fields.
+    pub fn add_to(&self, mut c: Counters) -> Counters {
+        c.dropped_send += self.dropped_send;
+        c.tx_messages += self.tx_messages;
+        c.cross_shard_dropped += self.cross_shard_dropped;
+        c
+    }
+}
+
 /// Sends the UDP datagrams of one engine step in one `sendmmsg` batch, then
 /// records each forwarded packet's latency (kernel receive to this send) in
 /// `forward_local` (same shard) or `forward_cross` when `packet_metrics` is
 /// on. What the socket refused, plus `dropped_elsewhere`
-/// (the caller's TCP sends), counts in `dropped_send`. A GSO message the
+/// (the caller's TCP sends), counts in `io`'s `dropped_send`. A GSO message the
 /// kernel refused (its datagrams went out one by one) is logged at debug;
 /// a device that takes no GSO at all turns it off for this sender, with one
 /// warning. The send step of the shard loop and of the work-stealing tasks
 /// alike.
 pub(crate) fn send_datagrams(
     engine: &mut Engine,
+    io: &mut IoCounters,
     send: &mut SendBatch,
     socket: &impl std::os::fd::AsRawFd,
     packet_metrics: bool,
@@ -139,9 +163,8 @@ pub(crate) fn send_datagrams(
                 );
             }
         }
-        let c = engine.counters_mut();
-        c.dropped_send += res.dropped as u64 + dropped_elsewhere;
-        c.tx_messages += res.messages as u64;
+        io.dropped_send += res.dropped as u64 + dropped_elsewhere;
+        io.tx_messages += res.messages as u64;
     }
     engine.outputs().forwarded.clear();
 }
@@ -326,6 +349,8 @@ struct ShardLoop {
     mesh: Arc<Mesh>,
     /// Control messages the mesh's control lane could not take yet.
     outbox: ControlOutbox,
+    /// What the I/O layer counts (sends, the mesh's drops).
+    io: IoCounters,
     /// The peer [`Mesh::drain`] starts at, one further each time.
     drain_start: usize,
     to_control: mpsc::UnboundedSender<ToControl>,
@@ -370,6 +395,7 @@ async fn run(
         touched_peers: Vec::new(),
         mesh: spec.mesh,
         outbox: ControlOutbox::new(),
+        io: IoCounters::default(),
         drain_start: 0,
         to_control: spec.to_control,
         busy: Duration::ZERO,
@@ -607,6 +633,7 @@ impl ShardLoop {
         reason = "a control message a full lane refuses comes back by value (Mesh::push)"
     )]
     fn flush(&mut self, socket: &tokio::net::UdpSocket) {
+        self.engine.finish_batch();
         let out = self.engine.outputs();
         let mut dropped_tcp = 0;
         if !out.transmits.is_empty() && !self.tcp.is_empty() {
@@ -619,6 +646,7 @@ impl ShardLoop {
         }
         send_datagrams(
             &mut self.engine,
+            &mut self.io,
             &mut self.send,
             socket,
             self.packet_metrics,
@@ -653,7 +681,7 @@ impl ShardLoop {
         for ev in out.control.drain(..) {
             let _ = self.to_control.send(ToControl::Event(ev));
         }
-        self.engine.counters_mut().cross_shard_dropped += dropped;
+        self.io.cross_shard_dropped += dropped;
     }
 
     fn report(&mut self) {
@@ -672,7 +700,7 @@ impl ShardLoop {
         };
         let report = ShardReport {
             shard: self.index,
-            counters: *self.engine.counters(),
+            counters: self.io.add_to(*self.engine.counters()),
             participants: self.engine.participant_count(),
             rooms: self.engine.room_count(),
             busy,

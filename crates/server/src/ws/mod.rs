@@ -70,8 +70,8 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 
 use crate::shard::{
-    ShardCommand, ShardHandle, ShardReport, ToControl, fail_if_injected, micros, record_dwell,
-    send_datagrams,
+    IoCounters, ShardCommand, ShardHandle, ShardReport, ToControl, fail_if_injected, micros,
+    record_dwell, send_datagrams,
 };
 
 /// Datagrams queued for one participant task (lossy on full).
@@ -592,6 +592,8 @@ struct Task {
     /// Control messages a full peer inbox could not take yet (lossless,
     /// as between shards: [`corelay_core::lanes`]).
     outbox: ControlOutbox,
+    /// What the I/O layer counts (sends, full peer inboxes).
+    io: IoCounters,
     reader: mpsc::Sender<ReaderCtl>,
     hub: mpsc::Sender<HubMsg>,
     to_control: mpsc::UnboundedSender<ToControl>,
@@ -673,7 +675,7 @@ impl Task {
                 self.report();
             }
         }
-        self.figures.counters = *self.engine.counters();
+        self.figures.counters = self.io.add_to(*self.engine.counters());
         (self.vshard, self.figures)
     }
 
@@ -714,9 +716,11 @@ impl Task {
 
     fn datagram(&mut self, now: Instant, d: Inbound) {
         let new = !self.proven.contains(&d.source);
+        self.engine.finish_batch();
         let before = self.engine.outputs().transmits.len();
         self.engine
             .handle_datagram(now, d.kernel_rx, d.source, self.advertised, &d.data);
+        self.engine.finish_batch();
         // The engine answered from a new address (a STUN binding response):
         // str0m proved it, so the reader may route by it from now on.
         if new
@@ -750,8 +754,10 @@ impl Task {
         reason = "a control message a full lane refuses comes back by value (Mesh::push)"
     )]
     fn flush(&mut self) {
+        self.engine.finish_batch();
         send_datagrams(
             &mut self.engine,
+            &mut self.io,
             &mut self.send,
             &*self.socket,
             self.packet_metrics,
@@ -779,11 +785,11 @@ impl Task {
         for ev in out.control.drain(..) {
             let _ = self.to_control.send(ToControl::Event(ev));
         }
-        self.engine.counters_mut().cross_shard_dropped += dropped;
+        self.io.cross_shard_dropped += dropped;
     }
 
     fn report(&mut self) {
-        self.figures.counters = *self.engine.counters();
+        self.figures.counters = self.io.add_to(*self.engine.counters());
         let mut figures = self.figures.clone();
         figures.detail = self
             .reports
@@ -987,6 +993,7 @@ impl Hub {
             },
             peers: HashMap::new(),
             outbox: ControlOutbox::new(),
+            io: IoCounters::default(),
             reader: self.reader.clone(),
             hub: self.figures_tx.clone(),
             to_control: self.to_control.clone(),
