@@ -35,6 +35,11 @@ mod enabled {
     }
 
     impl Faults {
+        /// No faults.
+        pub fn none() -> Self {
+            Self::default()
+        }
+
         pub fn new(
             panic_participant: Option<String>,
             fail_shard_room: Option<String>,
@@ -73,10 +78,15 @@ mod disabled {
     use std::time::Duration;
 
     /// No faults: this build has no `fault-injection` feature.
-    #[derive(Clone, Copy, Debug, Default)]
+    #[derive(Clone, Debug, Default)]
     pub struct Faults;
 
     impl Faults {
+        /// No faults.
+        pub fn none() -> Self {
+            Faults
+        }
+
         #[inline(always)]
         pub fn panics(&self, _name: &str) -> bool {
             false

@@ -121,7 +121,7 @@ impl Default for RtcSettings {
             ice_tcp: false,
             bwe_initial_bps: Some(DEFAULT_BWE_INITIAL_BPS),
             dtls_identity: None,
-            faults: Faults::default(),
+            faults: Faults::none(),
         }
     }
 }

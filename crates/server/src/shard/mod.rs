@@ -109,8 +109,8 @@ impl IoCounters {
 /// Sends the UDP datagrams of one engine step in one `sendmmsg` batch, then
 /// records each forwarded packet's latency (kernel receive to this send) in
 /// `forward_local` (same shard) or `forward_cross` when `packet_metrics` is
-/// on. What the socket refused, plus `dropped_elsewhere`
-/// (the caller's TCP sends), counts in `io`'s `dropped_send`. A GSO message the
+/// on. What the socket refused counts in `io`'s `dropped_send` (where the
+/// caller adds what its TCP sends refused). A GSO message the
 /// kernel refused (its datagrams went out one by one) is logged at debug;
 /// a device that takes no GSO at all turns it off for this sender, with one
 /// warning. The send step of the shard loop and of the work-stealing tasks
@@ -123,7 +123,6 @@ pub(crate) fn send_datagrams(
     packet_metrics: bool,
     forward_local: &mut LatencyHistogram,
     forward_cross: &mut LatencyHistogram,
-    dropped_elsewhere: u64,
 ) {
     let out = engine.outputs();
     if !out.transmits.is_empty() {
@@ -163,7 +162,7 @@ pub(crate) fn send_datagrams(
                 );
             }
         }
-        io.dropped_send += res.dropped as u64 + dropped_elsewhere;
+        io.dropped_send += res.dropped as u64;
         io.tx_messages += res.messages as u64;
     }
     engine.outputs().forwarded.clear();
@@ -644,6 +643,7 @@ impl ShardLoop {
                 }
             }
         }
+        self.io.dropped_send += dropped_tcp;
         send_datagrams(
             &mut self.engine,
             &mut self.io,
@@ -652,7 +652,6 @@ impl ShardLoop {
             self.packet_metrics,
             &mut self.forward_local,
             &mut self.forward_cross,
-            dropped_tcp,
         );
         let out = self.engine.outputs();
         let mut dropped = 0;

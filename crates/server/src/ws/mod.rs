@@ -763,7 +763,6 @@ impl Task {
             self.packet_metrics,
             &mut self.figures.forward_local,
             &mut self.figures.forward_cross,
-            0,
         );
         let out = self.engine.outputs();
         let mut dropped = 0;
