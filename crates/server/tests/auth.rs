@@ -4,11 +4,11 @@
 
 mod common;
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::*;
 use corelay_client::signal::mint_claims;
-use corelay_client::{JoinSpec, Participant, ParticipantConfig, mint_token};
+use corelay_client::{JoinSpec, mint_token};
 use serde_json::{Value, json};
 
 const SECRET: &str = "integration-test-secret-0123456789";
@@ -53,15 +53,8 @@ fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
         .map(|(_, v)| v.as_str())
 }
 
-/// A real offer: publishing camera+mic and/or with receive slots.
 fn offer(publish: bool, subscribe: bool) -> String {
-    let mut cfg = ParticipantConfig::new("x");
-    cfg.publish_video = publish;
-    cfg.publish_audio = publish;
-    cfg.video_slots = usize::from(subscribe);
-    cfg.audio_slots = usize::from(subscribe);
-    let local = "127.0.0.1:9".parse().unwrap();
-    Participant::new(cfg, local, Instant::now()).unwrap().1
+    client_offer(publish, subscribe)
 }
 
 /// POST an offer to `path` with an optional token: (status, headers, body).

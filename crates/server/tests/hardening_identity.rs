@@ -5,11 +5,11 @@
 
 mod common;
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::*;
 use corelay_client::signal::mint_claims;
-use corelay_client::{JoinSpec, Participant, ParticipantConfig, mint_token};
+use corelay_client::{JoinSpec, mint_token};
 use serde_json::{Value, json};
 
 const SECRET: &str = "identity-test-secret-0123456789abcdef";
@@ -28,15 +28,8 @@ fn user(room: &str, sub: &str) -> String {
     .unwrap()
 }
 
-/// A real offer, publishing and/or receiving, that nobody will connect.
 fn offer(publish: bool, subscribe: bool) -> String {
-    let mut cfg = ParticipantConfig::new("x");
-    cfg.publish_video = publish;
-    cfg.publish_audio = publish;
-    cfg.video_slots = usize::from(subscribe);
-    cfg.audio_slots = usize::from(subscribe);
-    let local = "127.0.0.1:9".parse().unwrap();
-    Participant::new(cfg, local, Instant::now()).unwrap().1
+    client_offer(publish, subscribe)
 }
 
 /// Any request with a token: (status, headers, body).

@@ -103,6 +103,21 @@ pub fn unconnectable_offer() -> String {
     offer.to_sdp_string()
 }
 
+/// A corelay-client participant's offer, publishing camera and microphone
+/// and/or with one receive slot of each, that nobody will connect (its
+/// candidate is 127.0.0.1:9).
+pub fn client_offer(publish: bool, subscribe: bool) -> String {
+    let mut cfg = corelay_client::ParticipantConfig::new("x");
+    cfg.publish_video = publish;
+    cfg.publish_audio = publish;
+    cfg.video_slots = usize::from(subscribe);
+    cfg.audio_slots = usize::from(subscribe);
+    let local = "127.0.0.1:9".parse().unwrap();
+    corelay_client::Participant::new(cfg, local, Instant::now())
+        .unwrap()
+        .1
+}
+
 /// Frames received over every slot so far.
 pub fn frames(p: &corelay_client::ParticipantHandle) -> u64 {
     p.snapshot().slots.values().map(|s| s.frames).sum()
