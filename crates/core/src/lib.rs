@@ -2,7 +2,9 @@
 //!
 //! Owns participants (one str0m [`Rtc`](str0m::Rtc) each, RTP mode), rooms as one
 //! shard sees them, forwarding decisions, SSRC/sequence/timestamp rewriting, slot
-//! assignment, keyframe requests, and timers as values.
+//! assignment, keyframe requests, and timers as values; and the room
+//! [`directory`] (placement, admission, rosters) that the server's control
+//! thread and the simulator's control plane both keep.
 //!
 //! Must not: read a clock (every entry point takes `now`), touch a socket, spawn a
 //! thread or lock anything. The shard (server crate) drives an [`engine::Engine`]
@@ -20,6 +22,7 @@
 )]
 
 pub mod codec;
+pub mod directory;
 pub mod engine;
 pub mod events;
 pub mod faults;

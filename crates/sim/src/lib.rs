@@ -9,9 +9,12 @@
 //! routing between shards (`PeerMsg`, one hop, no delay, over the server's
 //! two lanes per shard pair: [`mesh`]), and a tiny control
 //! plane that does what the server's control thread does for joins, leaves,
-//! renegotiations and shard events (rosters as [`RoomUpdate`] values).
+//! renegotiations and shard events. Rooms, members and rosters (as
+//! [`RoomUpdate`] values) are the server's own room directory
+//! ([`corelay_core::directory`], without limits), placing each join on the
+//! shard the test names; the sim's [`Ids`] count participant ids from 1.
 //! Must not: touch engine internals (only `corelay_core`'s public API),
-//! open sockets, spawn threads, or sleep.
+//! keep a directory of its own, open sockets, spawn threads, or sleep.
 //!
 //! Reproducibility: the network's randomness (one RNG per link direction),
 //! the clients' media schedules and every timing decision come from the
@@ -33,12 +36,10 @@ use std::time::{Duration, Instant};
 
 use corelay_client::stats::Received;
 use corelay_client::{Clock, Kind, Observer, Participant, ParticipantConfig, Snapshot};
+use corelay_core::directory::{Admission, Directory, Flavor, Ids, Limits, NewMember, RoomError};
 use corelay_core::offer::{accept_offer, check_renegotiation};
-use corelay_core::room::{MemberInfo, RoomUpdate};
-use corelay_core::{
-    Engine, LeaveReason, ParticipantId, PeerMsg, RoomId, RtcSettings, ShardEvent, ShardId,
-    VideoCodec,
-};
+use corelay_core::room::RoomUpdate;
+use corelay_core::{Engine, LeaveReason, ParticipantId, PeerMsg, RtcSettings, ShardEvent, ShardId};
 
 pub use corelay_client;
 pub use corelay_core;
@@ -124,10 +125,10 @@ pub struct SimClient {
     pub shard: usize,
     /// Room name.
     pub room: String,
-    /// The offer in force (for renegotiation).
-    pub offer: String,
-    /// The video codecs its session negotiated (for renegotiation).
-    codecs: Vec<VideoCodec>,
+    /// Its resource and ETag in the directory (which keeps the offer in
+    /// force and the codecs a renegotiation is rehearsed with).
+    resource: String,
+    etag: String,
     /// Every packet received.
     pub rec: Recorder,
     /// When it next wants `handle_timeout` (`None`: no longer driven).
@@ -142,13 +143,22 @@ pub struct SimClient {
     pub first_stun: Option<Vec<u8>>,
 }
 
-/// A room as the control plane keeps it.
-#[derive(Debug, Clone)]
-struct Room {
-    id: RoomId,
-    members: Vec<MemberInfo>,
-    /// Its video codec, fixed by its first video publisher.
-    codec: Option<VideoCodec>,
+/// The sim's [`Ids`]: participant ids counted from 1 (the server's are
+/// random), so that a seed's run repeats; resources named after them.
+struct Counted {
+    next: u64,
+}
+
+impl Ids for Counted {
+    fn participant(&mut self) -> ParticipantId {
+        let id = ParticipantId(self.next);
+        self.next += 1;
+        id
+    }
+
+    fn resource(&mut self) -> Result<String, RoomError> {
+        Ok(format!("sim-{}", self.next))
+    }
 }
 
 /// One shard: its engine and its socket address.
@@ -191,9 +201,9 @@ pub struct Sim {
     pub control: Vec<ControlEvent>,
     /// The lanes between shards ([`mesh`]).
     pub mesh: SimMesh,
-    rooms: BTreeMap<String, Room>,
-    next_room: u64,
-    next_pid: u64,
+    /// The room directory, as the server's control thread keeps it.
+    directory: Directory,
+    ids: Counted,
     rng: fastrand::Rng,
     /// Link parameters new clients get.
     pub default_link: LinkParams,
@@ -223,9 +233,8 @@ impl Sim {
             net: Net::new(seed),
             control: Vec::new(),
             mesh: SimMesh::new(shards),
-            rooms: BTreeMap::new(),
-            next_room: 0,
-            next_pid: 1,
+            directory: Directory::new(Limits::unlimited(), shards),
+            ids: Counted { next: 1 },
             rng: fastrand::Rng::with_seed(seed ^ 0x5eed),
             default_link: LinkParams::default(),
         }
@@ -281,7 +290,10 @@ impl Sim {
         let addr = SocketAddr::from((Ipv4Addr::new(10, 1, (n >> 8) as u8, n as u8), 5000));
         let server = self.shards.get(shard).ok_or("no such shard")?.addr;
         let (mut p, offer) = Participant::new(cfg, addr, now)?;
-        let codec = self.rooms.get(room).and_then(|r| r.codec);
+        let codec = self
+            .directory
+            .prepare_join_on(room, ShardId(shard))
+            .map_err(|e| e.to_string())?;
         let accepted = accept_offer(
             &self.settings,
             now,
@@ -291,28 +303,28 @@ impl Sim {
         )
         .map_err(|e| e.to_string())?;
         p.accept_answer(&edit_answer(accepted.answer.clone()))?;
-        let id = ParticipantId(self.next_pid);
-        self.next_pid += 1;
         let name = p.name().to_string();
-        let next_room = &mut self.next_room;
-        let r = self.rooms.entry(room.to_string()).or_insert_with(|| {
-            *next_room += 1;
-            Room {
-                id: RoomId(*next_room),
-                members: Vec::new(),
-                codec: None,
-            }
-        });
-        r.codec = r.codec.or(accepted.room_codec);
-        r.members.push(MemberInfo {
-            id,
-            name: name.clone(),
-            shard: ShardId(shard),
+        let new = NewMember {
+            name: Some(&name),
+            identity: None,
+            sdp: &offer,
+            flavor: Flavor::Participant,
             tracks: accepted.tracks.clone(),
-            viewer: false,
-        });
-        let room_id = r.id;
-        let update = self.roster(room);
+            slots: accepted.slots.clone(),
+            accepted_under: codec,
+            codecs: accepted.codecs.clone(),
+            room_codec: accepted.room_codec,
+            joined: now,
+        };
+        let a = match self
+            .directory
+            .admit(room, ShardId(shard), true, new, &mut self.ids)
+            .map_err(|e| e.to_string())?
+        {
+            Admission::Admitted(a) => a,
+            other => return Err(format!("not admitted on shard {shard}: {other:?}")),
+        };
+        let id = a.id;
         let link = self.net.link_mut(addr);
         link.up.params = self.default_link.clone();
         link.down.params = self.default_link.clone();
@@ -323,8 +335,8 @@ impl Sim {
             id,
             shard,
             room: room.to_string(),
-            offer,
-            codecs: accepted.codecs.clone(),
+            resource: a.resource.clone(),
+            etag: a.etag.clone(),
             rec: Recorder::default(),
             wake: Some(now),
             left: false,
@@ -332,17 +344,15 @@ impl Sim {
             evicted_detail: None,
             first_stun: None,
         });
-        if let Some(update) = update {
-            self.shards[shard].engine.add_participant(
-                now,
-                id,
-                room_id,
-                name,
-                accepted,
-                update.clone(),
-            );
-            self.broadcast(&update, Some(shard));
-        }
+        self.shards[shard].engine.add_participant(
+            now,
+            id,
+            a.room,
+            a.name,
+            accepted,
+            a.roster.clone(),
+        );
+        self.send_roster(&a.roster, &a.notify);
         self.settle();
         Ok(C(self.clients.len() - 1))
     }
@@ -372,67 +382,52 @@ impl Sim {
     }
 
     /// Renegotiation (PATCH): the client adds recvonly slots; the offer is
-    /// rehearsed like the control thread does, then applied on the shard.
+    /// marked in flight in the directory and rehearsed like the control
+    /// thread does, then applied on the shard; the directory records the
+    /// outcome (the offer in force, the ETag).
     /// A refusal leaves the client with its offer pending (no rollback):
     /// a test that expects one should not go on with that client.
     pub fn add_slots(&mut self, c: C, video: usize, audio: usize) -> Result<(), String> {
         let now = self.now;
         let cl = &mut self.clients[c.0];
         let offer = cl.p.add_slots(video, audio)?;
-        let prepared = check_renegotiation(&self.settings, now, &cl.offer, &offer, &cl.codecs)
+        let r = self
+            .directory
+            .begin_renegotiate(&cl.room, &cl.resource, Some(&cl.etag))
             .map_err(|e| e.to_string())?;
-        let answer = self.shards[cl.shard]
-            .engine
-            .renegotiate(now, cl.id, prepared)
-            .map_err(|e| e.to_string())?;
-        cl.p.accept_answer(&answer)?;
-        cl.offer = offer;
+        let engine = &mut self.shards[cl.shard].engine;
+        let outcome = check_renegotiation(&self.settings, now, &r.previous, &offer, &r.codecs)
+            .map_err(|e| e.to_string())
+            .and_then(|prepared| {
+                engine
+                    .renegotiate(now, cl.id, prepared)
+                    .map_err(|e| e.to_string())
+            });
+        let applied = outcome.as_ref().ok().map(|_| offer);
+        if let Some(etag) = self.directory.finish_renegotiate(r.id, applied) {
+            cl.etag = etag;
+        }
+        cl.p.accept_answer(&outcome?)?;
         cl.wake = Some(now);
         self.settle();
         Ok(())
     }
 
-    fn roster(&self, room: &str) -> Option<RoomUpdate> {
-        let r = self.rooms.get(room)?;
-        Some(RoomUpdate {
-            room: r.id,
-            name: room.to_string(),
-            members: r.members.clone(),
-        })
-    }
-
-    /// Sends `update` to every shard hosting a member, except `skip`.
-    fn broadcast(&mut self, update: &RoomUpdate, skip: Option<usize>) {
-        let mut shards: Vec<usize> = update.members.iter().map(|m| m.shard.0).collect();
-        shards.sort_unstable();
-        shards.dedup();
-        for s in shards.into_iter().filter(|s| Some(*s) != skip) {
-            self.shards[s].engine.apply_room(self.now, update.clone());
+    /// Sends a roster to these shards (the directory names them).
+    fn send_roster(&mut self, update: &RoomUpdate, shards: &[ShardId]) {
+        for s in shards {
+            self.shards[s.0].engine.apply_room(self.now, update.clone());
         }
     }
 
-    /// Removes a member from its room and sends the new roster (also to the
-    /// shard it left, which may host others).
+    /// Removes a member from the directory and sends its room's new roster
+    /// (also to the shard it left, which may host others).
     fn control_remove(&mut self, id: ParticipantId) {
-        let Some((name, r)) = self.room_of(id) else {
-            return;
-        };
-        r.members.retain(|m| m.id != id);
-        if r.members.is_empty() {
-            self.rooms.remove(&name);
-            return;
+        if let Ok(d) = self.directory.leave(id)
+            && let Some((update, shards)) = d.roster
+        {
+            self.send_roster(&update, &shards);
         }
-        if let Some(update) = self.roster(&name) {
-            self.broadcast(&update, None);
-        }
-    }
-
-    /// The room `id` is a member of: its name and the room.
-    fn room_of(&mut self, id: ParticipantId) -> Option<(String, &mut Room)> {
-        self.rooms
-            .iter_mut()
-            .find(|(_, r)| r.members.iter().any(|m| m.id == id))
-            .map(|(name, r)| (name.clone(), r))
     }
 
     fn on_control(&mut self, shard: usize, event: ShardEvent) {
@@ -449,15 +444,9 @@ impl Sim {
                 }
                 self.control_remove(id);
             }
-            ShardEvent::LinesChanged { id, tracks, .. } => {
-                let Some((name, r)) = self.room_of(id) else {
-                    return;
-                };
-                if let Some(m) = r.members.iter_mut().find(|m| m.id == id) {
-                    m.tracks = tracks;
-                }
-                if let Some(update) = self.roster(&name) {
-                    self.broadcast(&update, None);
+            ShardEvent::LinesChanged { id, tracks, slots } => {
+                if let Some((update, shards)) = self.directory.lines_changed(id, tracks, slots) {
+                    self.send_roster(&update, &shards);
                 }
             }
             _ => {}

@@ -4,8 +4,10 @@
 //!
 //! Its layers, one module each:
 //! - [`rooms`]: the directory of rooms and members, placement, admission
-//!   limits, rosters, ETags and capabilities: plain data and decisions, with
-//!   its own error type, no HTTP, no channels, no `Rtc`.
+//!   limits, rosters and ETags ([`corelay_core::directory`], shared with the
+//!   simulator: plain data and decisions, with its own error type, no HTTP,
+//!   no channels, no `Rtc`), and the capabilities and ids the server draws
+//!   for it ([`rooms::RandomIds`]).
 //! - this module: the [`State`] (the directory, the shards' handles and
 //!   latest reports) and the glue that accepts offers (building each
 //!   participant's str0m `Rtc`), asks the directory, and tells the shards:
@@ -51,7 +53,7 @@ use corelay_core::{LeaveReason, OfferError, ParticipantId, RtcSettings, ShardEve
 use tokio::sync::{mpsc, oneshot};
 
 pub use self::http::ApiError;
-use self::rooms::{Admission, Departure, NewMember, Rooms};
+use self::rooms::{Admission, Departure, Directory, NewMember, RandomIds};
 pub use self::rooms::{Flavor, Limits, RoomError, valid_room_name};
 use crate::shard::{ShardCommand, ShardHandle, ShardReport, ToControl};
 
@@ -73,7 +75,7 @@ pub struct State {
     /// Shared with join requests that accept offers outside the lock.
     settings: Arc<RtcSettings>,
     shards: Vec<ShardLink>,
-    rooms: Rooms,
+    rooms: Directory,
     /// Latest per-participant transport figures from the shards.
     detail: HashMap<ParticipantId, ParticipantStats>,
     /// The process's CPU quota, which shard load is judged against.
@@ -95,7 +97,7 @@ impl State {
     pub fn new(settings: RtcSettings, limits: Limits, shards: Vec<ShardHandle>) -> Self {
         State {
             settings: Arc::new(settings),
-            rooms: Rooms::new(limits, shards.len()),
+            rooms: Directory::new(limits, shards.len()),
             shards: shards
                 .into_iter()
                 .map(|handle| ShardLink {
@@ -143,7 +145,7 @@ impl State {
         Ok((m.id, m.identity.clone()))
     }
 
-    /// The preconditions of a PATCH (see [`Rooms::check_patch`]).
+    /// The preconditions of a PATCH (see [`Directory::check_patch`]).
     pub fn check_patch(
         &self,
         room: &str,
@@ -348,10 +350,11 @@ pub async fn join(
             accepted_under: codec,
             codecs: accepted.codecs.clone(),
             room_codec: accepted.room_codec,
+            joined: Instant::now(),
         };
         let mut st = lock(state);
         let insist = attempt >= PLACEMENT_TRIES;
-        let a = match st.rooms.admit(room, shard, insist, new)? {
+        let a = match st.rooms.admit(room, shard, insist, new, &mut RandomIds)? {
             Admission::Admitted(a) => a,
             Admission::Elsewhere(s) => {
                 (shard, advertised) = (s, st.advertised(s)?);
