@@ -236,6 +236,11 @@ impl std::fmt::Display for OfferError {
 
 impl std::error::Error for OfferError {}
 
+/// Most simulcast encodings (rids) one m-line may declare: an offer with
+/// more is refused here, and the engine sizes its per-layer state by it
+/// (`engine::MAX_LAYERS` is this constant).
+pub const MAX_LAYERS: usize = 4;
+
 /// A media line as the SFU sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MediaLine {
@@ -669,10 +674,9 @@ fn validate_lines(sdp: &str, limits: &OfferLimits) -> Result<(), OfferError> {
         }
         if line.starts_with("a=rid:") {
             rids += 1;
-            if rids > crate::engine::MAX_LAYERS {
+            if rids > MAX_LAYERS {
                 return Err(OfferError::bad(format!(
-                    "m-line {mlines} declares more than {} simulcast encodings (a=rid)",
-                    crate::engine::MAX_LAYERS
+                    "m-line {mlines} declares more than {MAX_LAYERS} simulcast encodings (a=rid)"
                 )));
             }
             continue;

@@ -201,3 +201,226 @@ fn roster_event(room: &RoomView) -> RoomEvent {
             .collect(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use str0m::channel::ChannelConfig;
+    use str0m::media::MediaKind;
+
+    use super::super::io::fixture::{HERE, add, engine, line, participant, room, track};
+    use super::super::participant::Participant;
+    use super::*;
+    use crate::ids::ShardId;
+
+    const SUB: u64 = 1;
+
+    /// Subscriber 1 with two video slots; publishers 2 (here) and 3 (on
+    /// shard 1), each with a video track; a viewer, 4.
+    fn setup(t0: Instant) -> Engine {
+        let mut e = engine();
+        add(
+            &mut e,
+            t0,
+            SUB,
+            &[],
+            &[line("s0", MediaKind::Video), line("s1", MediaKind::Video)],
+        );
+        room(
+            &mut e,
+            &[
+                (SUB, HERE, false, vec![]),
+                (2, HERE, false, vec![line("v", MediaKind::Video)]),
+                (3, ShardId(1), false, vec![line("w", MediaKind::Video)]),
+                (4, ShardId(1), true, vec![]),
+            ],
+        );
+        e
+    }
+
+    fn data(p: &mut Participant, binary: bool, text: &str) -> ChannelData {
+        let id = p
+            .rtc
+            .direct_api()
+            .create_data_channel(ChannelConfig::default());
+        ChannelData {
+            id,
+            binary,
+            data: text.as_bytes().to_vec(),
+        }
+    }
+
+    fn send(e: &mut Engine, now: Instant, text: &str) {
+        let d = data(participant(e, SUB), false, text);
+        e.on_channel_data(now, ParticipantId(SUB), d);
+    }
+
+    fn view(mid: &str, w: u16, h: u16, quality: &str) -> String {
+        let q = if quality.is_empty() {
+            String::new()
+        } else {
+            format!(r#","quality":"{quality}""#)
+        };
+        format!(r#"{{"type":"view","mid":"{mid}","width":{w},"height":{h}{q}}}"#)
+    }
+
+    fn slot_view(e: &mut Engine, i: usize) -> (u16, u16, u8) {
+        let v = participant(e, SUB).slots[i].view;
+        (v.width, v.height, v.max_rank)
+    }
+
+    #[test]
+    fn a_view_request_sets_the_slots_size_and_quality_cap_and_reallocates() {
+        let t0 = Instant::now();
+        let mut e = setup(t0);
+        send(&mut e, t0, &view("s1", 320, 180, "low"));
+        assert_eq!(slot_view(&mut e, 1), (320, 180, 0));
+        assert_eq!(
+            slot_view(&mut e, 0),
+            (1280, 720, u8::MAX),
+            "the other slot as it was"
+        );
+        assert_eq!(e.io.realloc, vec![ParticipantId(SUB)]);
+        send(&mut e, t0, &view("s1", 640, 360, "medium"));
+        assert_eq!(slot_view(&mut e, 1), (640, 360, 1));
+        send(&mut e, t0, &view("s1", 0, 0, "high"));
+        assert_eq!(slot_view(&mut e, 1), (0, 0, u8::MAX));
+        send(&mut e, t0, &view("s1", 100, 100, ""));
+        assert_eq!(
+            slot_view(&mut e, 1),
+            (100, 100, u8::MAX),
+            "no quality: no cap"
+        );
+        assert!(e.io.slots_dirty.is_empty(), "a view changes no assignment");
+    }
+
+    #[test]
+    fn requests_the_engine_cannot_read_change_nothing() {
+        let t0 = Instant::now();
+        let mut e = setup(t0);
+        for bad in [
+            view("s9", 320, 180, "low"),   // no such slot
+            view("s0", 320, 180, "ultra"), // no such quality
+            r#"{"type":"dance"}"#.to_string(),
+            r#"{"type":"pin","participant":"not-an-id","mid":"s0"}"#.to_string(),
+            r#"{"type":"pin","participant":"p99","mid":"s0"}"#.to_string(),
+            "not json".to_string(),
+        ] {
+            send(&mut e, t0, &bad);
+        }
+        let d = data(participant(&mut e, SUB), true, &view("s0", 1, 1, "low"));
+        e.on_channel_data(t0, ParticipantId(SUB), d);
+        assert_eq!(
+            slot_view(&mut e, 0),
+            (1280, 720, u8::MAX),
+            "binary is not a request"
+        );
+        assert!(e.io.realloc.is_empty());
+        assert!(e.io.slots_dirty.is_empty());
+        assert!(
+            participant(&mut e, SUB)
+                .slots
+                .iter()
+                .all(|s| s.source.is_none())
+        );
+        assert_eq!(e.io.counters.dropped_requests, 0, "within the budget");
+    }
+
+    #[test]
+    fn an_oversized_request_is_refused_unread() {
+        let t0 = Instant::now();
+        let mut e = setup(t0);
+        let mut big = view("s0", 320, 180, "low");
+        big.push_str(&" ".repeat(MAX_REQUEST_BYTES));
+        send(&mut e, t0, &big);
+        assert_eq!(e.io.counters.dropped_requests, 1);
+        assert_eq!(slot_view(&mut e, 0), (1280, 720, u8::MAX));
+    }
+
+    #[test]
+    fn requests_beyond_the_budget_are_dropped_until_it_refills() {
+        let t0 = Instant::now();
+        let mut e = setup(t0);
+        let rate = e.settings.participant.requests_per_second;
+        assert!(rate > 0);
+        // A burst of twice the rate, then nothing until time passes.
+        for i in 0..2 * rate {
+            send(&mut e, t0, &view("s0", i as u16 + 1, 1, ""));
+        }
+        assert_eq!(e.io.counters.dropped_requests, 0);
+        send(&mut e, t0, &view("s0", 999, 1, ""));
+        assert_eq!(e.io.counters.dropped_requests, 1);
+        assert_eq!(
+            slot_view(&mut e, 0).0,
+            2 * rate as u16,
+            "the last one allowed"
+        );
+        // One request's worth of time later: one more.
+        let t1 = t0 + Duration::from_secs_f64(1.0 / f64::from(rate));
+        send(&mut e, t1, &view("s0", 7, 1, ""));
+        assert_eq!(slot_view(&mut e, 0).0, 7);
+        send(&mut e, t1, &view("s0", 8, 1, ""));
+        assert_eq!(e.io.counters.dropped_requests, 2);
+        assert_eq!(slot_view(&mut e, 0).0, 7);
+    }
+
+    #[test]
+    fn a_pin_puts_the_member_in_that_slot_and_an_unpin_releases_it() {
+        let t0 = Instant::now();
+        let mut e = setup(t0);
+        send(
+            &mut e,
+            t0,
+            r#"{"type":"pin","participant":"p3","mid":"s1"}"#,
+        );
+        let slots = &participant(&mut e, SUB).slots;
+        assert_eq!(slots[1].source, Some(track(3, "w")));
+        assert!(slots[1].pinned);
+        assert_eq!(
+            e.io.slots_dirty,
+            vec![ParticipantId(SUB)],
+            "told of its slots"
+        );
+        assert_eq!(
+            e.io.realloc,
+            vec![ParticipantId(SUB)],
+            "a layer for the new source"
+        );
+
+        e.io.slots_dirty.clear();
+        e.io.realloc.clear();
+        send(&mut e, t0, r#"{"type":"unpin","mid":"s1"}"#);
+        assert!(!participant(&mut e, SUB).slots[1].pinned);
+    }
+
+    #[test]
+    fn the_roster_lists_members_in_join_order_and_counts_viewers() {
+        let t0 = Instant::now();
+        let e = setup(t0);
+        let room = e.rooms.get(&super::super::io::fixture::ROOM).expect("room");
+        let RoomEvent::Roster {
+            participants,
+            viewers,
+        } = roster_event(room)
+        else {
+            panic!("a roster");
+        };
+        assert_eq!(viewers, 1);
+        let ids: Vec<String> = participants.iter().map(|m| m.id.clone()).collect();
+        let want: Vec<String> = (1..=3).map(|i| ParticipantId(i).to_string()).collect();
+        assert_eq!(ids, want);
+        assert_eq!(participants[1].name, "m2");
+        assert_eq!(
+            participants[2].tracks,
+            vec![TrackJson {
+                mid: "w".into(),
+                kind: "video"
+            }]
+        );
+        assert_eq!(
+            speaker_event(room),
+            RoomEvent::Speaker { participant: None }
+        );
+    }
+}

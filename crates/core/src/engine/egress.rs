@@ -483,3 +483,207 @@ pub(super) fn answer_nacks<'a>(
     }
     handed
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::io::fixture::{track, video};
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    fn packet(seq: u64, at: Instant) -> MediaPacket {
+        video(track(2, "v"), seq, 9_000, false, at)
+    }
+
+    /// Keeps a packet sent at `at` for a subscriber whose history is `keep`.
+    fn kept(recent: &mut Recent, at: Instant, keep: Duration) -> u64 {
+        recent.note_keep(keep);
+        recent.keep(at, &packet(0, at))
+    }
+
+    fn sent(recent: &mut Recent, seq: u64, kept: u64, at: Instant) -> Sent {
+        Sent {
+            seq,
+            kept,
+            time: seq as u32 * 10,
+            at_ms: recent.ms(at),
+            pt: Pt::from(96),
+            patch: None,
+        }
+    }
+
+    fn seqs(slot: &SlotEgress) -> Vec<u64> {
+        slot.history.iter().map(|s| s.seq).collect()
+    }
+
+    #[test]
+    fn the_shard_keeps_a_publishers_packet_once_and_shares_its_payload() {
+        let t0 = Instant::now();
+        let mut recent = Recent::default();
+        let m = packet(1, t0);
+        recent.note_keep(Duration::from_secs(1));
+        assert_eq!(recent.keep(t0, &m), 0);
+        assert_eq!(recent.keep(t0, &packet(2, t0)), 1);
+        let k = recent.get(0).expect("kept");
+        assert!(Arc::ptr_eq(&k.payload, &m.payload), "shared, not copied");
+        assert_eq!((k.received, k.marker), (m.received, m.marker));
+        assert!(recent.get(2).is_none());
+    }
+
+    #[test]
+    fn the_shard_forgets_what_no_recent_subscriber_can_still_ask_for() {
+        let t0 = Instant::now();
+        let mut recent = Recent::default();
+        let second = Duration::from_secs(1);
+        assert_eq!(kept(&mut recent, t0, second), 0);
+        assert_eq!(kept(&mut recent, t0 + 500 * MS, second), 1);
+        assert_eq!(kept(&mut recent, t0 + 1200 * MS, second), 2);
+        // Older than the longest history sent to: gone; numbers stay.
+        assert!(recent.get(0).is_none());
+        assert!(recent.get(1).is_some() && recent.get(2).is_some());
+
+        // No subscriber with a history for a window: the last window's
+        // longest still holds...
+        assert_eq!(recent.keep(t0 + 2100 * MS, &packet(0, t0)), 3);
+        assert!(recent.get(1).is_none(), "1.6 s old, longer than 1 s");
+        assert!(recent.get(2).is_some(), "0.9 s old");
+        assert_eq!(recent.keep(t0 + 3500 * MS, &packet(0, t0)), 4);
+        // ...and after another one nothing older than now is kept, not even
+        // a packet 0.6 s old.
+        assert_eq!(recent.keep(t0 + 4100 * MS, &packet(0, t0)), 5);
+        assert!(recent.get(3).is_none() && recent.get(4).is_none());
+        assert!(recent.get(5).is_some());
+    }
+
+    #[test]
+    fn a_slots_history_stays_in_sequence_order_and_answers_a_nack_by_number() {
+        let t0 = Instant::now();
+        let keep = Duration::from_secs(1);
+        let mut recent = Recent::default();
+        let mut slot = SlotEgress::default();
+        assert!(!slot.active());
+        for seq in [1000, 1001, 1003] {
+            let k = kept(&mut recent, t0, keep);
+            let s = sent(&mut recent, seq, k, t0);
+            slot.remember(s, &recent, keep);
+        }
+        // A late packet (the publisher's own resend) goes in its place; a
+        // duplicate is not kept twice.
+        let k = kept(&mut recent, t0, keep);
+        let late = sent(&mut recent, 1002, k, t0);
+        slot.remember(late, &recent, keep);
+        let k2 = kept(&mut recent, t0, keep);
+        let dup = sent(&mut recent, 1001, k2, t0);
+        slot.remember(dup, &recent, keep);
+        assert_eq!(seqs(&slot), vec![1000, 1001, 1002, 1003]);
+        assert_eq!(slot.last_seq, Some(1003));
+        assert!(slot.active());
+
+        let (s, _) = slot.find(1002, &recent, t0, keep).expect("in the history");
+        assert_eq!((s.seq, s.kept, s.time), (1002, 3, 10_020));
+        let (s, _) = slot.find(1001, &recent, t0, keep).expect("in the history");
+        assert_eq!(s.kept, 1, "the first send of a number is what it resends");
+        assert!(slot.find(999, &recent, t0, keep).is_none());
+        assert!(slot.find(1004, &recent, t0, keep).is_none());
+    }
+
+    #[test]
+    fn a_nack_later_than_the_resend_history_is_not_answered() {
+        let t0 = Instant::now();
+        let keep = Duration::from_millis(300);
+        let mut recent = Recent::default();
+        let mut slot = SlotEgress::default();
+        let k = kept(&mut recent, t0, keep);
+        let s = sent(&mut recent, 1000, k, t0);
+        slot.remember(s, &recent, keep);
+        assert!(slot.find(1000, &recent, t0 + 300 * MS, keep).is_some());
+        assert!(slot.find(1000, &recent, t0 + 301 * MS, keep).is_none());
+    }
+
+    #[test]
+    fn a_slots_history_drops_what_is_too_old_or_gone_from_the_shard() {
+        let t0 = Instant::now();
+        let keep = Duration::from_millis(500);
+        let mut recent = Recent::default();
+        let mut slot = SlotEgress::default();
+        // One packet every 50 ms for 2 s.
+        for i in 0..40u64 {
+            let at = t0 + 50 * i as u32 * MS;
+            let k = kept(&mut recent, at, keep);
+            let s = sent(&mut recent, 1000 + i, k, at);
+            slot.remember(s, &recent, keep);
+        }
+        // What is kept spans the resend time and at most a prune interval
+        // more, never the whole 2 s.
+        let span = slot.history.back().map(|s| s.at_ms).unwrap_or(0)
+            - slot.history.front().map(|s| s.at_ms).unwrap_or(0);
+        assert!(
+            (500..=500 + PRUNE_MS).contains(&span),
+            "history spans {span} ms: {:?}",
+            seqs(&slot)
+        );
+        assert_eq!(slot.history.back().map(|s| s.seq), Some(1039));
+    }
+
+    #[test]
+    fn a_slots_history_is_bounded_whatever_its_time() {
+        let t0 = Instant::now();
+        let keep = Duration::from_secs(3);
+        let mut recent = Recent::default();
+        let mut slot = SlotEgress::default();
+        let n = MAX_HISTORY as u64 + 100;
+        for seq in 0..n {
+            let k = kept(&mut recent, t0, keep);
+            let s = sent(&mut recent, seq, k, t0);
+            slot.remember(s, &recent, keep);
+        }
+        assert_eq!(slot.history.len(), MAX_HISTORY);
+        assert_eq!(slot.history.front().map(|s| s.seq), Some(100));
+        assert!(slot.find(99, &recent, t0, keep).is_none());
+        assert!(slot.find(n - 1, &recent, t0, keep).is_some());
+    }
+
+    #[test]
+    fn nothing_is_written_or_kept_before_the_subscriber_has_a_path() {
+        let t0 = Instant::now();
+        let mut rtc = Rtc::builder().set_rtp_mode(true).build(t0);
+        let mut egress = None;
+        let mut slot = SlotEgress::default();
+        let mut recent = Recent::default();
+        let mut kept = None;
+        let mut big = packet(1, t0);
+        big.payload = Arc::from(vec![0u8; MAX_PAYLOAD + 1]);
+        for m in [packet(1, t0), big] {
+            let out = Out {
+                mid: "s0".into(),
+                pt: Pt::from(96),
+                seq: 1000,
+                time: 0,
+                patch: None,
+                media: &m,
+                nackable: true,
+                kept: &mut kept,
+            };
+            let mut took_buffer = false;
+            let t = send(
+                &mut egress,
+                &mut slot,
+                &mut rtc,
+                t0,
+                out,
+                &mut recent,
+                Duration::from_secs(1),
+                || {
+                    took_buffer = true;
+                    Vec::new()
+                },
+            );
+            assert!(t.is_none(), "str0m sends it");
+            assert!(!took_buffer, "a sent datagram's buffer stays in the pool");
+        }
+        assert!(egress.is_none(), "no SRTP copy without keys");
+        assert_eq!(kept, None);
+        assert!(recent.get(0).is_none());
+        assert!(!slot.active());
+    }
+}

@@ -462,3 +462,269 @@ fn subscriber_pt(
         .collect();
     map_pt(spec, cands.iter().map(|(pt, s)| (*pt, s)))
 }
+
+#[cfg(test)]
+mod tests {
+    //! Forwarding through [`Engine::forward`] with bare `Rtc`s: a subscriber
+    //! marked connected, its slot's payload type mapped, so that a packet
+    //! goes through admission and the slot's rewriting; with no ICE pair
+    //! and no send stream nothing leaves, and the rewriter's next number
+    //! shows what forwarding took into the slot's numbering.
+    use std::time::{Duration, Instant};
+
+    use str0m::media::{MediaKind, Pt};
+
+    use super::super::PeerMsg;
+    use super::super::io::fixture::{
+        HERE, ROOM, add, engine, line, participant, room, track, video, vp8,
+    };
+    use crate::ids::{LayerKey, ShardId, TrackKey};
+    use crate::media::MediaPacket;
+
+    const SUB: u64 = 1;
+    const PUB: u64 = 2;
+    const THERE: ShardId = ShardId(1);
+    const CLOCK: u32 = 90_000;
+
+    /// Subscriber 1 here with one video slot showing publisher 2's track
+    /// "v" (on shard 1), or `source`.
+    fn setup(t0: Instant, source: TrackKey) -> super::Engine {
+        let mut e = engine();
+        add(&mut e, t0, SUB, &[], &[line("s0", MediaKind::Video)]);
+        room(
+            &mut e,
+            &[
+                (SUB, HERE, false, vec![]),
+                (PUB, THERE, false, vec![line("v", MediaKind::Video)]),
+                (3, THERE, false, vec![line("w", MediaKind::Video)]),
+            ],
+        );
+        let p = participant(&mut e, SUB);
+        p.connected = true;
+        show(&mut p.slots[0], source);
+        e
+    }
+
+    fn show(slot: &mut super::super::slot::Slot, source: TrackKey) {
+        slot.set_source(Some(source));
+        slot.pt_map = Some((vp8(), Pt::from(96)));
+    }
+
+    fn slot(e: &mut super::Engine) -> &mut super::super::slot::Slot {
+        &mut participant(e, SUB).slots[0]
+    }
+
+    /// The slot's next outgoing sequence number for the next packet of its
+    /// source (`seq`): what forwarding consumed so far.
+    fn next_out(e: &mut super::Engine, seq: u64, ts: u32, now: Instant) -> (u64, u32) {
+        slot(e)
+            .rewriter
+            .rewrite(seq, ts, CLOCK, now)
+            .expect("a packet after the forwarded ones is in order")
+    }
+
+    fn keyframe_requests(e: &super::Engine) -> Vec<(ShardId, LayerKey)> {
+        e.io.out
+            .peers
+            .iter()
+            .filter_map(|(s, m)| match m {
+                PeerMsg::KeyframeRequest { key } => Some((*s, *key)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn forward(e: &mut super::Engine, now: Instant, m: &MediaPacket, origin: bool) {
+        e.forward(now, ROOM, m, origin);
+    }
+
+    #[test]
+    fn a_slot_waits_for_a_keyframe_asks_the_publishers_shard_then_numbers_on() {
+        let t0 = Instant::now();
+        let v = track(PUB, "v");
+        let mut e = setup(t0, v);
+
+        forward(&mut e, t0, &video(v, 100, 9_000, false, t0), false);
+        assert_eq!(e.io.counters.dropped_waiting_keyframe, 1);
+        assert_eq!(slot(&mut e).current, None);
+        assert_eq!(
+            keyframe_requests(&e),
+            vec![(THERE, LayerKey { track: v, layer: 0 })],
+            "the remote publisher's shard is asked for a keyframe"
+        );
+        // From a peer shard: no copy goes back out.
+        assert!(
+            e.io.out
+                .peers
+                .iter()
+                .all(|(_, m)| !matches!(m, PeerMsg::Media { .. }))
+        );
+
+        let t1 = t0 + Duration::from_millis(33);
+        forward(&mut e, t1, &video(v, 101, 12_000, true, t1), false);
+        forward(&mut e, t1, &video(v, 102, 12_000, false, t1), false);
+        assert_eq!(slot(&mut e).current, Some(0));
+        assert_eq!(e.io.counters.dropped_waiting_keyframe, 1);
+        assert_eq!(
+            e.io.counters.layer_switches, 0,
+            "a first layer is no switch"
+        );
+        // The keyframe took the slot's first number, the packet after it the
+        // next; the waiting packet took none.
+        // The first packet keeps the source's timestamp (offset 0).
+        assert_eq!(next_out(&mut e, 103, 15_000, t1), (1002, 15_000));
+    }
+
+    #[test]
+    fn a_packet_older_than_the_slots_first_is_dropped_as_stale() {
+        let t0 = Instant::now();
+        let v = track(PUB, "v");
+        let mut e = setup(t0, v);
+        forward(&mut e, t0, &video(v, 500, 9_000, true, t0), false);
+        forward(&mut e, t0, &video(v, 499, 9_000, false, t0), false);
+        assert_eq!(e.io.counters.dropped_stale, 1);
+        assert_eq!(next_out(&mut e, 501, 9_000, t0).0, 1001);
+    }
+
+    #[test]
+    fn a_source_switch_continues_the_numbering_and_the_clock() {
+        let t0 = Instant::now();
+        let (a, b) = (track(PUB, "v"), track(3, "w"));
+        let mut e = setup(t0, a);
+        for (i, seq) in (500..503).enumerate() {
+            let at = t0 + Duration::from_millis(33 * i as u64);
+            forward(
+                &mut e,
+                at,
+                &video(a, seq, 9_000 + 3_000 * i as u32, i == 0, at),
+                false,
+            );
+        }
+        // A's last: out seq 1002, its timestamp as sent (the first packet
+        // keeps the source's: offset 0), 66 ms after the first.
+        show(slot(&mut e), b);
+        let t1 = t0 + Duration::from_millis(166);
+        // A's late packet no longer reaches the slot; B's delta waits.
+        forward(&mut e, t1, &video(a, 503, 18_000, false, t1), false);
+        forward(&mut e, t1, &video(b, 7_000, 1_000_000, false, t1), false);
+        assert_eq!(e.io.counters.dropped_waiting_keyframe, 1);
+        forward(&mut e, t1, &video(b, 7_001, 1_000_000, true, t1), false);
+        // B continues at A's last + 1, its timestamp at A's last plus the
+        // 100 ms since (9,000 ticks at 90 kHz).
+        let (seq, ts) = next_out(&mut e, 7_002, 1_003_000, t1);
+        assert_eq!(seq, 1004);
+        assert_eq!(ts, 15_000 + 9_000 + 3_000);
+    }
+
+    #[test]
+    fn a_layer_switch_waits_for_the_targets_keyframe_and_is_counted() {
+        let t0 = Instant::now();
+        let v = track(PUB, "v");
+        let mut e = setup(t0, v);
+        let at = |seq: u64, layer: u8, keyframe: bool| {
+            let mut m = video(v, seq, 9_000, keyframe, t0);
+            m.layer = layer;
+            m.layers = 2;
+            m
+        };
+        forward(&mut e, t0, &at(10, 0, true), false);
+        assert_eq!(slot(&mut e).current, Some(0));
+        slot(&mut e).target = Some(1);
+        e.io.out.peers.clear();
+        // The current layer keeps flowing until the target's keyframe.
+        forward(&mut e, t0, &at(20, 1, false), false);
+        forward(&mut e, t0, &at(11, 0, false), false);
+        assert_eq!(slot(&mut e).current, Some(0));
+        assert_eq!(e.io.counters.dropped_waiting_keyframe, 1);
+        assert_eq!(
+            keyframe_requests(&e),
+            vec![(THERE, LayerKey { track: v, layer: 1 })]
+        );
+        forward(&mut e, t0, &at(21, 1, true), false);
+        assert_eq!(slot(&mut e).current, Some(1));
+        assert_eq!(slot(&mut e).switches, 1);
+        assert_eq!(e.io.counters.layer_switches, 1);
+        // The old layer is left out now.
+        forward(&mut e, t0, &at(12, 0, false), false);
+        // Layer 0: 1000, 1001; layer 1's keyframe: 1002; next: 1003.
+        assert_eq!(next_out(&mut e, 22, 9_000, t0).0, 1003);
+    }
+
+    #[test]
+    fn frames_a_temporal_down_switch_leaves_out_leave_no_hole() {
+        let t0 = Instant::now();
+        let v = track(PUB, "v");
+        let mut e = setup(t0, v);
+        let tl = |seq: u64, tid: u8, keyframe: bool| {
+            let mut m = video(v, seq, 9_000, keyframe, t0);
+            m.temporal = Some((tid, true));
+            m
+        };
+        forward(&mut e, t0, &tl(100, 0, true), false);
+        slot(&mut e).temporal.want = 0;
+        forward(&mut e, t0, &tl(101, 1, false), false); // still forwarded: not at a base frame yet
+        forward(&mut e, t0, &tl(102, 0, false), false); // the switch takes effect
+        forward(&mut e, t0, &tl(103, 1, false), false); // left out
+        forward(&mut e, t0, &tl(104, 0, false), false);
+        assert_eq!(e.io.counters.temporal_skipped, 1);
+        // 100..102 -> 1000..1002, 104 -> 1003: the next is 1004, no hole.
+        assert_eq!(next_out(&mut e, 105, 9_000, t0).0, 1004);
+    }
+
+    #[test]
+    fn a_packet_received_here_is_copied_once_to_each_peer_shard() {
+        let t0 = Instant::now();
+        let mut e = engine();
+        // The publisher here, subscribers on shards 1 and 2 (a viewer).
+        add(&mut e, t0, PUB, &[line("v", MediaKind::Video)], &[]);
+        room(
+            &mut e,
+            &[
+                (PUB, HERE, false, vec![line("v", MediaKind::Video)]),
+                (4, ShardId(1), false, vec![]),
+                (5, ShardId(2), true, vec![]),
+                (6, ShardId(1), false, vec![]),
+            ],
+        );
+        let m = video(track(PUB, "v"), 7, 9_000, true, t0);
+        forward(&mut e, t0, &m, true);
+        let mut copies: Vec<ShardId> =
+            e.io.out
+                .peers
+                .iter()
+                .map(|(s, msg)| match msg {
+                    PeerMsg::Media { room, packet } => {
+                        assert_eq!(*room, ROOM);
+                        assert_eq!((packet.seq, packet.timestamp), (7, 9_000));
+                        assert_eq!(&packet.payload[..], &m.payload[..]);
+                        *s
+                    }
+                    other => panic!("only media goes out: {other:?}"),
+                })
+                .collect();
+        copies.sort();
+        assert_eq!(copies, vec![ShardId(1), ShardId(2)]);
+        assert_eq!(e.io.counters.cross_shard_out, 2);
+
+        // A copy from a peer shard is forwarded here only.
+        e.io.out.peers.clear();
+        forward(&mut e, t0, &m, false);
+        assert!(e.io.out.peers.is_empty());
+        assert_eq!(e.io.counters.cross_shard_out, 2);
+    }
+
+    #[test]
+    fn a_subscriber_before_its_handshake_gets_nothing() {
+        let t0 = Instant::now();
+        let v = track(PUB, "v");
+        let mut e = setup(t0, v);
+        participant(&mut e, SUB).connected = false;
+        forward(&mut e, t0, &video(v, 100, 9_000, true, t0), false);
+        forward(&mut e, t0, &video(v, 101, 9_000, false, t0), false);
+        assert_eq!(slot(&mut e).current, None, "not admitted");
+        assert_eq!(e.io.counters.dropped_waiting_keyframe, 0);
+        assert!(keyframe_requests(&e).is_empty());
+        // Nothing was numbered: its first packet will be the slot's first.
+        assert_eq!(next_out(&mut e, 102, 9_000, t0).0, 1000);
+    }
+}

@@ -197,3 +197,241 @@ pub(super) fn describe(e: &RtcError) -> String {
         e => format!("WebRTC error: {e}"),
     }
 }
+
+/// What the engine's unit tests build on: an engine, participants with a
+/// bare `Rtc` (no negotiation, no ICE: nothing ever connects, so nothing
+/// goes out), rooms as values, media packets. Shared by the test modules
+/// of the files that act through the whole [`super::Engine`].
+#[cfg(test)]
+pub(super) mod fixture {
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    use str0m::Rtc;
+    use str0m::format::{Codec, CodecSpec, FormatParams};
+    use str0m::media::{Frequency, MediaKind};
+
+    use super::super::Engine;
+    use super::super::participant::Participant;
+    use crate::ids::{ParticipantId, RoomId, ShardId, TrackKey};
+    use crate::media::{E2eExt, MediaPacket};
+    use crate::offer::{MediaLine, RtcSettings};
+    use crate::room::{MemberInfo, RoomUpdate, RoomView};
+
+    pub(in crate::engine) const ROOM: RoomId = RoomId(1);
+    pub(in crate::engine) const HERE: ShardId = ShardId(0);
+
+    pub(in crate::engine) fn engine() -> Engine {
+        Engine::new(HERE, RtcSettings::default())
+    }
+
+    pub(in crate::engine) fn line(mid: &str, kind: MediaKind) -> MediaLine {
+        MediaLine {
+            mid: mid.into(),
+            kind,
+        }
+    }
+
+    /// A participant of [`ROOM`] on this shard, with a bare `Rtc`.
+    pub(in crate::engine) fn add(
+        e: &mut Engine,
+        now: Instant,
+        id: u64,
+        tracks: &[MediaLine],
+        slots: &[MediaLine],
+    ) {
+        let rtc = Rtc::builder().set_rtp_mode(true).build(now);
+        let p = Participant::new(ParticipantId(id), ROOM, rtc, tracks, slots);
+        e.participants.insert(ParticipantId(id), p);
+    }
+
+    pub(in crate::engine) fn participant(e: &mut Engine, id: u64) -> &mut Participant {
+        e.participants
+            .get_mut(&ParticipantId(id))
+            .expect("a participant of the fixture")
+    }
+
+    /// [`ROOM`] as this shard sees it: `(id, shard, viewer, tracks)`.
+    pub(in crate::engine) fn room(
+        e: &mut Engine,
+        members: &[(u64, ShardId, bool, Vec<MediaLine>)],
+    ) {
+        let mut view = RoomView::new(ROOM, "room".into());
+        view.apply(
+            RoomUpdate {
+                room: ROOM,
+                name: "room".into(),
+                members: members
+                    .iter()
+                    .map(|(id, shard, viewer, tracks)| MemberInfo {
+                        id: ParticipantId(*id),
+                        name: format!("m{id}"),
+                        shard: *shard,
+                        tracks: tracks.clone(),
+                        viewer: *viewer,
+                    })
+                    .collect(),
+            },
+            HERE,
+        );
+        e.rooms.insert(ROOM, view);
+    }
+
+    pub(in crate::engine) fn track(id: u64, mid: &str) -> TrackKey {
+        TrackKey {
+            participant: ParticipantId(id),
+            mid: mid.into(),
+        }
+    }
+
+    pub(in crate::engine) fn vp8() -> CodecSpec {
+        CodecSpec {
+            codec: Codec::Vp8,
+            clock_rate: Frequency::NINETY_KHZ,
+            channels: None,
+            format: FormatParams::default(),
+        }
+    }
+
+    /// A video packet of `track` (VP8 without a descriptor the tests read:
+    /// no temporal layer unless set).
+    pub(in crate::engine) fn video(
+        track: TrackKey,
+        seq: u64,
+        timestamp: u32,
+        keyframe: bool,
+        received: Instant,
+    ) -> MediaPacket {
+        MediaPacket {
+            track,
+            kind: MediaKind::Video,
+            spec: vp8(),
+            seq,
+            timestamp,
+            marker: true,
+            keyframe,
+            layer: 0,
+            layers: 1,
+            temporal: None,
+            vp8: None,
+            ext: E2eExt::default(),
+            payload: Arc::from(vec![0x10u8, 0, 0, 0, 1, 2, 3]),
+            received,
+            kernel_rx: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ID: ParticipantId = ParticipantId(5);
+
+    fn rtc(now: Instant) -> str0m::Rtc {
+        str0m::Rtc::builder().set_rtp_mode(true).build(now)
+    }
+
+    #[test]
+    fn guarded_runs_the_closure_and_returns_its_value() {
+        let mut io = Io::default();
+        let mut poisoned = false;
+        assert_eq!(guarded(&mut io, ID, &mut poisoned, |_| 42), Some(42));
+        assert!(!poisoned);
+        assert!(io.doomed.is_empty());
+        assert_eq!(io.counters.participant_panics, 0);
+    }
+
+    #[test]
+    fn a_panic_poisons_dooms_and_counts_that_participant_once() {
+        let mut io = Io::default();
+        let mut poisoned = false;
+        let r: Option<()> = guarded(&mut io, ID, &mut poisoned, |_| panic!("boom in str0m"));
+        assert_eq!(r, None);
+        assert!(poisoned);
+        assert_eq!(io.counters.participant_panics, 1);
+        assert_eq!(io.doomed.len(), 1);
+        let (id, reason, detail) = &io.doomed[0];
+        assert_eq!((*id, *reason), (ID, LeaveReason::Panic));
+        assert!(
+            detail
+                .as_deref()
+                .is_some_and(|d| d.contains("boom in str0m")),
+            "the report carries the panic's message: {detail:?}"
+        );
+
+        // Poisoned: nothing calls into it again, nothing is counted again.
+        let mut ran = false;
+        assert_eq!(guarded(&mut io, ID, &mut poisoned, |_| ran = true), None);
+        assert!(!ran);
+        assert_eq!(io.counters.participant_panics, 1);
+        assert_eq!(io.doomed.len(), 1);
+    }
+
+    #[test]
+    fn a_keyframe_is_wanted_once_per_step() {
+        let mut io = Io::default();
+        let key = |layer| LayerKey {
+            track: crate::ids::TrackKey {
+                participant: ID,
+                mid: "0".into(),
+            },
+            layer,
+        };
+        io.want_keyframe(key(0));
+        io.want_keyframe(key(1));
+        io.want_keyframe(key(0));
+        assert_eq!(io.keyframes_wanted, vec![key(0), key(1)]);
+    }
+
+    #[test]
+    fn a_drain_leaves_the_rtc_a_future_deadline_and_dooms_nobody_alive() {
+        let now = Instant::now();
+        let mut io = Io::default();
+        let mut rtc = rtc(now);
+        let mut poisoned = false;
+        drain_rtc(&mut io, now, None, ID, &mut rtc, &mut poisoned);
+        assert!(io.doomed.is_empty(), "{:?}", io.doomed);
+        assert!(!poisoned);
+        // str0m's deadline is now the engine's: due work was fed back at
+        // once, so what is left is later than now.
+        let next = io.timers.next().expect("a deadline for the participant");
+        assert!(next > now, "deadline {next:?} is not after now {now:?}");
+        assert_eq!(io.timers.pop_rtc_due(next), Some(ID));
+    }
+
+    #[test]
+    fn a_closed_rtc_is_doomed_as_closed_at_its_drain() {
+        let now = Instant::now();
+        let mut io = Io::default();
+        let mut rtc = rtc(now);
+        let mut poisoned = false;
+        rtc.disconnect();
+        drain_rtc(&mut io, now, None, ID, &mut rtc, &mut poisoned);
+        assert_eq!(io.doomed.len(), 1, "{:?}", io.doomed);
+        assert_eq!(io.doomed[0].0, ID);
+        assert_eq!(io.doomed[0].1, LeaveReason::Closed);
+    }
+
+    #[test]
+    fn a_poisoned_participant_is_not_drained() {
+        let now = Instant::now();
+        let mut io = Io::default();
+        let mut rtc = rtc(now);
+        let mut poisoned = true;
+        rtc.disconnect();
+        drain_rtc(&mut io, now, None, ID, &mut rtc, &mut poisoned);
+        assert!(io.doomed.is_empty(), "its `Rtc` is never touched again");
+        assert_eq!(io.timers.next(), None);
+    }
+
+    #[test]
+    fn errors_are_described_by_the_layer_that_failed() {
+        assert_eq!(
+            describe(&RtcError::RemoteSdp("remote fingerprint no match".into())),
+            "DTLS certificate check failed: remote fingerprint no match"
+        );
+        let other = describe(&RtcError::NoSenderSource);
+        assert!(other.starts_with("WebRTC error: "), "{other}");
+    }
+}

@@ -507,3 +507,170 @@ impl Engine {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use str0m::media::Rid;
+
+    use super::super::io::fixture::{HERE, add, engine, line, participant, room, track};
+    use super::*;
+    use crate::ids::ShardId;
+
+    fn video_slot(current: Option<u8>, target: Option<u8>) -> Slot {
+        let mut s = Slot::new("s0".into(), MediaKind::Video);
+        s.current = current;
+        s.target = target;
+        s
+    }
+
+    #[test]
+    fn a_climb_by_choice_is_above_both_the_shown_and_the_aimed_layer_and_the_floor() {
+        // Shows 0, aims at 0: 1 is a climb; 0 is none.
+        let s = video_slot(Some(0), Some(0));
+        assert!(climbs_by_choice(&s, Some(1), 0));
+        assert!(!climbs_by_choice(&s, Some(0), 0));
+        assert!(!climbs_by_choice(&s, None, 0));
+        // Already aiming at 2: 2 is no new climb, 3 is.
+        let s = video_slot(Some(0), Some(2));
+        assert!(!climbs_by_choice(&s, Some(2), 0));
+        assert!(climbs_by_choice(&s, Some(3), 0));
+        // Up to the lowest layer still flowing is forced, not chosen.
+        let s = video_slot(Some(0), Some(0));
+        assert!(!climbs_by_choice(&s, Some(1), 1));
+        assert!(climbs_by_choice(&s, Some(2), 1));
+        // A slot that shows nothing yet starts wherever: no climb.
+        let s = video_slot(None, Some(0));
+        assert!(!climbs_by_choice(&s, Some(2), 0));
+    }
+
+    /// Subscriber 1 here with video slots "s0", "s1" and an audio slot
+    /// "s2"; publisher 2 on shard 1.
+    fn setup(t0: Instant) -> Engine {
+        let mut e = engine();
+        add(
+            &mut e,
+            t0,
+            1,
+            &[],
+            &[
+                line("s0", MediaKind::Video),
+                line("s1", MediaKind::Video),
+                line("s2", MediaKind::Audio),
+            ],
+        );
+        room(
+            &mut e,
+            &[
+                (1, HERE, false, vec![]),
+                (
+                    2,
+                    ShardId(1),
+                    false,
+                    vec![line("v", MediaKind::Video), line("a", MediaKind::Audio)],
+                ),
+            ],
+        );
+        e
+    }
+
+    fn demands(e: &mut Engine) -> Vec<(ShardId, TrackKey, u32)> {
+        let peers = std::mem::take(&mut e.io.out.peers);
+        peers
+            .into_iter()
+            .filter_map(|(s, m)| match m {
+                PeerMsg::LayerDemand { track, from, mask } => {
+                    assert_eq!(from, HERE);
+                    Some((s, track, mask))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn demand_is_the_shown_and_aimed_layers_of_every_video_slot() {
+        let t0 = Instant::now();
+        let mut e = setup(t0);
+        let v = track(2, "v");
+        let p = participant(&mut e, 1);
+        p.slots[0].set_source(Some(v));
+        p.slots[0].current = Some(0);
+        p.slots[0].target = Some(2);
+        p.slots[1].set_source(Some(v));
+        p.slots[1].current = Some(1);
+        p.slots[1].target = Some(1);
+        p.slots[2].set_source(Some(track(2, "a")));
+        let demand = e.local_demand();
+        assert_eq!(demand.len(), 1, "audio takes no layers");
+        assert_eq!(demand.get(&v), Some(&0b111));
+    }
+
+    #[test]
+    fn a_remote_publishers_shard_is_told_of_changes_only_and_of_the_end() {
+        let t0 = Instant::now();
+        let mut e = setup(t0);
+        let v = track(2, "v");
+        {
+            let s = &mut participant(&mut e, 1).slots[0];
+            s.set_source(Some(v));
+            s.current = Some(0);
+            s.target = Some(0);
+        }
+        e.dynacast(t0);
+        assert_eq!(demands(&mut e), vec![(ShardId(1), v, 0b1)]);
+        e.dynacast(t0);
+        assert_eq!(demands(&mut e), vec![], "unchanged: not sent again");
+        participant(&mut e, 1).slots[0].target = Some(1);
+        e.dynacast(t0);
+        assert_eq!(demands(&mut e), vec![(ShardId(1), v, 0b11)]);
+        participant(&mut e, 1).slots[0].set_source(None);
+        e.dynacast(t0);
+        assert_eq!(demands(&mut e), vec![(ShardId(1), v, 0)], "withdrawn");
+        e.dynacast(t0);
+        assert_eq!(demands(&mut e), vec![]);
+    }
+
+    #[test]
+    fn a_layer_nobody_takes_is_paused_after_the_hold_and_the_lowest_always_flows() {
+        let t0 = Instant::now();
+        let mut e = engine();
+        add(&mut e, t0, 2, &[line("v", MediaKind::Video)], &[]);
+        room(
+            &mut e,
+            &[(2, HERE, false, vec![line("v", MediaKind::Video)])],
+        );
+        let v = track(2, "v");
+        {
+            let t = &mut participant(&mut e, 2).tracks[0];
+            t.rids = vec![Rid::from("q"), Rid::from("h"), Rid::from("f")];
+            t.active = 0b111;
+            t.last_needed = [Some(t0); MAX_LAYERS];
+        }
+        // The source sends (not silent), nobody takes anything.
+        let mut at = t0;
+        while at < t0 + DYNACAST_HOLD {
+            e.sources.note(v, 0, 3, 1000, at);
+            e.dynacast(at);
+            at += Duration::from_millis(500);
+        }
+        assert_eq!(participant(&mut e, 2).tracks[0].active, 0b111, "held");
+        assert_eq!(e.io.counters.dynacast_notices, 0);
+        e.sources.note(v, 0, 3, 1000, t0 + DYNACAST_HOLD);
+        e.dynacast(t0 + DYNACAST_HOLD);
+        assert_eq!(participant(&mut e, 2).tracks[0].active, 0b1);
+        assert_eq!(e.io.counters.dynacast_notices, 1);
+
+        // A peer shard's subscriber takes the top layer: it resumes.
+        e.demand_remote.insert((v, ShardId(1)), 0b100);
+        e.rooms
+            .get_mut(&super::super::io::fixture::ROOM)
+            .expect("room")
+            .peer_shards
+            .push(ShardId(1));
+        let t1 = t0 + DYNACAST_HOLD + Duration::from_millis(100);
+        e.sources.note(v, 0, 3, 1000, t1);
+        e.dynacast(t1);
+        assert_eq!(participant(&mut e, 2).tracks[0].active, 0b101);
+        assert_eq!(e.io.counters.dynacast_notices, 2);
+    }
+}

@@ -71,3 +71,185 @@ impl Engine {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use str0m::media::Mid;
+    use str0m::stats::{MediaEgressStats, MediaIngressStats, PeerStats};
+
+    use super::super::io::fixture::{add, engine, line, participant, track};
+    use super::*;
+
+    const ID: u64 = 1;
+
+    /// Participant 1 publishing audio "a" and video "v", with an audio slot
+    /// "s0" and video slots "s1", "s2".
+    fn setup(t0: Instant) -> Engine {
+        let mut e = engine();
+        add(
+            &mut e,
+            t0,
+            ID,
+            &[line("a", MediaKind::Audio), line("v", MediaKind::Video)],
+            &[
+                line("s0", MediaKind::Audio),
+                line("s1", MediaKind::Video),
+                line("s2", MediaKind::Video),
+            ],
+        );
+        e
+    }
+
+    fn ingress(mid: &str, jitter: u32, nacks: u64, at: Instant) -> Event {
+        Event::MediaIngressStats(MediaIngressStats {
+            mid: Mid::from(mid),
+            rid: None,
+            bytes: 0,
+            packets: 0,
+            firs: 0,
+            plis: 0,
+            nacks,
+            jitter,
+            rtt: None,
+            loss: None,
+            timestamp: at,
+            remote: None,
+        })
+    }
+
+    fn egress(mid: &str, nacks: u64, at: Instant) -> Event {
+        Event::MediaEgressStats(MediaEgressStats {
+            mid: Mid::from(mid),
+            rid: None,
+            bytes: 0,
+            packets: 0,
+            firs: 0,
+            plis: 0,
+            nacks,
+            rtt: None,
+            loss: None,
+            timestamp: at,
+            remote: None,
+        })
+    }
+
+    fn stats(e: &mut Engine) -> ParticipantStats {
+        participant(e, ID).stats.clone()
+    }
+
+    #[test]
+    fn peer_figures_are_taken_as_str0m_reports_them() {
+        let t0 = Instant::now();
+        let mut e = setup(t0);
+        e.on_stats(
+            ParticipantId(ID),
+            Event::PeerStats(PeerStats {
+                peer_bytes_rx: 1_000,
+                peer_bytes_tx: 2_000,
+                bytes_rx: 1_100,
+                bytes_tx: 2_200,
+                timestamp: t0,
+                bwe_tx: None,
+                egress_loss_fraction: Some(0.25),
+                ingress_loss_fraction: Some(0.5),
+                rtt: Some(Duration::from_micros(42_500)),
+                selected_candidate_pair: None,
+            }),
+        );
+        let st = stats(&mut e);
+        assert_eq!(
+            (st.bytes_in, st.bytes_out),
+            (1_000, 2_000),
+            "media bytes, not the transport's"
+        );
+        assert_eq!((st.ingress_loss, st.egress_loss), (Some(0.5), Some(0.25)));
+        assert_eq!(st.rtt_ms, Some(42.5));
+    }
+
+    #[test]
+    fn jitter_is_in_milliseconds_of_each_tracks_clock_and_the_largest_is_kept() {
+        let t0 = Instant::now();
+        let mut e = setup(t0);
+        // 480 ticks of Opus's 48 kHz: 10 ms.
+        e.on_stats(ParticipantId(ID), ingress("a", 480, 0, t0));
+        assert_eq!(stats(&mut e).ingress_jitter_ms, Some(10.0));
+        // 1800 ticks of video's 90 kHz: 20 ms, the larger.
+        e.on_stats(ParticipantId(ID), ingress("v", 1_800, 0, t0));
+        assert_eq!(stats(&mut e).ingress_jitter_ms, Some(20.0));
+        // Smaller again: the largest stays.
+        e.on_stats(ParticipantId(ID), ingress("v", 90, 0, t0));
+        assert_eq!(stats(&mut e).ingress_jitter_ms, Some(20.0));
+    }
+
+    #[test]
+    fn nack_totals_become_increments_per_mid_and_direction() {
+        let t0 = Instant::now();
+        let mut e = setup(t0);
+        let id = ParticipantId(ID);
+        e.on_stats(id, ingress("v", 0, 5, t0));
+        e.on_stats(id, ingress("v", 0, 8, t0)); // +3
+        e.on_stats(id, ingress("a", 0, 2, t0)); // another mid: its own total
+        e.on_stats(id, egress("v", 4, t0)); // the other direction, same mid
+        e.on_stats(id, egress("s1", 1, t0));
+        e.on_stats(id, egress("v", 4, t0)); // unchanged: +0
+        let st = stats(&mut e);
+        assert_eq!(st.nacks_sent, 10);
+        assert_eq!(st.nacks_received, 5);
+        assert_eq!(e.io.counters.nacks_sent, 10, "the shard's counter follows");
+        assert_eq!(e.io.counters.nacks_received, 5);
+        // A total that went down (a new stream) adds nothing: no wrap.
+        e.on_stats(id, ingress("v", 0, 1, t0));
+        assert_eq!(stats(&mut e).nacks_sent, 10);
+        assert_eq!(e.io.counters.nacks_sent, 10);
+    }
+
+    #[test]
+    fn other_events_and_unknown_participants_change_nothing() {
+        let t0 = Instant::now();
+        let mut e = setup(t0);
+        e.on_stats(ParticipantId(9), ingress("v", 1_800, 5, t0));
+        e.on_stats(ParticipantId(ID), Event::Connected);
+        let st = stats(&mut e);
+        assert_eq!((st.nacks_sent, st.ingress_jitter_ms), (0, None));
+        assert_eq!(e.io.counters.nacks_sent, 0);
+    }
+
+    #[test]
+    fn the_figures_list_each_video_slot_with_a_source_and_the_estimates() {
+        let t0 = Instant::now();
+        let mut e = setup(t0);
+        let p = participant(&mut e, ID);
+        p.slots[0].set_source(Some(track(2, "a"))); // audio: not a layer
+        p.slots[2].set_source(Some(track(2, "v")));
+        p.slots[2].current = Some(1);
+        p.slots[2].target = Some(2);
+        p.slots[2].switches = 3;
+        p.note_estimate(t0, 900_000);
+        p.note_estimate(t0 + Duration::from_millis(100), 1_500_000);
+        let all = e.participant_stats();
+        assert_eq!(all.len(), 1);
+        let st = &all[0];
+        assert_eq!(st.id, ParticipantId(ID));
+        assert_eq!(
+            st.layers,
+            vec![SlotLayer {
+                mid: "s2".into(),
+                layer: Some(1),
+                target: Some(2),
+                switches: 3,
+            }]
+        );
+        assert_eq!(st.estimate_bps, Some(1_500_000), "the latest");
+        assert_eq!(
+            st.climb_estimate_bps,
+            Some(900_000),
+            "the lowest of the window"
+        );
+        assert_eq!(
+            Duration::from_millis(st.rtx_history_ms),
+            participant(&mut e, ID).rtx_history()
+        );
+    }
+}

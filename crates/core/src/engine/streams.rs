@@ -19,8 +19,10 @@ use str0m::Rtc;
 use str0m::media::{Mid, Rids};
 use str0m::rtp::Extension;
 
-/// Most simulcast encodings (rids) one m-line may declare.
-pub const MAX_LAYERS: usize = 4;
+/// Most simulcast encodings (rids) one m-line may declare: the offer's
+/// rule, which the engine relies on (defined in `offer`, which the engine
+/// imports and which imports nothing of the engine).
+pub use crate::offer::MAX_LAYERS;
 
 /// What the guard needs to know of a participant's negotiation.
 #[derive(Debug, Default, Clone)]
