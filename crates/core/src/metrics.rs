@@ -62,7 +62,8 @@ pub struct Counters {
     pub dropped_requests: u64,
     /// Datagrams from a participant's address that str0m took without effect
     /// (SRTP authentication failure, replay, bad STUN integrity, a DTLS
-    /// datagram that is not whole records). Valid DTLS records and RTCP often
+    /// datagram that is not whole records), and SRTCP that failed
+    /// authentication (str0m patch 27 counts it; the engine reads the count). Valid DTLS records and RTCP often
     /// give nothing at once (SCTP acknowledges every other data-channel
     /// packet), so they are not judged by their silence.
     pub dropped_by_stack: u64,
