@@ -17,6 +17,22 @@
 //!       stun N [BATCH]            STUN binding requests with the abuser's valid
 //!                                 credentials from N different source ports
 //!       leave                     DELETE everyone and exit (also on end of input)
+//! attacker channels --url URL --room ROOM [--name N] [--other N2] [--token T ...]
+//!         [--count 200] [--label-bytes 60000] [--server-pid PID]
+//!     join as a bare str0m client (UDP), wait for its "events" channel and welcome,
+//!     then open COUNT data channels with LABEL-BYTES labels on its association;
+//!     drive until each is answered (opened or reset), read the server's VmRSS
+//!     before and after (with --server-pid), then join N2 (the second token) and
+//!     wait for a roster naming it on the events channel. One JSON line.
+//! attacker bigmsg --url URL --room ROOM [--name N] [--token T] [--count 10] [--bytes 200000]
+//!     join as a bare str0m client (UDP; its SCTP send buffer raised to 1 MiB:
+//!     str0m's default of 128 KiB takes no message over it), wait for its "events"
+//!     channel, send COUNT valid messages of BYTES bytes (a JSON string) on it,
+//!     drive until they have left (60 s at most), leave. One JSON line.
+//! attacker icetcp --url URL --room ROOM [--name N] [--token T] [--from IP] [--hold SECS]
+//!     join over ICE-TCP only (a TCP host candidate from IP, default 127.0.0.1, to
+//!     the passive TCP candidate of the answer), wait until connected (20 s at
+//!     most), stay HOLD (3) seconds, leave. One JSON line.
 //! attacker churn --url URL --seconds S [--rate R] [--hold SECS] [--rooms K] [--token T]
 //!     R times a second, in turn: a real join that connects and leaves with DELETE
 //!     after HOLD, a real join that connects and then vanishes (stops sending; ICE
@@ -29,8 +45,8 @@
 //! one is reused when there are fewer). Every loop here is bounded in count.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, Write};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::io::{BufRead, ErrorKind, Read, Write};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -40,7 +56,12 @@ use corelay_client::{
     Command, Driver, NoObserver, Participant, ParticipantConfig, Snapshot, VideoSource,
 };
 use serde_json::{Value, json};
+use str0m::change::SdpAnswer;
+use str0m::channel::{ChannelConfig, ChannelId};
 use str0m::ice::{StunMessage, TransId};
+use str0m::media::{Direction, MediaKind};
+use str0m::net::{Protocol, Receive};
+use str0m::{Candidate, Event, IceConnectionState, Input, Output, Rtc};
 
 // ------------------------------------------------------------------ arguments
 
@@ -97,7 +118,12 @@ fn main() {
         Some("offer") => offer(&Args::parse(rest, &["no-channel"])),
         Some("serve") => serve(&Args::parse(rest, &[])),
         Some("churn") => churn(&Args::parse(rest, &[])),
-        _ => die("usage: attacker offer|serve|churn [flags] (see the file's header)"),
+        Some("channels") => channels(&Args::parse(rest, &[])),
+        Some("icetcp") => icetcp(&Args::parse(rest, &[])),
+        Some("bigmsg") => big_messages(&Args::parse(rest, &[])),
+        _ => die(
+            "usage: attacker offer|serve|churn|channels|bigmsg|icetcp [flags] (see the file's header)",
+        ),
     }
 }
 
@@ -666,6 +692,517 @@ fn stun_sources(p: &Peer, n: usize, batch: usize) -> Value {
         "bind_failed": bind_failed,
         "secs": start.elapsed().as_secs_f64(),
     })
+}
+
+// ------------------------------------------------------------------ bare str0m clients
+
+/// How a bare client reaches the server: a UDP socket, or one ICE-TCP
+/// connection (RFC 4571 frames: a 16-bit length before each packet).
+enum Wire {
+    Udp(UdpSocket),
+    Tcp {
+        stream: TcpStream,
+        remote: SocketAddr,
+        inbox: Vec<u8>,
+    },
+}
+
+/// A participant that is a bare str0m `Rtc`, driven by this thread: it can
+/// do what corelay-client never would (open many channels with long labels,
+/// join over ICE-TCP).
+struct Raw {
+    rtc: Rtc,
+    wire: Wire,
+    local: SocketAddr,
+    location: String,
+    token: Option<String>,
+    connected: bool,
+    /// Why it stopped (the server closed, ICE gave up, an error).
+    lost: Option<String>,
+    /// Channels the server confirmed, with their labels.
+    opened: Vec<(ChannelId, String)>,
+    /// Channels that closed (the server reset them).
+    closed: usize,
+    /// Text received on any channel (each message cut to 4 KiB).
+    data: Vec<String>,
+}
+
+/// The first host candidate of `proto` ("udp" or "tcp") in an SDP answer.
+fn answer_candidate_of(sdp: &str, proto: &str) -> Option<SocketAddr> {
+    sdp.lines().find_map(|l| {
+        let f: Vec<&str> = l
+            .trim()
+            .strip_prefix("a=candidate:")?
+            .split_whitespace()
+            .collect();
+        if f.len() < 6 || !f[2].eq_ignore_ascii_case(proto) {
+            return None;
+        }
+        Some(SocketAddr::new(f[4].parse().ok()?, f[5].parse().ok()?))
+    })
+}
+
+/// POSTs `offer` to ROOM as NAME; (Location, answer) or "status body".
+fn post_sdp(
+    agent: &ureq::Agent,
+    url: &str,
+    room: &str,
+    name: &str,
+    token: Option<&str>,
+    offer: &str,
+) -> Result<(String, String), String> {
+    let target = format!(
+        "{}/api/v1/rooms/{}/participants?name={}",
+        url.trim_end_matches('/'),
+        encode_component(room),
+        encode_component(name)
+    );
+    let mut req = agent
+        .post(&target)
+        .header("Content-Type", "application/sdp");
+    if let Some(t) = token {
+        req = req.header("Authorization", &format!("Bearer {t}"));
+    }
+    let mut resp = req.send(offer).map_err(|e| format!("POST {target}: {e}"))?;
+    let status = resp.status().as_u16();
+    let location = resp
+        .headers()
+        .get("location")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    let body = resp
+        .body_mut()
+        .with_config()
+        .limit(1 << 20)
+        .read_to_string()
+        .unwrap_or_default();
+    if status != 201 {
+        return Err(format!("{status} {body}"));
+    }
+    Ok((location, body))
+}
+
+impl Raw {
+    /// Joins ROOM with one sendonly audio m-line, one recvonly video m-line
+    /// and the "events" channel; over ICE-TCP from `tcp_from` when given.
+    fn join(
+        agent: &ureq::Agent,
+        url: &str,
+        room: &str,
+        name: &str,
+        token: Option<&str>,
+        tcp_from: Option<IpAddr>,
+    ) -> Result<Raw, String> {
+        use socket2::{Domain, Socket, Type};
+        let (udp, tcp, local) = match tcp_from {
+            None => {
+                let u = UdpSocket::bind("127.0.0.1:0").map_err(|e| format!("bind: {e}"))?;
+                let local = u.local_addr().map_err(|e| e.to_string())?;
+                (Some(u), None, local)
+            }
+            Some(ip) => {
+                // Bound before the offer, so that its candidate is the
+                // address the connection will come from.
+                let s = Socket::new(Domain::IPV4, Type::STREAM, None)
+                    .map_err(|e| format!("socket: {e}"))?;
+                s.bind(&SocketAddr::new(ip, 0).into())
+                    .map_err(|e| format!("bind {ip}: {e}"))?;
+                let local = s
+                    .local_addr()
+                    .ok()
+                    .and_then(|a| a.as_socket())
+                    .ok_or("no local address")?;
+                (None, Some(s), local)
+            }
+        };
+        let mut rtc = Rtc::builder()
+            .clear_codecs()
+            .enable_opus(true, false)
+            .enable_h264(true)
+            // Room for messages up to the server's max-message-size (256 KiB).
+            .set_sctp_max_buffered_amount(1 << 20)
+            .build(Instant::now());
+        let proto = if tcp.is_some() { "tcp" } else { "udp" };
+        let cand = Candidate::host(local, proto).map_err(|e| format!("candidate: {e}"))?;
+        rtc.add_local_candidate(cand);
+        let mut api = rtc.sdp_api();
+        api.add_media(MediaKind::Audio, Direction::SendOnly, None, None, None);
+        api.add_media(MediaKind::Video, Direction::RecvOnly, None, None, None);
+        api.add_channel("events".into());
+        let (offer, pending) = api.apply().ok_or("no offer")?;
+        let (location, body) = post_sdp(agent, url, room, name, token, &offer.to_sdp_string())?;
+        let answer = SdpAnswer::from_sdp_string(&body).map_err(|e| format!("answer: {e}"))?;
+        rtc.sdp_api()
+            .accept_answer(pending, answer)
+            .map_err(|e| format!("answer: {e}"))?;
+        let wire = match (udp, tcp) {
+            (Some(u), _) => Wire::Udp(u),
+            (None, Some(s)) => {
+                let remote = answer_candidate_of(&body, "tcp").ok_or("no TCP candidate")?;
+                s.connect_timeout(&remote.into(), Duration::from_secs(5))
+                    .map_err(|e| format!("connect {remote}: {e}"))?;
+                Wire::Tcp {
+                    stream: s.into(),
+                    remote,
+                    inbox: Vec::new(),
+                }
+            }
+            (None, None) => return Err("no socket".into()),
+        };
+        Ok(Raw {
+            rtc,
+            wire,
+            local,
+            location,
+            token: token.map(str::to_string),
+            connected: false,
+            lost: None,
+            opened: Vec::new(),
+            closed: 0,
+            data: Vec::new(),
+        })
+    }
+
+    fn on_event(&mut self, e: Event) {
+        match e {
+            Event::Connected => self.connected = true,
+            Event::IceConnectionStateChange(IceConnectionState::Disconnected) => {
+                self.lost = Some("ICE disconnected".into())
+            }
+            Event::ChannelOpen(id, label) => self.opened.push((id, label)),
+            Event::ChannelClose(_) => self.closed += 1,
+            Event::ChannelData(d) if self.data.len() < 10_000 => {
+                let n = d.data.len().min(4096);
+                self.data
+                    .push(String::from_utf8_lossy(&d.data[..n]).into_owned());
+            }
+            _ => {}
+        }
+    }
+
+    /// Sends what str0m has to send; the time it wants to be woken at.
+    fn transmit(&mut self) -> Instant {
+        loop {
+            match self.rtc.poll_output() {
+                Ok(Output::Timeout(t)) => return t,
+                Ok(Output::Transmit(t)) => match &mut self.wire {
+                    Wire::Udp(u) => {
+                        let _ = u.send_to(&t.contents, t.destination);
+                    }
+                    Wire::Tcp { stream, .. } => {
+                        let Ok(len) = u16::try_from(t.contents.len()) else {
+                            continue;
+                        };
+                        if t.proto != Protocol::Tcp {
+                            continue;
+                        }
+                        let mut frame = len.to_be_bytes().to_vec();
+                        frame.extend_from_slice(&t.contents);
+                        if let Err(e) = stream.write_all(&frame) {
+                            self.lost = Some(format!("write: {e}"));
+                            return Instant::now();
+                        }
+                    }
+                },
+                Ok(Output::Event(e)) => self.on_event(e),
+                Err(e) => {
+                    self.lost = Some(format!("str0m: {e}"));
+                    return Instant::now();
+                }
+            }
+        }
+    }
+
+    /// Drives the client until `done`, a loss, or `within`; whether `done`
+    /// came true.
+    fn run_until(&mut self, within: Duration, mut done: impl FnMut(&Raw) -> bool) -> bool {
+        let end = Instant::now() + within;
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            if done(self) {
+                return true;
+            }
+            if Instant::now() > end || self.lost.is_some() {
+                return false;
+            }
+            let wake = self.transmit();
+            if self.lost.is_some() {
+                return false;
+            }
+            let wait = wake
+                .saturating_duration_since(Instant::now())
+                .clamp(Duration::from_millis(1), Duration::from_millis(20));
+            let now = Instant::now();
+            let local = self.local;
+            let mut inputs: Vec<(Protocol, SocketAddr, Vec<u8>)> = Vec::new();
+            match &mut self.wire {
+                Wire::Udp(u) => {
+                    let _ = u.set_read_timeout(Some(wait));
+                    if let Ok((n, source)) = u.recv_from(&mut buf) {
+                        inputs.push((Protocol::Udp, source, buf[..n].to_vec()));
+                    }
+                }
+                Wire::Tcp {
+                    stream,
+                    remote,
+                    inbox,
+                } => {
+                    let _ = stream.set_read_timeout(Some(wait));
+                    match stream.read(&mut buf) {
+                        Ok(0) => self.lost = Some("the server closed the connection".into()),
+                        Ok(n) => inbox.extend_from_slice(&buf[..n]),
+                        Err(e)
+                            if matches!(
+                                e.kind(),
+                                ErrorKind::WouldBlock
+                                    | ErrorKind::TimedOut
+                                    | ErrorKind::Interrupted
+                            ) => {}
+                        Err(e) => self.lost = Some(format!("read: {e}")),
+                    }
+                    while inbox.len() >= 2 {
+                        let len = usize::from(u16::from_be_bytes([inbox[0], inbox[1]]));
+                        if inbox.len() < 2 + len {
+                            break;
+                        }
+                        inputs.push((Protocol::Tcp, *remote, inbox[2..2 + len].to_vec()));
+                        inbox.drain(..2 + len);
+                    }
+                }
+            }
+            for (proto, source, bytes) in inputs {
+                if let Ok(r) = Receive::new(proto, source, local, &bytes)
+                    && let Err(e) = self.rtc.handle_input(Input::Receive(now, r))
+                {
+                    self.lost = Some(format!("str0m: {e}"));
+                }
+            }
+            if let Err(e) = self.rtc.handle_input(Input::Timeout(Instant::now())) {
+                self.lost = Some(format!("str0m: {e}"));
+            }
+        }
+    }
+
+    /// DELETE its Location; the status (0: no answer).
+    fn leave(&self, agent: &ureq::Agent, url: &str) -> u16 {
+        if self.location.is_empty() {
+            return 0;
+        }
+        let mut req = agent.delete(&resolve(url, &self.location));
+        if let Some(t) = &self.token {
+            req = req.header("Authorization", &format!("Bearer {t}"));
+        }
+        req.call().map(|r| r.status().as_u16()).unwrap_or(0)
+    }
+}
+
+/// The resident set of process `pid` in KiB (`VmRSS` of /proc/PID/status).
+fn vm_rss_kib(pid: u32) -> Option<u64> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+fn channels(a: &Args) {
+    let url = a.get("url").unwrap_or("http://127.0.0.1:7070").to_string();
+    let room = a.get("room").unwrap_or("abuse-channels").to_string();
+    let name = a.get("name").unwrap_or("channels").to_string();
+    let other = a.get("other").unwrap_or("other").to_string();
+    let tokens = a.all("token");
+    let count = a.num("count", 200.0).clamp(1.0, 2000.0) as usize;
+    let label_bytes = a.num("label-bytes", 60_000.0).clamp(1.0, 65_535.0) as usize;
+    let pid = a.get("server-pid").and_then(|p| p.parse::<u32>().ok());
+    let agent = agent();
+    let mut c = match Raw::join(
+        &agent,
+        &url,
+        &room,
+        &name,
+        tokens.first().map(String::as_str),
+        None,
+    ) {
+        Ok(c) => c,
+        Err(e) => {
+            out(json!({"error": format!("join {name}: {e}")}));
+            std::process::exit(1);
+        }
+    };
+    let welcomed = c.run_until(Duration::from_secs(20), |c| {
+        c.opened.iter().any(|(_, l)| l == "events") && c.data.iter().any(|d| d.contains("welcome"))
+    });
+    if !welcomed {
+        c.leave(&agent, &url);
+        out(json!({"error": "the events channel did not open", "lost": c.lost}));
+        std::process::exit(1);
+    }
+    // A settled baseline: a few seconds of the idle call.
+    c.run_until(Duration::from_secs(2), |_| false);
+    let rss_before = pid.and_then(vm_rss_kib);
+    let start = Instant::now();
+    let label = "x".repeat(label_bytes);
+    for _ in 0..count {
+        c.rtc.direct_api().create_data_channel(ChannelConfig {
+            label: label.clone(),
+            ..Default::default()
+        });
+    }
+    // Every channel answered, one way or the other: reset (closed) or opened.
+    let answered = c.run_until(Duration::from_secs(90), |c| {
+        c.closed + c.opened.len() > count
+    });
+    let answered_secs = start.elapsed().as_secs_f64();
+    c.run_until(Duration::from_secs(2), |_| false);
+    let rss_after = pid.and_then(vm_rss_kib);
+    // The participant's own channel still works: a second member's arrival
+    // reaches it as a roster event.
+    let seen = c.data.len();
+    let other_token = tokens.get(1).or(tokens.last()).map(String::as_str);
+    let mut cfg = ParticipantConfig::new(other.clone());
+    cfg.publish_audio = false;
+    cfg.audio_slots = 0;
+    let driver = Driver::spawn("channels", Box::new(NoObserver), None)
+        .unwrap_or_else(|e| die(&format!("driver: {e}")));
+    let joined = join(&agent, &url, &room, cfg, other_token, Some((&driver, 1)));
+    let roster = joined.is_ok()
+        && c.run_until(Duration::from_secs(20), |c| {
+            c.data[seen..]
+                .iter()
+                .any(|d| d.contains("roster") && d.contains(&other))
+        });
+    if let Ok(p) = &joined {
+        delete(&agent, &url, p);
+        driver.send(Command::Remove(p.key));
+    }
+    let left = c.leave(&agent, &url);
+    out(json!({
+        "count": count,
+        "label_bytes": label_bytes,
+        "answered": answered,
+        "answered_secs": answered_secs,
+        "closed": c.closed,
+        "opened": c.opened.iter().map(|(_, l)| if l.len() > 32 { "<long label>" } else { l.as_str() }).collect::<Vec<_>>(),
+        "rss_before_kib": rss_before,
+        "rss_after_kib": rss_after,
+        "roster_after": roster,
+        "other_join": joined.as_ref().map(|_| "201".to_string()).unwrap_or_else(|e| e.clone()),
+        "lost": c.lost,
+        "left": left,
+    }));
+}
+
+fn big_messages(a: &Args) {
+    let url = a.get("url").unwrap_or("http://127.0.0.1:7070").to_string();
+    let room = a.get("room").unwrap_or("abuse-bigmsg").to_string();
+    let name = a.get("name").unwrap_or("bigmsg").to_string();
+    let count = a.num("count", 10.0).clamp(1.0, 100.0) as usize;
+    let bytes = a.num("bytes", 200_000.0).clamp(2.0, 250_000.0) as usize;
+    let agent = agent();
+    let mut c = match Raw::join(&agent, &url, &room, &name, a.get("token"), None) {
+        Ok(c) => c,
+        Err(e) => {
+            out(json!({"error": format!("join {name}: {e}")}));
+            std::process::exit(1);
+        }
+    };
+    let welcomed = c.run_until(Duration::from_secs(20), |c| {
+        c.opened.iter().any(|(_, l)| l == "events") && c.data.iter().any(|d| d.contains("welcome"))
+    });
+    let Some(id) = c
+        .opened
+        .iter()
+        .find(|(_, l)| l == "events")
+        .map(|(id, _)| *id)
+        .filter(|_| welcomed)
+    else {
+        c.leave(&agent, &url);
+        out(json!({"error": "the events channel did not open", "lost": c.lost}));
+        std::process::exit(1);
+    };
+    let msg = format!("\"{}\"", "x".repeat(bytes - 2));
+    let start = Instant::now();
+    let (mut sent, mut error) = (0usize, None::<String>);
+    while sent < count && error.is_none() && start.elapsed() < Duration::from_secs(60) {
+        match c
+            .rtc
+            .channel(id)
+            .map(|mut ch| ch.write(false, msg.as_bytes()))
+        {
+            Some(Ok(true)) => sent += 1,
+            Some(Ok(false)) => {}
+            Some(Err(e)) => error = Some(format!("write: {e}")),
+            None => error = Some("the channel is gone".into()),
+        }
+        if c.lost.is_some() {
+            break;
+        }
+        c.run_until(Duration::from_millis(20), |_| false);
+    }
+    // Until they have left the send buffer (the server acknowledged them).
+    let mut drained = false;
+    while c.lost.is_none() && start.elapsed() < Duration::from_secs(60) {
+        if c.rtc.channel(id).map(|mut ch| ch.buffered_amount()) == Some(0) {
+            drained = true;
+            break;
+        }
+        c.run_until(Duration::from_millis(50), |_| false);
+    }
+    let secs = start.elapsed().as_secs_f64();
+    // A moment for the server's counters, then leave.
+    c.run_until(Duration::from_secs(1), |_| false);
+    let left = c.leave(&agent, &url);
+    out(json!({
+        "sent": sent,
+        "bytes": bytes,
+        "secs": secs,
+        "drained": drained,
+        "error": error,
+        "lost": c.lost,
+        "left": left,
+    }));
+}
+
+fn icetcp(a: &Args) {
+    let url = a.get("url").unwrap_or("http://127.0.0.1:7070").to_string();
+    let room = a.get("room").unwrap_or("abuse-icetcp").to_string();
+    let name = a.get("name").unwrap_or("icetcp").to_string();
+    let token = a.get("token");
+    let from: IpAddr = a
+        .get("from")
+        .unwrap_or("127.0.0.1")
+        .parse()
+        .unwrap_or_else(|_| die("--from: not an IP address"));
+    let hold = Duration::from_secs_f64(a.num("hold", 3.0).clamp(0.0, 60.0));
+    let agent = agent();
+    let start = Instant::now();
+    let mut c = match Raw::join(&agent, &url, &room, &name, token, Some(from)) {
+        Ok(c) => c,
+        Err(e) => {
+            out(json!({"error": format!("join {name} over ICE-TCP: {e}")}));
+            std::process::exit(1);
+        }
+    };
+    let connected = c.run_until(Duration::from_secs(20), |c| c.connected);
+    let connect_secs = start.elapsed().as_secs_f64();
+    if connected {
+        c.run_until(hold, |_| false);
+    }
+    let server = match &c.wire {
+        Wire::Tcp { remote, .. } => remote.to_string(),
+        Wire::Udp(_) => String::new(),
+    };
+    let left = c.leave(&agent, &url);
+    out(json!({
+        "connected": connected,
+        "connect_secs": connect_secs,
+        "held_secs": hold.as_secs_f64(),
+        "lost": c.lost,
+        "local": c.local.to_string(),
+        "server": server,
+        "left": left,
+    }));
 }
 
 // ------------------------------------------------------------------ churn
