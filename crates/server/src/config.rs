@@ -376,7 +376,7 @@ pub enum Runtime {
     /// One pinned shard thread per core (docs/design.md).
     ThreadPerCore,
     /// The baseline the design moved away from: tasks and channels on a
-    /// work-stealing tokio runtime ([`crate::ws`]).
+    /// work-stealing tokio runtime (the `corelay-ws` crate).
     WorkStealing,
 }
 
@@ -525,6 +525,12 @@ mod tests {
         for bad in ["", "h", "1w", "-1h", "0s", "1.5h", "99999999999999999999d"] {
             assert!(parse_ttl(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn the_ice_tcp_auth_timeout_defaults_to_the_shards_constant() {
+        let c = Config::try_parse_from(["corelay"]).unwrap();
+        assert_eq!(c.ice_tcp_auth_timeout, crate::shard::tcp::AUTH_TIMEOUT);
     }
 
     #[test]

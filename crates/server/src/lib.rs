@@ -1,28 +1,32 @@
 //! corelay, the server: one control thread (HTTP signaling, placement,
 //! admission) and one pinned shard per core (the data plane).
 //!
-//! Layout: [`control`] is the control thread, [`shard`] the data plane,
-//! [`ws`] the work-stealing baseline that can replace it for comparison
-//! (`--runtime work-stealing`), [`logging`] the log's filter and format, and
-//! the sans-I/O core that both drive lives in the `corelay-core` crate.
+//! Layout: [`control`] is the control thread, `shard` (private) the data
+//! plane, [`logging`] the log's filter and format, and this file the start:
+//! flags into settings, the data plane started (the pinned shards, or the
+//! work-stealing baseline of the `corelay-ws` crate for comparison,
+//! `--runtime work-stealing`, both a `corelay_plane::DataPlane`), the
+//! control thread served over it, the shutdown. The interface between the
+//! control thread and either data plane is the `corelay-plane` crate's; the
+//! sans-I/O core that both drive is `corelay-core`.
 
 pub mod config;
 pub mod control;
 pub mod logging;
-pub mod shard;
-pub mod ws;
+mod shard;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::time::Duration;
 
 use corelay_core::{DtlsIdentity, OfferLimits, ParticipantLimits, RtcSettings, ShardId};
+use corelay_plane::{DataPlane, ToControl};
+use corelay_ws::{WorkStealing, WsSpec};
 use tokio::sync::mpsc;
 
 use crate::config::{Config, Runtime, ShardFailure};
 use crate::control::{Limits, State};
 use crate::shard::mesh::Mesh;
-use crate::shard::{ShardSpec, bind, spawn};
+use crate::shard::{ShardSpec, Shards, bind};
 
 /// Runs the server until ctrl-c or SIGTERM (or until a shard fails, with
 /// `--on-shard-failure exit`: then it returns the failure as an error, so
@@ -68,42 +72,79 @@ pub fn run(cfg: Config) -> Result<(), Box<dyn std::error::Error>> {
         faults: cfg.faults(),
     };
     let (to_control, from_shards) = mpsc::unbounded_channel();
-    let mut handles = Vec::with_capacity(n);
-    let mut joins = Vec::with_capacity(n);
-    let mut ws_runtime = None;
-    // The control thread sees one shard in work-stealing mode: it may host
-    // what the thread-per-core shards would together.
-    let mut max_participants_per_shard = cfg.max_participants_per_shard;
+    let description = if work_stealing {
+        format!(
+            "UDP {ip}:{} (work-stealing runtime, {n} workers)",
+            cfg.udp_port
+        )
+    } else {
+        format!(
+            "UDP {ip}:{}-{} ({n} shards)",
+            cfg.udp_port,
+            cfg.udp_port as usize + n - 1
+        )
+    };
+    let started = Started {
+        settings,
+        access,
+        from_shards,
+        ip,
+        description,
+    };
     if work_stealing {
         raise_nofile_limit();
         let addr = SocketAddr::new(cfg.bind_ip, cfg.udp_port);
         let socket = bind(addr, !cfg.no_packet_metrics)
             .map_err(|e| format!("cannot bind UDP {addr}: {e}"))?;
-        let (h, rt) = ws::spawn(ws::WsSpec {
+        let plane = WorkStealing::start(WsSpec {
             socket,
             advertised: SocketAddr::new(ip, cfg.udp_port),
             source: reply_source(cfg.bind_ip, ip),
-            settings: settings.clone(),
-            to_control: to_control.clone(),
+            settings: started.settings.clone(),
+            to_control,
             workers: n,
             packet_metrics: !cfg.no_packet_metrics,
             offload: !cfg.no_udp_offload,
         })?;
-        handles.push(h);
-        ws_runtime = Some(rt);
-        max_participants_per_shard = max_participants_per_shard.saturating_mul(n);
+        serve(&cfg, plane, started)
     } else {
-        spawn_shards(
-            &cfg,
-            n,
-            ip,
-            &settings,
-            &to_control,
-            &mut handles,
-            &mut joins,
-        )?;
+        let specs = shard_specs(&cfg, n, ip, &started.settings, &to_control)?;
+        drop(to_control);
+        serve(&cfg, Shards::start(specs)?, started)
     }
-    drop(to_control);
+}
+
+/// What [`run`] prepared for [`serve`], whichever data plane it started.
+struct Started {
+    settings: RtcSettings,
+    access: Arc<control::auth::Access>,
+    from_shards: mpsc::UnboundedReceiver<ToControl>,
+    /// The advertised address.
+    ip: IpAddr,
+    /// The data plane's sockets, for the startup line.
+    description: String,
+}
+
+/// Runs the control thread over `plane` until ctrl-c or SIGTERM (or a
+/// shard's failure with `--on-shard-failure exit`), then shuts it down.
+fn serve<P: DataPlane>(
+    cfg: &Config,
+    plane: P,
+    started: Started,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let Started {
+        settings,
+        access,
+        from_shards,
+        ip,
+        description,
+    } = started;
+    // A shard may stand for several cores: the control thread sees one in
+    // work-stealing mode, and it may host what the pinned shards would
+    // together.
+    let max_participants_per_shard = cfg
+        .max_participants_per_shard
+        .saturating_mul(plane.cores_per_shard());
     #[allow(clippy::disallowed_types, reason = "the control thread's state lock")]
     let state = Arc::new(std::sync::Mutex::new(State::new(
         settings,
@@ -113,7 +154,7 @@ pub fn run(cfg: Config) -> Result<(), Box<dyn std::error::Error>> {
             max_participants_per_room: cfg.max_participants_per_room,
             max_rooms: cfg.max_rooms,
         },
-        handles,
+        plane.handles(),
     )));
 
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -129,17 +170,8 @@ pub fn run(cfg: Config) -> Result<(), Box<dyn std::error::Error>> {
         } else {
             http
         };
-        let plane = if work_stealing {
-            format!("UDP {ip}:{} (work-stealing runtime, {n} workers)", cfg.udp_port)
-        } else {
-            format!(
-                "UDP {ip}:{}-{} ({n} shards)",
-                cfg.udp_port,
-                cfg.udp_port as usize + n - 1
-            )
-        };
         tracing::info!(
-            "corelay listening: http://{shown} (API, demo page), {plane}, {} video",
+            "corelay listening: http://{shown} (API, demo page), {description}, {} video",
             cfg.video_codecs()
                 .iter()
                 .map(|c| c.name())
@@ -231,29 +263,23 @@ pub fn run(cfg: Config) -> Result<(), Box<dyn std::error::Error>> {
     drop(rt);
     let clean = result?;
     drop(state);
-    if clean {
-        for j in joins {
-            let _ = j.join();
-        }
-    } else {
+    if !clean {
         tracing::warn!("exiting with connections or shards still open (shutdown deadline)");
     }
-    if let Some(rt) = ws_runtime {
-        rt.shutdown(Duration::from_secs(1));
-    }
+    plane.finish(clean);
     Ok(())
 }
 
-/// Binds and starts the `n` pinned shard threads (thread-per-core).
-fn spawn_shards(
+/// Binds the `n` pinned shards' sockets (thread-per-core) and describes
+/// each shard.
+fn shard_specs(
     cfg: &Config,
     n: usize,
-    ip: std::net::IpAddr,
+    ip: IpAddr,
     settings: &RtcSettings,
-    to_control: &mpsc::UnboundedSender<shard::ToControl>,
-    handles: &mut Vec<shard::ShardHandle>,
-    joins: &mut Vec<std::thread::JoinHandle<()>>,
-) -> Result<(), Box<dyn std::error::Error>> {
+    to_control: &mpsc::UnboundedSender<ToControl>,
+) -> Result<Vec<ShardSpec>, Box<dyn std::error::Error>> {
+    let mut specs = Vec::with_capacity(n);
     let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
     let nofile = raise_nofile_limit();
     let tcp_max = shard::tcp::conns_per_shard(nofile, n);
@@ -280,7 +306,7 @@ fn spawn_shards(
             })?;
             Some(l)
         };
-        let (h, j) = spawn(ShardSpec {
+        specs.push(ShardSpec {
             index: ShardId(i),
             socket,
             tcp,
@@ -297,11 +323,9 @@ fn spawn_shards(
             core: (!cfg.no_pin && n <= cores).then_some(i % cores),
             packet_metrics: !cfg.no_packet_metrics,
             offload: !cfg.no_udp_offload,
-        })?;
-        handles.push(h);
-        joins.push(j);
+        });
     }
-    Ok(())
+    Ok(specs)
 }
 
 /// The address media sockets bound to `bind_ip` send from: `advertised`

@@ -1,6 +1,7 @@
 //! The release binary carries no test hooks: every `--test-*` flag and
 //! `CORELAY_TEST_*` variable of the server is declared under
-//! `#[cfg(feature = "fault-injection")]`, and nothing else in the server or
+//! `#[cfg(feature = "fault-injection")]`, and nothing else in the server,
+//! the crates it runs as its data plane (`corelay-plane`, `corelay-ws`) or
 //! the engine reads one. A source check, so it holds whichever features
 //! this test was built with (the test command builds with the faults on).
 
@@ -36,8 +37,11 @@ fn attributes(lines: &[&str], i: usize) -> Vec<String> {
 fn test_flags_and_variables_exist_only_in_a_fault_injection_build() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let mut files = Vec::new();
-    sources(&root.join("server/src"), &mut files);
-    sources(&root.join("core/src"), &mut files);
+    // The server, the data-plane interface, the work-stealing baseline the
+    // server runs, and the engine.
+    for dir in ["server/src", "plane/src", "ws/src", "core/src"] {
+        sources(&root.join(dir), &mut files);
+    }
     let mut flags = 0;
     let mut bad = Vec::new();
     for f in &files {

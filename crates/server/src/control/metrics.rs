@@ -5,12 +5,11 @@
 use std::fmt::Write as _;
 
 use corelay_core::metrics::LatencyHistogram;
+use corelay_plane::ShardReport;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
-
-use crate::shard::ShardReport;
 
 /// Everything one scrape shows, owned.
 #[derive(Debug, Default)]

@@ -50,12 +50,12 @@ use corelay_core::metrics::ParticipantStats;
 use corelay_core::offer::{accept_offer, check_renegotiation};
 use corelay_core::room::RoomUpdate;
 use corelay_core::{LeaveReason, OfferError, ParticipantId, RtcSettings, ShardEvent, ShardId};
+use corelay_plane::{ShardCommand, ShardHandle, ShardReport, ToControl};
 use tokio::sync::{mpsc, oneshot};
 
 pub use self::http::ApiError;
 use self::rooms::{Admission, Departure, Directory, NewMember, RandomIds};
 pub use self::rooms::{Flavor, Limits, RoomError, valid_room_name};
-use crate::shard::{ShardCommand, ShardHandle, ShardReport, ToControl};
 
 /// How long a renegotiation may wait for its shard.
 const SHARD_REPLY_TIMEOUT: Duration = Duration::from_secs(5);

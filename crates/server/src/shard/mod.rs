@@ -20,6 +20,12 @@
 //! outside any participant, a socket error) is reported to the control
 //! thread as [`ToControl::Failed`], once, before the thread ends.
 //!
+//! The shards together are a [`DataPlane`] ([`Shards`]); the interface the
+//! control thread drives them through ([`ShardCommand`], [`ToControl`], …),
+//! the command dispatch ([`apply`]) and the send step are `corelay-plane`'s,
+//! shared with the work-stealing baseline (`corelay-ws`), which uses nothing
+//! of this module.
+//!
 //! Must not: block, lock, or share mutable state with another shard. It
 //! talks to peers through the [`mesh::Mesh`] (values only) and to the control
 //! thread through channels.
@@ -42,20 +48,19 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use corelay_core::faults::Faults;
-use corelay_core::metrics::{Counters, LatencyHistogram, ParticipantStats};
-use corelay_core::room::RoomUpdate;
-use corelay_core::{
-    Accepted, ControlOutbox, Engine, Lane, OfferError, ParticipantId, RoomId, RtcSettings,
-    ShardEvent, ShardId,
+use corelay_core::metrics::{Counters, LatencyHistogram};
+use corelay_core::{ControlOutbox, Engine, Lane, RtcSettings, ShardId};
+use corelay_plane::{
+    Applied, DataPlane, IoCounters, ShardCommand, ShardHandle, ShardReport, ToControl, apply,
+    fail_if_injected, micros, record_dwell, send_datagrams,
 };
-use str0m::change::SdpOffer;
 use str0m::net::Protocol;
 use tokio::io::Interest;
 use tokio::sync::{mpsc, oneshot};
 
 use self::mesh::Mesh;
 use self::tcp::{Frame, TcpConns};
-use corelay_udp::{self as udp, RecvBatch, SendBatch, realtime};
+use corelay_udp::{self as udp, RecvBatch, SendBatch};
 
 /// Batches read per wake-up before the loop looks at timers and commands again.
 const MAX_BATCHES_PER_WAKE: usize = 8;
@@ -72,188 +77,6 @@ const PEER_BUDGET: usize = 4096;
 const OUTBOX_RETRY: Duration = Duration::from_millis(1);
 /// How often a shard reports its figures to the control thread.
 const REPORT_INTERVAL: Duration = Duration::from_millis(250);
-
-/// Records the socket dwell of one read (its kernel receive time to now),
-/// once per message: a GRO run waited in the socket's queue as one entry.
-/// The read step of the shard loop and of the work-stealing reader alike.
-pub(crate) fn record_dwell(recv: &RecvBatch, dwell: &mut LatencyHistogram) {
-    let read_at = realtime();
-    for k in recv.kernel_times() {
-        dwell.record_us(micros(read_at.saturating_sub(k)));
-    }
-}
-
-/// The counters the I/O layer keeps (the engine's are its own): copied into
-/// each report beside the engine's ([`IoCounters::add_to`]).
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct IoCounters {
-    /// Datagrams the kernel refused (send buffer full), and ICE-TCP frames
-    /// a full connection refused.
-    pub dropped_send: u64,
-    /// UDP messages the kernel took (a GSO run is one).
-    pub tx_messages: u64,
-    /// Cross-shard media a full lane dropped.
-    pub cross_shard_dropped: u64,
-}
-
-impl IoCounters {
-    /// `c` (the engine's counters) with these in their fields.
-    pub fn add_to(&self, mut c: Counters) -> Counters {
-        c.dropped_send += self.dropped_send;
-        c.tx_messages += self.tx_messages;
-        c.cross_shard_dropped += self.cross_shard_dropped;
-        c
-    }
-}
-
-/// Sends the UDP datagrams of one engine step in one `sendmmsg` batch, then
-/// records each forwarded packet's latency (kernel receive to this send) in
-/// `forward_local` (same shard) or `forward_cross` when `packet_metrics` is
-/// on. What the socket refused counts in `io`'s `dropped_send` (where the
-/// caller adds what its TCP sends refused). A GSO message the
-/// kernel refused (its datagrams went out one by one) is logged at debug;
-/// a device that takes no GSO at all turns it off for this sender, with one
-/// warning. The send step of the shard loop and of the work-stealing tasks
-/// alike.
-pub(crate) fn send_datagrams(
-    engine: &mut Engine,
-    io: &mut IoCounters,
-    send: &mut SendBatch,
-    socket: &impl std::os::fd::AsRawFd,
-    packet_metrics: bool,
-    forward_local: &mut LatencyHistogram,
-    forward_cross: &mut LatencyHistogram,
-) {
-    let out = engine.outputs();
-    if !out.transmits.is_empty() {
-        let gso = send.gso();
-        let res = send.send(
-            socket,
-            out.transmits
-                .iter()
-                .filter(|t| t.proto == Protocol::Udp)
-                .map(|t| (&t.destination, &t.contents[..])),
-        );
-        out.clear_transmits();
-        let sent_at = if packet_metrics && !out.forwarded.is_empty() {
-            realtime()
-        } else {
-            Duration::ZERO
-        };
-        for (rx, cross) in out.forwarded.drain(..) {
-            let h = if cross {
-                &mut *forward_cross
-            } else {
-                &mut *forward_local
-            };
-            h.record_us(micros(sent_at.saturating_sub(rx)));
-        }
-        if res.gso_refused > 0 {
-            if gso && !send.gso() {
-                tracing::warn!(
-                    "the network device refuses UDP GSO: this socket sends datagram by \
-                     datagram from now on (corelay_udp_messages_out equals \
-                     corelay_packets_out; --no-udp-offload turns offload off everywhere)"
-                );
-            } else {
-                tracing::debug!(
-                    refused = res.gso_refused,
-                    "the kernel refused UDP GSO messages; their datagrams went out one by one"
-                );
-            }
-        }
-        io.dropped_send += res.dropped as u64;
-        io.tx_messages += res.messages as u64;
-    }
-    engine.outputs().forwarded.clear();
-}
-
-/// The tests' shard failure ([`Faults`], `--test-fail-shard-room` in a
-/// `fault-injection` build): the shard (or the work-stealing hub) panics
-/// outside any participant when a join for that room reaches it. Nothing in
-/// other builds.
-pub(crate) fn fail_if_injected(faults: &Faults, room: &str) {
-    if faults.fails_shard(room) {
-        #[allow(
-            clippy::panic,
-            reason = "the tests' fault injection: false but in a fault-injection build"
-        )]
-        {
-            panic!("injected shard failure (--test-fail-shard-room)");
-        }
-    }
-}
-
-/// What the control thread asks of a shard.
-pub enum ShardCommand {
-    Add {
-        id: ParticipantId,
-        room: RoomId,
-        name: String,
-        accepted: Box<Accepted>,
-        roster: RoomUpdate,
-    },
-    /// Take it out; its `bye` says `reason` (`Removed` or `Replaced`).
-    Remove {
-        id: ParticipantId,
-        reason: corelay_core::LeaveReason,
-    },
-    Room(RoomUpdate),
-    /// An offer the control thread validated and rehearsed: apply it whole.
-    Renegotiate {
-        id: ParticipantId,
-        offer: Box<SdpOffer>,
-        reply: oneshot::Sender<Result<String, OfferError>>,
-    },
-    Shutdown {
-        done: oneshot::Sender<()>,
-    },
-}
-
-/// A shard's figures, copied out as a value.
-#[derive(Clone, Debug, Default)]
-pub struct ShardReport {
-    pub shard: ShardId,
-    pub counters: Counters,
-    pub participants: usize,
-    pub rooms: usize,
-    /// Share of wall time the shard thread used the CPU since the last report.
-    pub busy: f64,
-    pub loop_iterations: u64,
-    /// Socket dwell: kernel receive time to our read (SO_TIMESTAMPNS).
-    pub dwell: LatencyHistogram,
-    /// Kernel receive time of a media packet to the return of the sendmmsg
-    /// that carried its forwarded copies, for packets forwarded on their
-    /// ingress shard...
-    pub forward_local: LatencyHistogram,
-    /// ...and for packets that crossed from a peer shard (one hop).
-    pub forward_cross: LatencyHistogram,
-    /// Work per event-loop wake-up.
-    pub iteration: LatencyHistogram,
-    /// Per-participant figures, sent once a second (None in between).
-    pub participants_detail: Option<Vec<ParticipantStats>>,
-}
-
-/// What a shard sends to the control thread.
-pub enum ToControl {
-    Event(ShardEvent),
-    Report(Box<ShardReport>),
-    /// The shard thread stopped for good (a panic outside any participant,
-    /// or a socket error).
-    Failed {
-        shard: ShardId,
-        reason: String,
-    },
-}
-
-/// The control thread's handle on a shard.
-#[derive(Clone)]
-pub struct ShardHandle {
-    pub index: ShardId,
-    /// The address clients are told to send media to (ICE candidate).
-    pub advertised: SocketAddr,
-    pub commands: mpsc::UnboundedSender<ShardCommand>,
-}
 
 pub struct ShardSpec {
     pub index: ShardId,
@@ -295,8 +118,50 @@ pub fn bind(addr: SocketAddr, timestamps: bool) -> io::Result<UdpSocket> {
     Ok(s)
 }
 
+/// The pinned shards as a [`DataPlane`]: one thread per [`ShardSpec`], in
+/// shard order.
+pub struct Shards {
+    handles: Vec<ShardHandle>,
+    joins: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl DataPlane for Shards {
+    type Spec = Vec<ShardSpec>;
+
+    fn start(specs: Vec<ShardSpec>) -> io::Result<Self> {
+        let mut shards = Shards {
+            handles: Vec::with_capacity(specs.len()),
+            joins: Vec::with_capacity(specs.len()),
+        };
+        for spec in specs {
+            let (handle, join) = spawn(spec)?;
+            shards.handles.push(handle);
+            shards.joins.push(join);
+        }
+        Ok(shards)
+    }
+
+    fn handles(&self) -> Vec<ShardHandle> {
+        self.handles.clone()
+    }
+
+    fn cores_per_shard(&self) -> usize {
+        1
+    }
+
+    /// Waits for every shard thread when they all closed in time; else
+    /// leaves them to the process's exit.
+    fn finish(self, clean: bool) {
+        if clean {
+            for j in self.joins {
+                let _ = j.join();
+            }
+        }
+    }
+}
+
 /// Starts the shard thread; returns the control thread's handle on it.
-pub fn spawn(spec: ShardSpec) -> io::Result<(ShardHandle, std::thread::JoinHandle<()>)> {
+fn spawn(spec: ShardSpec) -> io::Result<(ShardHandle, std::thread::JoinHandle<()>)> {
     let (tx, rx) = mpsc::unbounded_channel();
     let handle = ShardHandle {
         index: spec.index,
@@ -368,11 +233,6 @@ struct ShardLoop {
     packet_metrics: bool,
 }
 
-/// A duration in whole microseconds, saturating (histogram samples).
-pub(crate) fn micros(d: Duration) -> u64 {
-    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
-}
-
 async fn run(
     spec: ShardSpec,
     mut commands: mpsc::UnboundedReceiver<ShardCommand>,
@@ -441,14 +301,8 @@ async fn run(
             biased;
             cmd = commands.recv() => {
                 let start = Instant::now();
-                match cmd {
-                    Some(ShardCommand::Shutdown { done }) => {
-                        d.engine.close_all(start);
-                        shutdown = Some(done);
-                    }
-                    Some(cmd) => d.command(start, cmd),
-                    None => break,
-                }
+                let Some(cmd) = cmd else { break };
+                shutdown = d.command(start, cmd);
                 d.flush(&socket);
                 d.worked(start);
             }
@@ -601,27 +455,17 @@ impl ShardLoop {
         self.iteration.record_us(micros(start.elapsed()));
     }
 
-    fn command(&mut self, now: Instant, cmd: ShardCommand) {
-        match cmd {
-            ShardCommand::Add {
-                id,
-                room,
-                name,
-                accepted,
-                roster,
-            } => {
-                fail_if_injected(&self.faults, &roster.name);
-                self.engine
-                    .add_participant(now, id, room, name, *accepted, roster)
+    /// Applies a control-thread command ([`apply`]); after `Shutdown`, the
+    /// sender to confirm on once the loop ended.
+    fn command(&mut self, now: Instant, cmd: ShardCommand) -> Option<oneshot::Sender<()>> {
+        fail_if_injected(&self.faults, &cmd);
+        match apply(&mut self.engine, now, cmd) {
+            Applied::Done => None,
+            Applied::Answer(answer) => {
+                answer.send();
+                None
             }
-            ShardCommand::Remove { id, reason } => {
-                self.engine.remove_participant_for(now, id, reason);
-            }
-            ShardCommand::Room(update) => self.engine.apply_room(now, update),
-            ShardCommand::Renegotiate { id, offer, reply } => {
-                let _ = reply.send(self.engine.renegotiate(now, id, *offer));
-            }
-            ShardCommand::Shutdown { .. } => {}
+            Applied::Shutdown(done) => Some(done),
         }
     }
 

@@ -60,6 +60,13 @@ pub const IDLE: Duration = Duration::from_secs(30);
 /// first STUN check, sent as soon as the connection is up) within this long,
 /// or it is closed. A browser sends that check within a round trip of
 /// connecting; 5 s leaves room for a slow network and a busy client.
+#[cfg_attr(
+    not(test),
+    allow(
+        dead_code,
+        reason = "the flag's default (`default_value = \"5s\"`), held to it by a test in config.rs"
+    )
+)]
 pub const AUTH_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default for `--ice-tcp-max-conns-per-ip`: connections per client IP
 /// address per shard. ICE-TCP serves networks that block UDP, typically
@@ -142,6 +149,7 @@ impl TcpConns {
         self.conns.is_empty()
     }
 
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.conns.len()
     }

@@ -11,11 +11,12 @@
 //!   its engine as one [`PeerMsg`] copy per subscriber task;
 //! - the *hub*, which the control thread sees as one shard (`ShardId(0)`,
 //!   the [`ShardHandle`] / [`ShardCommand`] / [`ToControl`] interface of
-//!   [`crate::shard`]): it spawns a task per `Add` with a fresh virtual id,
+//!   `corelay-plane`): it spawns a task per `Add` with a fresh virtual id,
 //!   rewrites every roster so that each member's `shard` is its virtual id
 //!   (handing each task the channels of its room's members), routes
 //!   `Remove`/`Renegotiate`/`Room` to the tasks, passes their events on, and
-//!   sums their figures into one report;
+//!   sums their figures into one report. A task applies each command to its
+//!   engine through the shards' own dispatch ([`corelay_plane::apply`]);
 //! - the *reader*: one UDP socket for the whole runtime, batch-read with
 //!   `recvmmsg`, each datagram copied into its participant task's channel
 //!   (by source address once the task's engine answered from it, else by the
@@ -34,11 +35,14 @@
 //! `busy` in the report is the worker threads' CPU time over wall time
 //! times the worker count: a work-stealing pool has no per-core figure.
 //!
-//! Must not: touch the shards (`crate::shard` is used for its interface
-//! types and the helpers the shard loop shares with it: `record_dwell`,
-//! `send_datagrams`, `micros`, `fail_if_injected`) or the engine's logic,
-//! or trust a datagram: nothing here panics on input, unknown datagrams
-//! are dropped and counted once.
+//! The server starts it as a [`DataPlane`] ([`WorkStealing`]) in place of
+//! its pinned shards, so that the one `corelay` binary has both.
+//!
+//! Must not: depend on the server crate or its shards (what it shares with
+//! the shard loop is `corelay-plane`'s: the interface types, the command
+//! dispatch, the send step, `record_dwell`, `fail_if_injected`), touch the
+//! engine's logic, or trust a datagram: nothing here panics on input,
+//! unknown datagrams are dropped and counted once.
 
 #![deny(
     clippy::unwrap_used,
@@ -62,17 +66,15 @@ use corelay_core::{
     Accepted, ControlOutbox, Engine, Lane, LeaveReason, OfferError, ParticipantId, PeerMsg, RoomId,
     RtcSettings, ShardEvent, ShardId,
 };
+use corelay_plane::{
+    Applied, DataPlane, IoCounters, ShardCommand, ShardHandle, ShardReport, ToControl, apply,
+    fail_if_injected, micros, record_dwell, send_datagrams,
+};
 use corelay_udp::{RecvBatch, SendBatch};
-use str0m::change::SdpOffer;
 use tokio::io::Interest;
 use tokio::net::UdpSocket;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
-
-use crate::shard::{
-    IoCounters, ShardCommand, ShardHandle, ShardReport, ToControl, fail_if_injected, micros,
-    record_dwell, send_datagrams,
-};
 
 /// Datagrams queued for one participant task (lossy on full).
 const NET_INBOX: usize = 1024;
@@ -106,7 +108,8 @@ const LOGICAL: ShardId = ShardId(0);
 pub struct WsSpec {
     pub socket: StdUdpSocket,
     pub advertised: SocketAddr,
-    /// Where every datagram is sent from (see the shards' `ShardSpec`).
+    /// Where every datagram is sent from (a socket bound to a wildcard
+    /// address): the advertised address, when it is this host's.
     pub source: Option<IpAddr>,
     pub settings: RtcSettings,
     pub to_control: mpsc::UnboundedSender<ToControl>,
@@ -119,21 +122,42 @@ pub struct WsSpec {
     pub offload: bool,
 }
 
-/// The running runtime; [`WsRuntime::shutdown`] stops it.
-pub struct WsRuntime {
+/// How long [`DataPlane::finish`] waits for the runtime's tasks.
+const FINISH_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The work-stealing baseline as a [`DataPlane`]: the runtime, and the
+/// control thread's handle on its one logical shard.
+pub struct WorkStealing {
     rt: tokio::runtime::Runtime,
+    handle: ShardHandle,
+    workers: usize,
 }
 
-impl WsRuntime {
-    /// Stops every task, waiting up to `timeout` for them.
-    pub fn shutdown(self, timeout: Duration) {
-        self.rt.shutdown_timeout(timeout);
+impl DataPlane for WorkStealing {
+    type Spec = WsSpec;
+
+    /// Starts the runtime, the reader and the hub.
+    fn start(spec: WsSpec) -> io::Result<Self> {
+        spawn(spec)
+    }
+
+    fn handles(&self) -> Vec<ShardHandle> {
+        vec![self.handle.clone()]
+    }
+
+    /// The one logical shard stands for every worker.
+    fn cores_per_shard(&self) -> usize {
+        self.workers
+    }
+
+    /// Stops every task, waiting up to a second for them, whether or not
+    /// the shutdown was clean.
+    fn finish(self, _clean: bool) {
+        self.rt.shutdown_timeout(FINISH_TIMEOUT);
     }
 }
 
-/// Starts the runtime, the reader and the hub; returns the control thread's
-/// handle on the one logical shard.
-pub fn spawn(spec: WsSpec) -> io::Result<(ShardHandle, WsRuntime)> {
+fn spawn(spec: WsSpec) -> io::Result<WorkStealing> {
     let clocks = WorkerClocks::default();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(spec.workers.max(1))
@@ -208,7 +232,11 @@ pub fn spawn(spec: WsSpec) -> io::Result<(ShardHandle, WsRuntime)> {
         reader.run(reader_rx),
     );
     supervise(&rt, "hub", spec.to_control, hub.run(commands, hub_rx));
-    Ok((handle, WsRuntime { rt }))
+    Ok(WorkStealing {
+        rt,
+        handle,
+        workers: spec.workers.max(1),
+    })
 }
 
 /// Runs `fut` on the runtime; if it fails or panics, the control thread
@@ -549,28 +577,31 @@ impl Reader {
 
 // ------------------------------------------------------------------- task
 
-enum TaskCmd {
-    Room {
-        update: RoomUpdate,
-        peers: Vec<(ShardId, mpsc::Sender<PeerMsg>)>,
-    },
-    /// Take it out; its `bye` says why (`Removed` or `Replaced`).
-    Remove(LeaveReason),
-    Renegotiate {
-        offer: Box<SdpOffer>,
-        reply: oneshot::Sender<Result<String, OfferError>>,
-    },
-    Shutdown,
+/// The channels of a room's tasks, by virtual shard id.
+type Peers = Vec<(ShardId, mpsc::Sender<PeerMsg>)>;
+
+/// A command for one participant task: the control thread's command as its
+/// engine takes it (rosters rewritten to virtual ids by the hub), applied
+/// with the shards' dispatch ([`apply`]).
+struct TaskCmd {
+    cmd: ShardCommand,
+    /// With a roster (`Add`, `Room`): the channels of its members' tasks,
+    /// which replace the task's.
+    peers: Option<Peers>,
 }
 
-/// What a participant task starts with.
-struct Start {
-    id: ParticipantId,
-    room: RoomId,
-    name: String,
-    accepted: Box<Accepted>,
-    roster: RoomUpdate,
-    peers: Vec<(ShardId, mpsc::Sender<PeerMsg>)>,
+impl TaskCmd {
+    fn new(cmd: ShardCommand) -> Self {
+        TaskCmd { cmd, peers: None }
+    }
+
+    /// Close the connection and end. The hub waits for the task's end, not
+    /// on `done`.
+    fn shutdown() -> Self {
+        TaskCmd::new(ShardCommand::Shutdown {
+            done: oneshot::channel().0,
+        })
+    }
 }
 
 struct Inboxes {
@@ -583,7 +614,6 @@ struct Inboxes {
 /// the shared socket it sends on.
 struct Task {
     vshard: ShardId,
-    id: ParticipantId,
     engine: Engine,
     advertised: SocketAddr,
     socket: Arc<UdpSocket>,
@@ -606,17 +636,10 @@ struct Task {
 }
 
 impl Task {
-    async fn run(mut self, start: Start, mut inbox: Inboxes) -> (ShardId, Figures) {
+    /// Runs the participant from its `Add` until it leaves or is shut down.
+    async fn run(mut self, add: TaskCmd, mut inbox: Inboxes) -> (ShardId, Figures) {
         let now = Instant::now();
-        self.peers = start.peers.into_iter().collect();
-        self.engine.add_participant(
-            now,
-            start.id,
-            start.room,
-            start.name,
-            *start.accepted,
-            start.roster,
-        );
+        self.command(now, Some(add)).await;
         self.flush();
         self.worked(now);
         while self.engine.participant_count() > 0 {
@@ -679,24 +702,18 @@ impl Task {
         (self.vshard, self.figures)
     }
 
-    /// Applies a hub command; true when the task should end.
+    /// Applies a hub command (none: the hub is gone, as a shutdown); true
+    /// when the task should end.
     async fn command(&mut self, now: Instant, cmd: Option<TaskCmd>) -> bool {
-        match cmd {
-            None | Some(TaskCmd::Shutdown) => {
-                self.engine.close_all(now);
-                return true;
-            }
-            Some(TaskCmd::Remove(reason)) => {
-                self.engine.remove_participant_for(now, self.id, reason);
-            }
-            Some(TaskCmd::Room { update, peers }) => {
-                self.peers = peers.into_iter().collect();
-                self.engine.apply_room(now, update);
-            }
-            Some(TaskCmd::Renegotiate { offer, reply }) => {
-                let r = self.engine.renegotiate(now, self.id, *offer);
-                if let Ok(answer) = &r
-                    && let Some(ufrag) = answer_ufrag(answer)
+        let TaskCmd { cmd, peers } = cmd.unwrap_or_else(TaskCmd::shutdown);
+        if let Some(peers) = peers {
+            self.peers = peers.into_iter().collect();
+        }
+        match apply(&mut self.engine, now, cmd) {
+            Applied::Done => false,
+            Applied::Answer(answer) => {
+                if let Ok(sdp) = &answer.result
+                    && let Some(ufrag) = answer_ufrag(sdp)
                 {
                     // Before the answer leaves: the client's first STUN
                     // request with the new ufrag must find this task.
@@ -708,10 +725,11 @@ impl Task {
                         })
                         .await;
                 }
-                let _ = reply.send(r);
+                answer.send();
+                false
             }
+            Applied::Shutdown(_) => true,
         }
-        false
     }
 
     fn datagram(&mut self, now: Instant, d: Inbound) {
@@ -876,6 +894,7 @@ impl Hub {
     }
 
     async fn command(&mut self, cmd: ShardCommand) {
+        fail_if_injected(&self.settings.faults, &cmd);
         match cmd {
             ShardCommand::Add {
                 id,
@@ -883,13 +902,11 @@ impl Hub {
                 name,
                 accepted,
                 roster,
-            } => {
-                fail_if_injected(&self.settings.faults, &roster.name);
-                self.add(id, room, name, accepted, roster).await;
-            }
+            } => self.add(id, room, name, accepted, roster).await,
             ShardCommand::Remove { id, reason } => {
                 if let Some(m) = self.member(id) {
-                    let _ = m.cmd.send(TaskCmd::Remove(reason)).await;
+                    let cmd = ShardCommand::Remove { id, reason };
+                    let _ = m.cmd.send(TaskCmd::new(cmd)).await;
                 }
             }
             ShardCommand::Room(update) => {
@@ -898,17 +915,20 @@ impl Hub {
                 for m in self.members.values().filter(|m| m.room == room) {
                     let _ = m
                         .cmd
-                        .send(TaskCmd::Room {
-                            update: update.clone(),
-                            peers: peers.clone(),
+                        .send(TaskCmd {
+                            cmd: ShardCommand::Room(update.clone()),
+                            peers: Some(peers.clone()),
                         })
                         .await;
                 }
             }
             ShardCommand::Renegotiate { id, offer, reply } => match self.member(id) {
                 Some(m) => {
-                    if let Err(mpsc::error::SendError(TaskCmd::Renegotiate { reply, .. })) =
-                        m.cmd.send(TaskCmd::Renegotiate { offer, reply }).await
+                    let cmd = ShardCommand::Renegotiate { id, offer, reply };
+                    if let Err(mpsc::error::SendError(TaskCmd {
+                        cmd: ShardCommand::Renegotiate { reply, .. },
+                        ..
+                    })) = m.cmd.send(TaskCmd::new(cmd)).await
                     {
                         let _ = reply.send(Err(OfferError::UnknownParticipant(id)));
                     }
@@ -972,15 +992,14 @@ impl Hub {
         {
             let _ = m
                 .cmd
-                .send(TaskCmd::Room {
-                    update: roster.clone(),
-                    peers: peers.clone(),
+                .send(TaskCmd {
+                    cmd: ShardCommand::Room(roster.clone()),
+                    peers: Some(peers.clone()),
                 })
                 .await;
         }
         let task = Task {
             vshard,
-            id,
             engine: Engine::new(vshard, self.settings.clone()),
             advertised: self.advertised,
             socket: self.socket.clone(),
@@ -1002,26 +1021,23 @@ impl Hub {
             last_report: Instant::now(),
             reports: 0,
         };
-        let start = Start {
-            id,
-            room,
-            name,
-            accepted,
-            roster,
-            peers,
+        let add = TaskCmd {
+            cmd: ShardCommand::Add {
+                id,
+                room,
+                name,
+                accepted,
+                roster,
+            },
+            peers: Some(peers),
         };
-        let abort = self
-            .tasks
-            .spawn(task.run(start, Inboxes { cmds, net, peer }));
+        let abort = self.tasks.spawn(task.run(add, Inboxes { cmds, net, peer }));
         self.task_ids.insert(abort.id(), vshard);
     }
 
     /// A roster with each member's `shard` set to its task's virtual id, and
     /// the channels of those tasks.
-    fn rewrite(
-        &self,
-        mut update: RoomUpdate,
-    ) -> (RoomUpdate, Vec<(ShardId, mpsc::Sender<PeerMsg>)>) {
+    fn rewrite(&self, mut update: RoomUpdate) -> (RoomUpdate, Peers) {
         let mut peers = Vec::with_capacity(update.members.len());
         for m in &mut update.members {
             match self
@@ -1087,7 +1103,7 @@ impl Hub {
     /// Every task closes its connection; returns when all ended.
     async fn shutdown(&mut self) {
         for m in self.members.values() {
-            let _ = m.cmd.send(TaskCmd::Shutdown).await;
+            let _ = m.cmd.send(TaskCmd::shutdown()).await;
         }
         while let Some(ended) = self.tasks.join_next_with_id().await {
             self.ended(ended).await;
