@@ -65,8 +65,8 @@ fn main() {
     let per: u32 = args.next().and_then(|s| s.parse().ok()).unwrap_or(250);
     let rounds: u32 = args.next().and_then(|s| s.parse().ok()).unwrap_or(8);
     let mut live = Live::connect();
-    let mid = live.clients[0].video_mid.to_string();
-    let own = live.clients[0].addr;
+    let mid = live.clients()[0].video_mid.to_string();
+    let own = live.clients()[0].addr;
     let server = server_addr();
     println!(
         "idle: {:.0} µs per 2 ms step; sending {} packets per round {} rid",
@@ -86,9 +86,10 @@ fn main() {
                 &mid,
                 with_rid.then_some(rid.as_str()),
             );
-            let now = live.now;
+            let now = live.now();
             let e = Instant::now();
-            live.engine.handle_datagram(now, None, own, server, &d);
+            live.engine_mut()
+                .handle_datagram(now, None, own, server, &d);
             engine_time += e.elapsed();
             if i % 50 == 0 {
                 live.advance(Duration::from_millis(2));

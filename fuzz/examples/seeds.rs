@@ -167,9 +167,8 @@ fn datagrams(dir: &Path) {
     for _ in 0..300 {
         live.advance(Duration::from_millis(20)); // RTCP reports, STUN consent
     }
-    let rec = live.recording.take().unwrap_or_default();
     let mut kinds: Vec<&str> = Vec::new();
-    for (who, d) in rec.iter().filter(|(who, _)| *who == 0) {
+    for d in live.recorded(0) {
         let kind = match (d.first(), d.get(1)) {
             (Some(0..=3), _) if d.get(0..2) == Some(&[0, 1]) => "stun-binding-request",
             (Some(0..=3), _) => "stun",
@@ -185,7 +184,6 @@ fn datagrams(dir: &Path) {
             let n = kinds.iter().filter(|k| **k == kind).count();
             write(dir, &format!("{kind}-{n}.bin"), d);
         }
-        let _ = who;
     }
     // By hand: an unencrypted RTP header with a payload, an RTCP receiver
     // report, a STUN request for an unknown ufrag.
@@ -208,12 +206,12 @@ fn channel_messages(dir: &Path) {
     fastrand::seed(RNG_SEED);
     let live = Live::connect();
     let slot = live
-        .clients
+        .clients()
         .first()
         .map(|c| c.slot_mid.to_string())
         .unwrap_or_default();
     let other = live
-        .clients
+        .clients()
         .get(1)
         .map(|c| c.id.to_string())
         .unwrap_or_default();

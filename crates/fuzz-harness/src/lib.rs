@@ -1,7 +1,15 @@
 //! The harness the fuzz targets share: an [`Engine`] with participants that
 //! are really connected (ICE, DTLS, SCTP done with str0m clients under a
-//! virtual clock, as corelay-sim does with real clients), plus the fixed
-//! offers of the offer and renegotiation targets.
+//! virtual clock), plus the fixed offers of the offer and renegotiation
+//! targets.
+//!
+//! Owns the session ([`Live`]: which participants, their fixed offers,
+//! seeding, what a fuzz input does to it and when it counts as broken) and
+//! the str0m client side ([`Client`]). Must not: drive the engine itself:
+//! the clock, the timers and delivery both ways are corelay-sim's
+//! [`Driver`] (the loop the simulation runs; the harness's clients are its
+//! [`Endpoint`]s, on links without delay or loss); the targets that build a
+//! bare engine per input only empty its outputs ([`discard_outputs`]).
 //!
 //! Reproducible: str0m draws ICE credentials and mids from fastrand's
 //! thread-local generator, which [`Live::connect`] seeds, so every session
@@ -9,9 +17,11 @@
 //! leaves them to str0m through `accept_offer_with_ice`, where the server's
 //! `accept_offer` takes them from the OS). A STUN request recorded in one
 //! session (fuzz/seeds/datagram) is valid, integrity included, in the next.
-//! Only DTLS keys differ (they come from the crypto provider).
+//! Only DTLS keys differ (they come from the crypto provider). The driver
+//! draws nothing from that generator (its network's generators are its own
+//! and decide nothing on links without loss or jitter), so it does not shift
+//! str0m's draws.
 
-use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -25,6 +35,8 @@ use str0m::media::{Direction, MediaKind, Mid};
 use str0m::net::{Protocol, Receive};
 use str0m::rtp::{Extension, ExtensionMap, RtpWrite, SeqNo};
 use str0m::{Candidate, Event, Input, Output, Rtc};
+
+use corelay_sim::{Driver, Endpoint, LinkParams, Net, OnEvent};
 
 /// The first byte of a `datachannel` fuzz input that opens channels instead
 /// of sending a message (no JSON text starts with it): [`OpenChannels`].
@@ -215,7 +227,8 @@ pub fn client_offer(addr: SocketAddr, now: Instant) -> ClientOffer {
     }
 }
 
-/// One connected participant's client side.
+/// One connected participant's client side: a plain str0m client that
+/// the session's [`Driver`] runs.
 pub struct Client {
     pub id: ParticipantId,
     pub addr: SocketAddr,
@@ -229,26 +242,89 @@ pub struct Client {
     pub welcomed: bool,
     pub rtp_received: u64,
     pub messages_received: u64,
-    timeout: Option<Instant>,
-    inbox: VecDeque<Vec<u8>>,
+    /// str0m refused the time or failed to say what to send: the session
+    /// is broken ([`Live::healthy`]).
+    pub failed: bool,
+}
+
+impl Client {
+    fn on_event(&mut self, e: Event) {
+        match e {
+            Event::Connected => self.connected = true,
+            // The "events" channel; others the fuzz input opened
+            // ([`Live::open_channels`]) do not replace it.
+            Event::ChannelOpen(cid, label) if label == "events" => self.channel = Some(cid),
+            Event::ChannelData(d) => {
+                self.messages_received += 1;
+                if d.data.windows(9).any(|w| w == b"\"welcome\"") {
+                    self.welcomed = true;
+                }
+            }
+            Event::RtpPacket(_) => self.rtp_received += 1,
+            _ => {}
+        }
+    }
+}
+
+impl Endpoint for Client {
+    fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    fn receive(&mut self, now: Instant, from: SocketAddr, data: &[u8]) {
+        let Ok(contents) = data.try_into() else {
+            return;
+        };
+        let input = Input::Receive(
+            now,
+            Receive {
+                proto: Protocol::Udp,
+                source: from,
+                destination: self.addr,
+                contents,
+            },
+        );
+        // A client that refuses what the engine sent is not the engine's
+        // failure; a dead one is, and `healthy` sees it.
+        let _ = self.rtc.handle_input(input);
+    }
+
+    fn timeout(&mut self, now: Instant) {
+        if self.rtc.handle_input(Input::Timeout(now)).is_err() {
+            self.failed = true;
+        }
+    }
+
+    fn poll(&mut self, _now: Instant, send: &mut dyn FnMut(SocketAddr, &[u8])) -> Option<Instant> {
+        loop {
+            match self.rtc.poll_output() {
+                Ok(Output::Timeout(t)) => return Some(t),
+                Ok(Output::Transmit(t)) => send(t.destination, &t.contents),
+                Ok(Output::Event(e)) => self.on_event(e),
+                Err(_) => {
+                    self.failed = true;
+                    return None;
+                }
+            }
+        }
+    }
 }
 
 /// An engine with two connected participants in one room, under a virtual
-/// clock. Participant 0 is the one the targets feed; participant 1 publishes
-/// to it and subscribes to it, so that its traffic has somewhere to go.
+/// clock: corelay-sim's [`Driver`] runs them (one shard at [`SERVER`], the
+/// clients on links without delay or loss, so that what one side sends
+/// reaches the other at the same virtual instant). Participant 0 is the one
+/// the targets feed; participant 1 publishes to it and subscribes to it, so
+/// that its traffic has somewhere to go.
 pub struct Live {
-    pub engine: Engine,
-    pub clients: Vec<Client>,
-    pub now: Instant,
+    /// The clock, the engine (shard 0), the clients, the network.
+    pub driver: Driver<Client>,
     pub room: RoomId,
     pub members: Vec<MemberInfo>,
-    /// A participant left, a client failed: rebuild before the next input.
+    /// A participant left (its shard said so): rebuild before the next input.
     pub broken: bool,
-    /// Every datagram a client sent, when recording (the seed generator).
-    pub recording: Option<Vec<(usize, Vec<u8>)>>,
     /// Fuzz inputs fed to this session.
     pub inputs: u64,
-    server: SocketAddr,
 }
 
 /// Runs `f` on this thread's live session: built on first use, and built
@@ -277,7 +353,8 @@ impl Live {
         Self::connect_with(false)
     }
 
-    /// As [`Live::connect`], recording every client datagram.
+    /// As [`Live::connect`], recording every datagram a client sends
+    /// ([`Live::recorded`]; the seed generator).
     pub fn connect_recording() -> Live {
         Self::connect_with(true)
     }
@@ -287,10 +364,16 @@ impl Live {
         let start = origin();
         let server = server_addr();
         let settings = live_settings();
-        let mut engine = Engine::new(corelay_core::ShardId(0), settings.clone());
+        let engine = Engine::new(corelay_core::ShardId(0), settings.clone());
+        // The network draws from generators of its own, never fastrand's:
+        // str0m's draws below (credentials, mids) repeat in every session.
+        let mut driver = Driver::new(start, vec![(engine, server)], Net::new(RNG_SEED));
+        let instant = LinkParams {
+            delay: Duration::ZERO,
+            ..LinkParams::default()
+        };
         let room = RoomId(1);
         let mut members = Vec::new();
-        let mut clients = Vec::new();
         for (i, addr) in CLIENT_ADDRS.iter().enumerate() {
             let addr: SocketAddr = addr.parse().expect("literal address");
             let mut c = client_offer(addr, start);
@@ -312,8 +395,21 @@ impl Live {
                 tracks: acc.tracks.clone(),
                 viewer: false,
             });
-            engine.add_participant(start, id, room, name, acc, roster(room, &members));
-            clients.push(Client {
+            driver.shards[0].engine.add_participant(
+                start,
+                id,
+                room,
+                name,
+                acc,
+                roster(room, &members),
+            );
+            let link = driver.net.link_mut(addr);
+            link.up.params = instant.clone();
+            link.down.params = instant.clone();
+            if record {
+                link.up.tap = Some(Vec::new());
+            }
+            driver.add_client(Client {
                 id,
                 addr,
                 rtc: c.rtc,
@@ -325,23 +421,18 @@ impl Live {
                 welcomed: false,
                 rtp_received: 0,
                 messages_received: 0,
-                timeout: None,
-                inbox: VecDeque::new(),
+                failed: false,
             });
         }
         let mut live = Live {
-            engine,
-            clients,
-            now: start,
+            driver,
             room,
             members,
             broken: false,
-            recording: record.then(Vec::new),
             inputs: 0,
-            server,
         };
         for _ in 0..10_000 {
-            if live.clients.iter().all(|c| c.connected && c.welcomed) {
+            if live.clients().iter().all(|c| c.connected && c.welcomed) {
                 break;
             }
             live.advance(Duration::from_millis(1));
@@ -354,131 +445,80 @@ impl Live {
         live
     }
 
+    /// Virtual now.
+    pub fn now(&self) -> Instant {
+        self.driver.now
+    }
+
+    /// The engine (the session's one shard).
+    pub fn engine(&self) -> &Engine {
+        &self.driver.shards[0].engine
+    }
+
+    /// The engine, to feed it by hand (what it says goes out at the next
+    /// [`advance`](Self::advance)).
+    pub fn engine_mut(&mut self) -> &mut Engine {
+        &mut self.driver.shards[0].engine
+    }
+
+    /// The participants' clients, by index.
+    pub fn clients(&self) -> &[Client] {
+        self.driver.clients()
+    }
+
+    /// Every datagram client `i` sent, in order, when the session records
+    /// ([`Live::connect_recording`]; the first [`corelay_sim::net::TAP_MAX`]).
+    pub fn recorded(&self, i: usize) -> &[Vec<u8>] {
+        self.clients()
+            .get(i)
+            .and_then(|c| self.driver.net.link(c.addr))
+            .and_then(|l| l.up.tap.as_deref())
+            .unwrap_or(&[])
+    }
+
     /// Both participants are on the engine, connected, with open channels.
     pub fn healthy(&self) -> bool {
         !self.broken
-            && self.engine.participant_count() == self.clients.len()
+            && self.engine().participant_count() == self.clients().len()
             && self
-                .clients
+                .clients()
                 .iter()
-                .all(|c| c.connected && c.welcomed && c.rtc.is_alive())
+                .all(|c| c.connected && c.welcomed && !c.failed && c.rtc.is_alive())
     }
 
-    /// Moves the clock by `dt`, runs due timers on every side, and exchanges
-    /// datagrams until nobody has anything left to say.
+    /// Runs `f` with the driver and where its shard events go: a
+    /// participant that left breaks the session.
+    fn drive(&mut self, f: impl FnOnce(&mut Driver<Client>, OnEvent<'_, Client>)) {
+        let broken = &mut self.broken;
+        f(&mut self.driver, &mut |_, _, ev| {
+            if let ShardEvent::Left { .. } = ev {
+                *broken = true;
+            }
+        });
+    }
+
+    /// Routes what the engine said since it was last run, then moves the
+    /// clock by `dt`, running every timer and delivering every datagram
+    /// that falls due on the way.
     pub fn advance(&mut self, dt: Duration) {
-        self.now += dt;
-        let now = self.now;
-        if self.engine.poll_timeout().is_some_and(|t| t <= now) {
-            self.engine.handle_timeout(now);
-        }
-        for c in self.clients.iter_mut() {
-            if c.timeout.is_none_or(|t| t <= now)
-                && c.rtc.handle_input(Input::Timeout(now)).is_err()
-            {
-                self.broken = true;
-            }
-        }
-        self.pump();
-    }
-
-    /// Exchanges datagrams between the engine and the clients until quiet.
-    pub fn pump(&mut self) {
-        let now = self.now;
-        let server = self.server;
-        for _ in 0..1_000 {
-            let mut moved = false;
-            self.engine.finish_batch();
-            let out = self.engine.outputs();
-            for t in out.transmits.drain(..) {
-                if let Some(c) = self.clients.iter_mut().find(|c| c.addr == t.destination) {
-                    c.inbox.push_back(t.contents.to_vec());
-                }
-            }
-            for ev in out.control.drain(..) {
-                if let ShardEvent::Left { .. } = ev {
-                    self.broken = true;
-                }
-            }
-            out.forwarded.clear();
-            out.peers.clear();
-            for i in 0..self.clients.len() {
-                let Some(c) = self.clients.get_mut(i) else {
-                    continue;
-                };
-                while let Some(d) = c.inbox.pop_front() {
-                    moved = true;
-                    let Ok(contents) = d.as_slice().try_into() else {
-                        continue;
-                    };
-                    let input = Input::Receive(
-                        now,
-                        Receive {
-                            proto: Protocol::Udp,
-                            source: server,
-                            destination: c.addr,
-                            contents,
-                        },
-                    );
-                    // A client that refuses what the engine sent is not the
-                    // engine's failure; a dead one is, and `healthy` sees it.
-                    let _ = c.rtc.handle_input(input);
-                }
-                loop {
-                    match c.rtc.poll_output() {
-                        Ok(Output::Timeout(t)) => {
-                            c.timeout = Some(t);
-                            break;
-                        }
-                        Ok(Output::Transmit(t)) => {
-                            moved = true;
-                            if let Some(rec) = self.recording.as_mut() {
-                                rec.push((i, t.contents.to_vec()));
-                            }
-                            self.engine
-                                .handle_datagram(now, None, c.addr, server, &t.contents);
-                        }
-                        Ok(Output::Event(e)) => match e {
-                            Event::Connected => c.connected = true,
-                            // The "events" channel; others the fuzz input
-                            // opened ([`Live::open_channels`]) do not replace it.
-                            Event::ChannelOpen(cid, label) if label == "events" => {
-                                c.channel = Some(cid)
-                            }
-                            Event::ChannelData(d) => {
-                                c.messages_received += 1;
-                                if d.data.windows(9).any(|w| w == b"\"welcome\"") {
-                                    c.welcomed = true;
-                                }
-                            }
-                            Event::RtpPacket(_) => c.rtp_received += 1,
-                            _ => {}
-                        },
-                        Err(_) => {
-                            self.broken = true;
-                            break;
-                        }
-                    }
-                }
-            }
-            if !moved {
-                break;
-            }
-        }
+        self.drive(|d, on_event| {
+            d.settle(&mut *on_event);
+            d.run_for(dt, on_event);
+        });
     }
 
     /// One fuzz input as a datagram to the shard's socket, from participant
     /// 0's own address and from a stranger's, then one step of the clock.
     pub fn feed_datagram(&mut self, data: &[u8]) {
-        let now = self.now;
-        let server = self.server;
-        let own = self.clients.first().map(|c| c.addr).unwrap_or(server);
+        let own = self.clients().first().map(|c| c.addr);
         // A kernel receive stamp as the shard passes it for media packets.
         let stamp = Some(Duration::from_secs(1_700_000_000));
-        self.engine.handle_datagram(now, stamp, own, server, data);
-        self.engine
-            .handle_datagram(now, None, stranger_addr(), server, data);
-        self.advance(STEP);
+        self.drive(|d, on_event| {
+            let own = own.unwrap_or(d.shards[0].addr);
+            d.inject(0, stamp, own, data, &mut *on_event);
+            d.inject(0, None, stranger_addr(), data, &mut *on_event);
+            d.run_for(STEP, on_event);
+        });
     }
 
     /// A fuzz input that opens data channels ([`OpenChannels`]): participant
@@ -486,7 +526,7 @@ impl Live {
     /// [`OPEN_STEPS`] steps while SCTP carries them to the engine, which
     /// keeps those within its limits and refuses (resets) the rest.
     pub fn open_channels(&mut self, open: &OpenChannels<'_>) {
-        if let Some(c) = self.clients.first_mut() {
+        if let Some(c) = self.driver.clients_mut().first_mut() {
             let label = open.label();
             for _ in 0..open.count {
                 c.rtc.direct_api().create_data_channel(ChannelConfig {
@@ -494,6 +534,7 @@ impl Live {
                     ..Default::default()
                 });
             }
+            self.driver.wake(0);
         }
         for _ in 0..OPEN_STEPS {
             self.advance(STEP);
@@ -503,20 +544,22 @@ impl Live {
     /// One fuzz input as a text message participant 0 sends on its data
     /// channel, then one step of the clock (the engine gets it via SCTP).
     pub fn send_on_channel(&mut self, data: &[u8]) {
-        if let Some(c) = self.clients.first_mut()
+        if let Some(c) = self.driver.clients_mut().first_mut()
             && let Some(cid) = c.channel
             && let Some(mut ch) = c.rtc.channel(cid)
         {
             let _ = ch.write(false, data);
+            self.driver.wake(0);
         }
         self.advance(STEP);
     }
 
     /// Participant `i` publishes one RTP packet on its video (or audio)
-    /// m-line: valid SRTP, what the seed generator records.
+    /// m-line: valid SRTP, what the seed generator records. Delivered (and
+    /// whatever it causes) at the current instant.
     pub fn publish(&mut self, i: usize, video: bool, seq: u64, payload: Vec<u8>) {
-        let now = self.now;
-        let Some(c) = self.clients.get_mut(i) else {
+        let now = self.now();
+        let Some(c) = self.driver.clients_mut().get_mut(i) else {
             return;
         };
         let mid = if video { c.video_mid } else { c.audio_mid };
@@ -535,6 +578,7 @@ impl Live {
                     .marker(true),
             );
         }
-        self.pump();
+        self.driver.wake(i);
+        self.drive(|d, on_event| d.run_until_time(now, on_event));
     }
 }

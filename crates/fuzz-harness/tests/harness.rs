@@ -43,15 +43,15 @@ fn the_recorded_stun_request_is_answered_in_a_new_session() {
         .find(|(n, _)| n == "stun-binding-request-1.bin")
         .unwrap();
     let mut live = Live::connect();
-    live.engine.finish_batch();
-    live.engine.outputs().transmits.clear();
-    let own = live.clients[0].addr;
-    let now = live.now;
-    live.engine
+    live.engine_mut().finish_batch();
+    live.engine_mut().outputs().transmits.clear();
+    let own = live.clients()[0].addr;
+    let now = live.now();
+    live.engine_mut()
         .handle_datagram(now, None, own, server_addr(), &stun);
     // A STUN success response (0x0101): integrity held with this session's password.
-    live.engine.finish_batch();
-    let out = &live.engine.outputs().transmits;
+    live.engine_mut().finish_batch();
+    let out = &live.engine_mut().outputs().transmits;
     assert!(
         out.iter().any(|t| t.contents.starts_with(&[0x01, 0x01])),
         "no STUN response to the recorded request"
@@ -80,7 +80,7 @@ fn channels_opened_by_the_fuzz_input_are_bounded_and_the_session_goes_on() {
     let open = OpenChannels::decode(&seed).unwrap();
     assert_eq!((open.count, open.label_len), (16, 60_000));
     let mut live = Live::connect();
-    let refused = |l: &Live| l.engine.counters().refused_channels;
+    let refused = |l: &Live| l.engine().counters().refused_channels;
     live.open_channels(&open);
     // Every one of them: the label is over the limit.
     assert_eq!(refused(&live), 16);
@@ -97,12 +97,12 @@ fn channels_opened_by_the_fuzz_input_are_bounded_and_the_session_goes_on() {
         .into_iter()
         .find(|(n, _)| n == "pin.json")
         .unwrap();
-    let before = live.clients[0].messages_received;
+    let before = live.clients()[0].messages_received;
     live.send_on_channel(&pin);
     for _ in 0..10 {
         live.advance(Duration::from_millis(2));
     }
-    assert!(live.clients[0].messages_received > before);
+    assert!(live.clients()[0].messages_received > before);
     assert!(live.healthy());
 }
 
@@ -113,13 +113,13 @@ fn a_pin_on_the_channel_reaches_the_engine() {
         .find(|(n, _)| n == "pin.json")
         .unwrap();
     let mut live = Live::connect();
-    let before = live.clients[0].messages_received;
+    let before = live.clients()[0].messages_received;
     live.send_on_channel(&pin);
     for _ in 0..10 {
         live.advance(Duration::from_millis(2));
     }
     // The engine answers a pin with the slots event.
-    assert!(live.clients[0].messages_received > before);
+    assert!(live.clients()[0].messages_received > before);
     assert!(live.healthy());
 }
 
