@@ -20,13 +20,18 @@
 //! - [`keyframes`]: the keyframe request rate limit (a due-set);
 //! - [`policy`]: what each slot shows (pure functions over a room view);
 //! - [`layers`]: simulcast layer rates and the allocation of a subscriber's
-//!   estimate (pure), and [`simulcast`]: the engine acting on it (targets,
-//!   BWE probing, dynacast);
+//!   estimate (pure); [`downlink`]: a subscriber's downlink decided (pure:
+//!   climbs, trials, holds, what the BWE is told); [`simulcast`]: the
+//!   engine acting on it (targets, keyframes, dynacast);
 //! - [`streams`]: which unseen SSRCs may reach an `Rtc` (the rid bound);
 //! - [`channel`]: the data channel's room events and requests;
 //! - [`stats`]: transport figures;
 //! - [`io`]: what a step accumulates, the fault boundary, the drain;
-//! - [`participant`], [`slot`]: one participant's state, one slot's rewriter.
+//! - [`participant`]: one participant as three owned parts, each with its
+//!   own methods: [`session`] (the `Rtc`, poisoning, the end-of-batch
+//!   drain), [`publisher`] (tracks, own ingress, rid guard) and
+//!   [`subscriber`] (slots, own egress, downlink); [`slot`]: one slot's
+//!   layer and rewriting.
 //!
 //! `now` is a parameter of every function that needs it, and a datagram's
 //! kernel receive time travels with the str0m events it produced
@@ -44,6 +49,7 @@
 
 mod channel;
 mod demux;
+mod downlink;
 mod egress;
 mod forward;
 mod ingress;
@@ -52,10 +58,13 @@ mod keyframes;
 mod layers;
 mod participant;
 mod policy;
+mod publisher;
+mod session;
 mod simulcast;
 mod slot;
 mod stats;
 mod streams;
+mod subscriber;
 mod timers;
 
 pub use streams::MAX_LAYERS;
@@ -316,7 +325,7 @@ impl Engine {
         [
             self.io.timers.next(),
             self.keyframes.next(),
-            self.io.pending_at,
+            self.io.batch.at,
         ]
         .into_iter()
         .flatten()
@@ -345,7 +354,7 @@ impl Engine {
         } = accepted;
         let mut p = Participant::new(id, room, rtc, &tracks, &slots);
         // The engine keeps no display name: the tests' faults look at it once.
-        p.inject_panic(self.settings.faults.panics(&name));
+        p.session.inject_panic(self.settings.faults.panics(&name));
         p.negotiated(now);
         self.demux.add(id, ufrag);
         self.io
@@ -374,7 +383,7 @@ impl Engine {
     ) -> bool {
         self.drain_pending();
         let existed = self.participants.contains_key(&id);
-        self.io.doomed.push((id, reason, None));
+        self.io.todo.doomed.push((id, reason, None));
         self.settle(now);
         existed
     }
@@ -413,15 +422,15 @@ impl Engine {
         let Some(p) = self.participants.get_mut(&id) else {
             return Err(OfferError::UnknownParticipant(id));
         };
-        let applied = guarded(&mut self.io, id, &mut p.poisoned, |_| {
-            apply_prepared(&mut p.rtc, offer)
+        let applied = guarded(&mut self.io, id, &mut p.session.poisoned, |_| {
+            apply_prepared(&mut p.session.rtc, offer)
         });
         let answer = match applied {
             Some(Ok(answer)) => answer,
             failed => {
                 if let Some(Err(e)) = &failed {
                     tracing::debug!(participant = %id, "a rehearsed renegotiation failed on the shard: {e}");
-                    self.io.doomed.push((
+                    self.io.todo.doomed.push((
                         id,
                         LeaveReason::RenegotiationFailed,
                         Some(e.to_string()),
@@ -431,7 +440,7 @@ impl Engine {
                 return Err(OfferError::RenegotiationFailed);
             }
         };
-        let ufrag = p.rtc.direct_api().local_ice_credentials().ufrag;
+        let ufrag = p.session.rtc.direct_api().local_ice_credentials().ufrag;
         p.negotiated(now);
         self.demux.set_ufrag(id, ufrag);
         self.drain(now, None, id);
@@ -444,7 +453,7 @@ impl Engine {
         self.drain_pending();
         let ids: Vec<ParticipantId> = self.participants.keys().copied().collect();
         for id in ids {
-            self.io.doomed.push((id, LeaveReason::Shutdown, None));
+            self.io.todo.doomed.push((id, LeaveReason::Shutdown, None));
         }
         self.settle(now);
     }
@@ -511,7 +520,7 @@ impl Engine {
             self.io.counters.dropped_unknown_source += 1;
             return;
         };
-        if p.poisoned {
+        if p.session.poisoned {
             self.io.counters.dropped_unknown_source += 1;
             return;
         }
@@ -520,8 +529,8 @@ impl Engine {
             return;
         }
         if is_rtp(data)
-            && crate::rtp::ssrc(data).is_some_and(|ssrc| !p.knows_ssrc(ssrc))
-            && p.guard.refuses(data)
+            && crate::rtp::ssrc(data).is_some_and(|ssrc| !p.publisher.knows_ssrc(ssrc))
+            && p.publisher.guard.refuses(data)
         {
             self.io.counters.dropped_unknown_stream += 1;
             return;
@@ -530,7 +539,7 @@ impl Engine {
         // address str0m has verified ([`ingress`]).
         if known
             && is_rtp(data)
-            && let Some(ingress) = p.ingress.as_mut()
+            && let Some(ingress) = p.publisher.ingress.as_mut()
         {
             match ingress.receive(data) {
                 ingress::Taken::NotOurs => {}
@@ -554,20 +563,26 @@ impl Engine {
                 contents,
             },
         );
-        if p.undrained || p.counted_in {
+        if p.session.take_rtc_drain() {
             // Media forwarded to it, or received from it on the own
             // ingress, this batch: drained before its input.
-            p.undrained = false;
-            p.counted_in = false;
-            drain_rtc(&mut self.io, now, None, id, &mut p.rtc, &mut p.poisoned);
+            drain_rtc(
+                &mut self.io,
+                now,
+                None,
+                id,
+                &mut p.session.rtc,
+                &mut p.session.poisoned,
+            );
         }
-        let fault = p.connected && p.injected_panic();
+        let fault = p.session.connected && p.session.injected_panic();
         let events_before = self.io.events.len();
         let transmits_before = self.io.out.transmits.len();
         // str0m patch 27: its count of SRTCP that failed authentication,
         // read around the input, tells an RTCP datagram it dropped.
-        let srtcp_failures = is_rtcp(data).then(|| p.rtc.direct_api().srtcp_unprotect_failures());
-        let handled = guarded(&mut self.io, id, &mut p.poisoned, |_| {
+        let srtcp_failures =
+            is_rtcp(data).then(|| p.session.rtc.direct_api().srtcp_unprotect_failures());
+        let handled = guarded(&mut self.io, id, &mut p.session.poisoned, |_| {
             if fault {
                 #[allow(
                     clippy::panic,
@@ -577,15 +592,16 @@ impl Engine {
                     panic!("injected fault (--test-panic-participant)");
                 }
             }
-            if !known && !p.rtc.accepts(&input) {
+            if !known && !p.session.rtc.accepts(&input) {
                 return Err(None);
             }
-            p.rtc.handle_input(input).map_err(Some)
+            p.session.rtc.handle_input(input).map_err(Some)
         });
         let srtcp_dropped = matches!(handled, Some(Ok(())))
-            && srtcp_failures.is_some_and(|n| p.rtc.direct_api().srtcp_unprotect_failures() != n);
+            && srtcp_failures
+                .is_some_and(|n| p.session.rtc.direct_api().srtcp_unprotect_failures() != n);
         match handled {
-            Some(Ok(())) => p.trail.last_rx = Some(now),
+            Some(Ok(())) => p.session.trail.last_rx = Some(now),
             Some(Err(None)) => {
                 self.io.counters.dropped_unknown_source += 1;
                 return;
@@ -596,8 +612,8 @@ impl Engine {
                 // dropped, and the error kept for the report should the
                 // participant never connect.
                 tracing::debug!(participant = %id, "str0m refused a datagram: {e}");
-                p.trail.last_rx = Some(now);
-                p.trail.last_error = Some(io::describe(&e));
+                p.session.trail.last_rx = Some(now);
+                p.session.trail.last_error = Some(io::describe(&e));
                 self.io.counters.dropped_malformed += 1;
                 return;
             }
@@ -644,15 +660,22 @@ impl Engine {
             let Some(p) = self.participants.get_mut(&id) else {
                 continue;
             };
-            guarded(&mut self.io, id, &mut p.poisoned, |io| {
-                feed_time(io, id, &mut p.rtc, now)
+            guarded(&mut self.io, id, &mut p.session.poisoned, |io| {
+                feed_time(io, id, &mut p.session.rtc, now)
             });
             self.drain(now, None, id);
         }
         while let Some(id) = self.io.timers.pop_connect_due(now) {
-            if self.participants.get(&id).is_some_and(|p| !p.connected) {
+            if self
+                .participants
+                .get(&id)
+                .is_some_and(|p| !p.session.connected)
+            {
                 self.io.counters.connect_timeouts += 1;
-                self.io.doomed.push((id, LeaveReason::ConnectTimeout, None));
+                self.io
+                    .todo
+                    .doomed
+                    .push((id, LeaveReason::ConnectTimeout, None));
             }
         }
         while let Some(key) = self.keyframes.pop_due(now) {
@@ -696,17 +719,17 @@ impl Engine {
             return;
         };
         let Participant {
-            rtc,
-            slots,
-            poisoned,
-            rtx_history,
+            session,
+            subscriber,
             ..
         } = p;
+        let rtc = &mut session.rtc;
         let scratch = &mut self.nack_scratch;
         let recent = &self.recent;
-        let handed = guarded(&mut self.io, id, poisoned, |_| {
-            let slots = slots.iter().map(|s| (s.mid, &s.egress));
-            egress::answer_nacks(rtc, slots, recent, now, *rtx_history, scratch)
+        let handed = guarded(&mut self.io, id, &mut session.poisoned, |_| {
+            let history = subscriber.rtx_history();
+            let slots = subscriber.slots.iter().map(|s| (s.mid, &s.out.egress));
+            egress::answer_nacks(rtc, slots, recent, now, history, scratch)
         })
         .unwrap_or(0);
         if handed > 0 {
@@ -722,8 +745,8 @@ impl Engine {
                 now,
                 kernel_rx,
                 id,
-                &mut p.rtc,
-                &mut p.poisoned,
+                &mut p.session.rtc,
+                &mut p.session.poisoned,
             );
         }
     }
@@ -735,27 +758,34 @@ impl Engine {
     /// leaves waits for the next call (`poll_timeout` says it is due).
     fn drain_pending(&mut self) {
         for _ in 0..4 {
-            let Some(at) = self.io.pending_at.take() else {
+            let Some(at) = self.io.batch.at.take() else {
                 return;
             };
-            let mut ids = std::mem::take(&mut self.io.pending);
+            let mut ids = std::mem::take(&mut self.io.batch.pending);
             for id in ids.drain(..) {
                 let Some(p) = self.participants.get_mut(&id) else {
                     continue;
                 };
                 // The own egress's datagrams first, in the order written.
-                for t in p.held.drain(..) {
+                for t in p.session.take_held() {
                     self.io.counters.tx_packets += 1;
                     self.io.counters.tx_bytes += t.contents.len() as u64;
                     self.io.out.transmits.push(t);
                 }
-                if std::mem::take(&mut p.undrained) | std::mem::take(&mut p.counted_in) {
-                    drain_rtc(&mut self.io, at, None, id, &mut p.rtc, &mut p.poisoned);
+                if p.session.take_rtc_drain() {
+                    drain_rtc(
+                        &mut self.io,
+                        at,
+                        None,
+                        id,
+                        &mut p.session.rtc,
+                        &mut p.session.poisoned,
+                    );
                 }
             }
             // The list's allocation is kept for the next batch.
-            if self.io.pending.is_empty() {
-                self.io.pending = ids;
+            if self.io.batch.pending.is_empty() {
+                self.io.batch.pending = ids;
             }
             self.settle(at);
         }
@@ -764,7 +794,7 @@ impl Engine {
     /// Deferred drains share one instant (each pending subscriber's clock
     /// was fed with it): work at another instant ends the batch first.
     fn end_batch_unless_at(&mut self, now: Instant) {
-        if self.io.pending_at.is_some_and(|t| t != now) {
+        if self.io.batch.at.is_some_and(|t| t != now) {
             self.drain_pending();
         }
     }
@@ -777,22 +807,22 @@ impl Engine {
                 self.on_event(now, q);
                 continue;
             }
-            if let Some((id, reason, detail)) = self.io.doomed.pop() {
+            if let Some((id, reason, detail)) = self.io.todo.doomed.pop() {
                 self.evict(now, id, reason, detail);
                 continue;
             }
-            if let Some(key) = self.io.keyframes_wanted.pop() {
+            if let Some(key) = self.io.todo.keyframes_wanted.pop() {
                 self.request_keyframe(now, key);
                 continue;
             }
-            if let Some(id) = self.io.realloc.pop() {
-                if !self.io.realloc.contains(&id) {
+            if let Some(id) = self.io.todo.realloc.pop() {
+                if !self.io.todo.realloc.contains(&id) {
                     self.allocate(now, id);
                 }
                 continue;
             }
-            if let Some(id) = self.io.slots_dirty.pop() {
-                if !self.io.slots_dirty.contains(&id) {
+            if let Some(id) = self.io.todo.slots_dirty.pop() {
+                if !self.io.todo.slots_dirty.contains(&id) {
                     self.send_slots(now, id);
                 }
                 continue;
@@ -814,26 +844,32 @@ impl Engine {
                 let Some(p) = self.participants.get_mut(&id) else {
                     return;
                 };
-                p.stats.keyframe_requests_received += 1;
-                let source = p.slots.iter().find(|s| s.mid == req.mid).and_then(|s| {
-                    let layer = s.current.or(s.target)?;
-                    Some(LayerKey {
-                        track: s.source?,
-                        layer,
-                    })
-                });
+                p.session.stats.keyframe_requests_received += 1;
+                let source = p
+                    .subscriber
+                    .slots
+                    .iter()
+                    .find(|s| s.mid == req.mid)
+                    .and_then(|s| {
+                        let layer = s.layer.current.or(s.layer.target)?;
+                        Some(LayerKey {
+                            track: s.source?,
+                            layer,
+                        })
+                    });
                 if let Some(key) = source {
                     self.request_keyframe(now, key);
                 }
             }
             Event::Connected => {
                 if let Some(p) = self.participants.get_mut(&id) {
-                    p.connected = true;
+                    p.session.connected = true;
                 }
                 self.io.out.control.push(ShardEvent::Connected { id });
             }
             Event::IceConnectionStateChange(IceConnectionState::Disconnected) => {
                 self.io
+                    .todo
                     .doomed
                     .push((id, LeaveReason::IceDisconnected, None));
             }
@@ -841,7 +877,7 @@ impl Engine {
                 IceConnectionState::Connected | IceConnectionState::Completed,
             ) => {
                 if let Some(p) = self.participants.get_mut(&id) {
-                    p.trail.ice_connected = true;
+                    p.session.trail.ice_connected = true;
                 }
             }
             Event::ChannelOpen(cid, _label) => self.on_channel_open(now, id, cid),
@@ -849,8 +885,8 @@ impl Engine {
                 if let Some(p) = self.participants.get_mut(&id) {
                     // A climb counts on the lowest estimate of the last
                     // seconds (a fall holds it back that long).
-                    p.note_estimate(now, estimate.as_u64());
-                    self.io.realloc.push(id);
+                    p.subscriber.downlink.note_estimate(now, estimate.as_u64());
+                    self.io.todo.realloc.push(id);
                 }
             }
             Event::ChannelData(d) => self.on_channel_data(now, id, d),
@@ -863,7 +899,7 @@ impl Engine {
                 if let Event::PeerStats(st) = &ev
                     && let Some(p) = self.participants.get_mut(&id)
                 {
-                    p.fit_rtx_history(st.rtt);
+                    p.subscriber.fit_rtx_history(&mut p.session.rtc, st.rtt);
                 }
                 self.on_stats(id, ev);
             }
@@ -894,11 +930,11 @@ impl Engine {
         p.negotiated(now);
         self.io.out.control.push(ShardEvent::LinesChanged {
             id,
-            tracks: p.track_lines(),
-            slots: p.slot_lines(),
+            tracks: p.publisher.track_lines(),
+            slots: p.subscriber.slot_lines(),
         });
         // New slots are announced (empty or filled) right away.
-        self.io.slots_dirty.push(id);
+        self.io.todo.slots_dirty.push(id);
         self.assign_slots(id);
     }
 
@@ -909,6 +945,7 @@ impl Engine {
         let track = key.track;
         if let Some(p) = self.participants.get_mut(&track.participant) {
             let Some(t) = p
+                .publisher
                 .tracks
                 .iter()
                 .find(|t| t.mid == track.mid && t.kind == MediaKind::Video)
@@ -919,12 +956,17 @@ impl Engine {
             if (rid.is_none() && key.layer != 0) || !self.keyframes.request(now, key) {
                 return;
             }
-            let requested = guarded(&mut self.io, track.participant, &mut p.poisoned, |_| {
-                let mut api = p.rtc.direct_api();
-                api.stream_rx_by_mid(track.mid, rid)
-                    .map(|rx| rx.request_keyframe(KeyframeRequestKind::Pli))
-                    .is_some()
-            });
+            let requested = guarded(
+                &mut self.io,
+                track.participant,
+                &mut p.session.poisoned,
+                |_| {
+                    let mut api = p.session.rtc.direct_api();
+                    api.stream_rx_by_mid(track.mid, rid)
+                        .map(|rx| rx.request_keyframe(KeyframeRequestKind::Pli))
+                        .is_some()
+                },
+            );
             if requested == Some(true) {
                 self.io.counters.keyframe_requests_sent += 1;
                 tracing::debug!(publisher = %track.participant, mid = %track.mid, layer = key.layer, "keyframe requested");
@@ -956,7 +998,7 @@ impl Engine {
         let Some(room) = self.rooms.get(&p.room) else {
             return;
         };
-        let a = policy::assign(&mut p.slots, room, id);
+        let a = policy::assign(&mut p.subscriber.slots, room, id);
         self.assigned(id, a);
     }
 
@@ -1009,28 +1051,47 @@ impl Engine {
         };
         self.io.counters.participants_removed += 1;
         // A poisoned `Rtc` is only dropped: closing it would call into it.
-        let closable = !p.poisoned
-            && guarded(&mut self.io, id, &mut p.poisoned, |_| p.rtc.is_alive()) == Some(true);
+        let closable = !p.session.poisoned
+            && guarded(&mut self.io, id, &mut p.session.poisoned, |_| {
+                p.session.rtc.is_alive()
+            }) == Some(true);
         if closable {
             // The last word on the data channel says why, then DTLS closes.
-            if let Some(cid) = p.channel
+            if let Some(cid) = p.session.channel
                 && let Ok(bye) = serde_json::to_string(&RoomEvent::Bye {
                     reason: reason.as_str(),
                 })
             {
-                let _ = guarded(&mut self.io, id, &mut p.poisoned, |_| {
-                    p.rtc
+                let _ = guarded(&mut self.io, id, &mut p.session.poisoned, |_| {
+                    p.session
+                        .rtc
                         .channel(cid)
                         .map(|mut ch| ch.write(false, bye.as_bytes()))
                 });
-                drain_rtc(&mut self.io, now, None, id, &mut p.rtc, &mut p.poisoned);
+                drain_rtc(
+                    &mut self.io,
+                    now,
+                    None,
+                    id,
+                    &mut p.session.rtc,
+                    &mut p.session.poisoned,
+                );
             }
-            let _ = guarded(&mut self.io, id, &mut p.poisoned, |_| p.rtc.close());
-            drain_rtc(&mut self.io, now, None, id, &mut p.rtc, &mut p.poisoned);
+            let _ = guarded(&mut self.io, id, &mut p.session.poisoned, |_| {
+                p.session.rtc.close()
+            });
+            drain_rtc(
+                &mut self.io,
+                now,
+                None,
+                id,
+                &mut p.session.rtc,
+                &mut p.session.poisoned,
+            );
         }
         // Events of a participant that is leaving are moot.
         self.io.events.retain(|q| q.id != id);
-        self.io.doomed.retain(|(d, ..)| *d != id);
+        self.io.todo.doomed.retain(|(d, ..)| *d != id);
         self.io.timers.forget(id);
         self.demux.remove(id);
         if !reason.requested() {
@@ -1075,7 +1136,7 @@ fn leave_detail(
     now: Instant,
     connect_timeout: Duration,
 ) -> String {
-    let t = &p.trail;
+    let t = &p.session.trail;
     let silent = match t.last_rx {
         Some(at) => format!(
             "no response from the client for {:.1} s",
@@ -1097,7 +1158,9 @@ fn leave_detail(
         .unwrap_or_default();
     let said = detail.unwrap_or_else(|| "no detail".to_string());
     match reason {
-        LeaveReason::IceDisconnected if p.connected => format!("ICE consent failed: {silent}"),
+        LeaveReason::IceDisconnected if p.session.connected => {
+            format!("ICE consent failed: {silent}")
+        }
         LeaveReason::IceDisconnected => {
             format!("ICE failed before the connection was up: {stage}; {silent}{dtls}")
         }
