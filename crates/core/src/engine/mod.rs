@@ -488,6 +488,11 @@ impl Engine {
         self.receive(now, None, Protocol::Tcp, source, destination, data);
     }
 
+    /// A datagram or ICE-TCP frame, in four stages: [`Self::admit`] (is it
+    /// for a participant, may it reach its `Rtc`), the own ingress (media
+    /// of an adopted stream goes past str0m), [`Self::hand_to_rtc`] (str0m's
+    /// input) and [`Self::after_input`] (what str0m made of it). A datagram
+    /// dropped on the way is counted once, by the stage that drops it.
     fn receive(
         &mut self,
         now: Instant,
@@ -500,70 +505,120 @@ impl Engine {
         self.io.counters.rx_packets += 1;
         self.io.counters.rx_bytes += data.len() as u64;
         self.end_batch_unless_at(now);
-        if !plausible(data) {
-            self.io.counters.dropped_malformed += 1;
+        let (id, known, contents) = match self.admit(source, data) {
+            Ok(admitted) => admitted,
+            Err(counter) => {
+                *counter(&mut self.io.counters) += 1;
+                return;
+            }
+        };
+        if known && self.own_ingress(now, kernel_rx, id, data) {
+            self.settle(now);
             return;
         }
+        let receive = Receive {
+            proto,
+            source,
+            destination,
+            contents,
+        };
+        match self.hand_to_rtc(now, id, known, receive, data) {
+            Fed::Taken { srtcp_dropped } => {
+                self.after_input(now, kernel_rx, id, (source, known), data, srtcp_dropped)
+            }
+            Fed::Refused(counter) => *counter(&mut self.io.counters) += 1,
+            Fed::Panicked => {
+                // Counted as a panic; the datagram is that participant's last.
+                self.io.counters.dropped_malformed += 1;
+                self.settle(now);
+            }
+        }
+    }
+
+    /// Whether a datagram from `source` goes on: for which participant,
+    /// whether from an address it is known at, and str0m's view of it; or
+    /// the counter of the reason it does not.
+    fn admit<'d>(
+        &mut self,
+        source: SocketAddr,
+        data: &'d [u8],
+    ) -> Result<(ParticipantId, bool, DatagramRecv<'d>), DropCounter> {
+        if !plausible(data) {
+            return Err(|c| &mut c.dropped_malformed);
+        }
         let Ok(contents) = DatagramRecv::try_from(data) else {
-            self.io.counters.dropped_malformed += 1;
-            return;
+            return Err(|c| &mut c.dropped_malformed);
         };
         let (id, known) = match self.demux.route(source, data) {
             Route::Known(id) => (id, true),
             Route::New(id) => (id, false),
-            Route::Unknown => {
-                self.io.counters.dropped_unknown_source += 1;
-                return;
-            }
+            Route::Unknown => return Err(|c| &mut c.dropped_unknown_source),
         };
-        let Some(p) = self.participants.get_mut(&id) else {
-            self.io.counters.dropped_unknown_source += 1;
-            return;
+        let Some(p) = self.participants.get(&id).filter(|p| !p.session.poisoned) else {
+            return Err(|c| &mut c.dropped_unknown_source);
         };
-        if p.session.poisoned {
-            self.io.counters.dropped_unknown_source += 1;
-            return;
-        }
         if !known && self.demux.addr_count(id) >= self.settings.participant.max_addrs {
-            self.io.counters.dropped_addr_limit += 1;
-            return;
+            return Err(|c| &mut c.dropped_addr_limit);
         }
         if is_rtp(data)
             && crate::rtp::ssrc(data).is_some_and(|ssrc| !p.publisher.knows_ssrc(ssrc))
             && p.publisher.guard.refuses(data)
         {
-            self.io.counters.dropped_unknown_stream += 1;
-            return;
+            return Err(|c| &mut c.dropped_unknown_stream);
         }
-        // The own ingress takes media of the streams it adopted, from an
-        // address str0m has verified ([`ingress`]).
-        if known
-            && is_rtp(data)
-            && let Some(ingress) = p.publisher.ingress.as_mut()
-        {
-            match ingress.receive(data) {
-                ingress::Taken::NotOurs => {}
-                ingress::Taken::Dropped => {
-                    self.io.counters.dropped_by_stack += 1;
-                    return;
-                }
-                ingress::Taken::Packet(pkt) => {
-                    self.on_own_rtp(now, kernel_rx, id, pkt, data.len());
-                    self.settle(now);
-                    return;
-                }
+        Ok((id, known, contents))
+    }
+
+    /// The own ingress takes media of the streams it adopted, from an
+    /// address str0m has verified ([`ingress`]); true when it took the
+    /// datagram (forwarded, or dropped and counted).
+    fn own_ingress(
+        &mut self,
+        now: Instant,
+        kernel_rx: Option<Duration>,
+        id: ParticipantId,
+        data: &[u8],
+    ) -> bool {
+        if !is_rtp(data) {
+            return false;
+        }
+        let Some(ingress) = self
+            .participants
+            .get_mut(&id)
+            .and_then(|p| p.publisher.ingress.as_mut())
+        else {
+            return false;
+        };
+        match ingress.receive(data) {
+            ingress::Taken::NotOurs => false,
+            ingress::Taken::Dropped => {
+                self.io.counters.dropped_by_stack += 1;
+                true
+            }
+            ingress::Taken::Packet(pkt) => {
+                self.on_own_rtp(now, kernel_rx, id, pkt, data.len());
+                true
             }
         }
-        let input = Input::Receive(
-            now,
-            Receive {
-                proto,
-                source,
-                destination,
-                contents,
-            },
-        );
-        if p.session.take_rtc_drain() {
+    }
+
+    /// Hands a datagram to its participant's `Rtc` (drained first if the
+    /// batch wrote into it): taken, refused (and the counter why), or the
+    /// participant panicked.
+    fn hand_to_rtc(
+        &mut self,
+        now: Instant,
+        id: ParticipantId,
+        known: bool,
+        receive: Receive<'_>,
+        data: &[u8],
+    ) -> Fed {
+        let Some(p) = self.participants.get_mut(&id) else {
+            return Fed::Refused(|c| &mut c.dropped_unknown_source);
+        };
+        let input = Input::Receive(now, receive);
+        let session = &mut p.session;
+        if session.take_rtc_drain() {
             // Media forwarded to it, or received from it on the own
             // ingress, this batch: drained before its input.
             drain_rtc(
@@ -571,18 +626,17 @@ impl Engine {
                 now,
                 None,
                 id,
-                &mut p.session.rtc,
-                &mut p.session.poisoned,
+                &mut session.rtc,
+                &mut session.poisoned,
             );
         }
-        let fault = p.session.connected && p.session.injected_panic();
-        let events_before = self.io.events.len();
-        let transmits_before = self.io.out.transmits.len();
+        let fault = session.connected && session.injected_panic();
         // str0m patch 27: its count of SRTCP that failed authentication,
         // read around the input, tells an RTCP datagram it dropped.
         let srtcp_failures =
-            is_rtcp(data).then(|| p.session.rtc.direct_api().srtcp_unprotect_failures());
-        let handled = guarded(&mut self.io, id, &mut p.session.poisoned, |_| {
+            is_rtcp(data).then(|| session.rtc.direct_api().srtcp_unprotect_failures());
+        let rtc = &mut session.rtc;
+        let handled = guarded(&mut self.io, id, &mut session.poisoned, |_| {
             if fault {
                 #[allow(
                     clippy::panic,
@@ -592,61 +646,69 @@ impl Engine {
                     panic!("injected fault (--test-panic-participant)");
                 }
             }
-            if !known && !p.session.rtc.accepts(&input) {
+            if !known && !rtc.accepts(&input) {
                 return Err(None);
             }
-            p.session.rtc.handle_input(input).map_err(Some)
+            rtc.handle_input(input).map_err(Some)
         });
-        let srtcp_dropped = matches!(handled, Some(Ok(())))
-            && srtcp_failures
-                .is_some_and(|n| p.session.rtc.direct_api().srtcp_unprotect_failures() != n);
         match handled {
-            Some(Ok(())) => p.session.trail.last_rx = Some(now),
-            Some(Err(None)) => {
-                self.io.counters.dropped_unknown_source += 1;
-                return;
+            Some(Ok(())) => {
+                session.trail.last_rx = Some(now);
+                Fed::Taken {
+                    srtcp_dropped: srtcp_failures
+                        .is_some_and(|n| session.rtc.direct_api().srtcp_unprotect_failures() != n),
+                }
             }
+            Some(Err(None)) => Fed::Refused(|c| &mut c.dropped_unknown_source),
             Some(Err(Some(e))) => {
                 // A DTLS record str0m refused (a fatal alert from the
                 // client, a failed handshake message): the datagram is
                 // dropped, and the error kept for the report should the
                 // participant never connect.
                 tracing::debug!(participant = %id, "str0m refused a datagram: {e}");
-                p.session.trail.last_rx = Some(now);
-                p.session.trail.last_error = Some(io::describe(&e));
-                self.io.counters.dropped_malformed += 1;
-                return;
+                session.trail.last_rx = Some(now);
+                session.trail.last_error = Some(io::describe(&e));
+                Fed::Refused(|c| &mut c.dropped_malformed)
             }
-            None => {
-                // Counted as a panic; the datagram is that participant's last.
-                self.io.counters.dropped_malformed += 1;
-                self.settle(now);
-                return;
-            }
+            None => Fed::Panicked,
         }
+    }
+
+    /// What str0m made of a datagram it took: a new address learnt, NACKs
+    /// answered from the own egress, its outputs drained, and a datagram it
+    /// dropped without a word counted.
+    fn after_input(
+        &mut self,
+        now: Instant,
+        kernel_rx: Option<Duration>,
+        id: ParticipantId,
+        (source, known): (SocketAddr, bool),
+        data: &[u8],
+        srtcp_dropped: bool,
+    ) {
         if !known {
             self.demux.learn(id, source);
         }
         if is_rtcp(data) {
             self.answer_nacks(now, id);
         }
+        let events_before = self.io.events.len();
+        let transmits_before = self.io.out.transmits.len();
         self.drain(now, kernel_rx, id);
         if srtcp_dropped {
             // An SRTCP datagram that failed authentication (str0m patch 27):
             // counted here, once, and never by the guess below.
             self.io.counters.dropped_by_stack += 1;
-            self.settle(now);
-            return;
-        }
-        // str0m drops some datagrams without a word (an SRTP packet that fails
-        // authentication or replays, a STUN request with bad integrity, a
-        // datagram that is not DTLS records): one that produced neither an
-        // event nor a datagram, and whose silence means a refusal
-        // ([`silence_is_refusal`]), is counted as dropped by the stack.
-        if self.io.events.len() == events_before
+        } else if self.io.events.len() == events_before
             && self.io.out.transmits.len() == transmits_before
             && silence_is_refusal(data)
         {
+            // str0m drops some datagrams without a word (an SRTP packet
+            // that fails authentication or replays, a STUN request with bad
+            // integrity, a datagram that is not DTLS records): one that
+            // produced neither an event nor a datagram, and whose silence
+            // means a refusal ([`silence_is_refusal`]), is counted as
+            // dropped by the stack.
             self.io.counters.dropped_by_stack += 1;
         }
         self.settle(now);
@@ -1179,6 +1241,20 @@ fn leave_detail(
         LeaveReason::Shutdown => "the server is shutting down".to_string(),
         LeaveReason::Replaced => "replaced by a new join of its identity".to_string(),
     }
+}
+
+/// The counter a dropped datagram goes to.
+type DropCounter = fn(&mut Counters) -> &mut u64;
+
+/// What became of a datagram handed to an `Rtc` ([`Engine::hand_to_rtc`]).
+enum Fed {
+    /// str0m took it; `srtcp_dropped`: an SRTCP packet it dropped for
+    /// failed authentication (str0m patch 27).
+    Taken { srtcp_dropped: bool },
+    /// Refused: the counter of why.
+    Refused(DropCounter),
+    /// The participant's handling panicked (it is poisoned and doomed).
+    Panicked,
 }
 
 /// An RTP packet (version 2, not RTCP by RFC 5761's payload type range).
