@@ -11,6 +11,12 @@
 //! file's end) count like any other code: a test that imports across a
 //! circle would still tie the modules together.
 //!
+//! And the engine's types stay small: no struct under `src/engine/` has
+//! more than [`MAX_VISIBLE_FIELDS`] fields visible outside its module
+//! (`pub`, `pub(super)`, `pub(crate)`, ...); state sits in small owned
+//! types with their own methods, as `Participant` is split into `Session`,
+//! `Publisher` and `Subscriber`.
+//!
 //! Std only: no parser, a scan for `crate::` followed by a name or a brace
 //! group (`use crate::{a, b::C}`).
 
@@ -346,5 +352,135 @@ let r = r#"crate::r " // "#; fn l<'a>(x: &'a u8) -> crate::u::U {}
     assert_eq!(
         find_cycle(&g),
         Some(vec!["a".into(), "b".into(), "c".into(), "a".into()])
+    );
+}
+
+/// The most fields an engine type shows outside its module.
+const MAX_VISIBLE_FIELDS: usize = 8;
+
+/// Each braced struct in `code` (comments stripped): its name, and how many
+/// of its fields are visible outside its module (any `pub` form).
+fn struct_fields(code: &str) -> Vec<(String, usize)> {
+    let mut found = Vec::new();
+    let mut rest = code;
+    while let Some(at) = rest.find("struct ") {
+        let before_ok = rest[..at].chars().next_back().is_none_or(|c| !is_ident(c));
+        rest = &rest[at + "struct ".len()..];
+        if !before_ok {
+            continue;
+        }
+        let name: String = rest.chars().take_while(|&c| is_ident(c)).collect();
+        // The body starts at the first `{` unless a `;` or `(` (a unit or
+        // tuple struct) comes first.
+        let Some(open) = rest.find(['{', ';', '(']) else {
+            break;
+        };
+        if !rest[open..].starts_with('{') || name.is_empty() {
+            continue;
+        }
+        let body = &rest[open + 1..];
+        let mut depth = 0i32;
+        let mut fields = Vec::new();
+        let mut field = String::new();
+        let mut end = body.len();
+        let mut prev = ' ';
+        for (i, c) in body.char_indices() {
+            let arrow = prev == '-';
+            prev = c;
+            match c {
+                '>' if arrow => {}
+                '{' | '(' | '[' | '<' => depth += 1,
+                '}' if depth == 0 => {
+                    end = i;
+                    break;
+                }
+                '}' | ')' | ']' | '>' => depth -= 1,
+                ',' if depth == 0 => {
+                    fields.push(std::mem::take(&mut field));
+                    continue;
+                }
+                _ => {}
+            }
+            field.push(c);
+        }
+        fields.push(field);
+        let visible = fields
+            .iter()
+            .map(|f| without_attributes(f))
+            .filter(|f| f.contains(':') && f.starts_with("pub"))
+            .count();
+        found.push((name, visible));
+        rest = &body[end..];
+    }
+    found
+}
+
+/// A field's text without its leading attributes (`#[cfg(...)]`), trimmed.
+fn without_attributes(field: &str) -> &str {
+    let mut f = field.trim_start();
+    while let Some(attr) = f.strip_prefix("#[") {
+        let mut depth = 1;
+        let mut cut = attr.len();
+        for (i, c) in attr.char_indices() {
+            match c {
+                '[' => depth += 1,
+                ']' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        cut = i + 1;
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        f = attr[cut..].trim_start();
+    }
+    f
+}
+
+#[test]
+fn no_engine_type_shows_more_than_eight_fields_outside_its_module() {
+    let dir = src_dir().join("engine");
+    let mut files = Vec::new();
+    rust_files(&dir, &mut files);
+    assert!(files.len() > 10, "the engine's files: {files:?}");
+    let mut seen = 0;
+    let mut over = Vec::new();
+    for file in &files {
+        let text = fs::read_to_string(file).expect("read source");
+        for (name, visible) in struct_fields(&strip_comments(&text)) {
+            seen += 1;
+            if visible > MAX_VISIBLE_FIELDS {
+                over.push(format!("{} {name}: {visible}", file.display()));
+            }
+        }
+    }
+    assert!(seen > 20, "the scan found {seen} structs");
+    assert!(
+        over.is_empty(),
+        "engine types with more than {MAX_VISIBLE_FIELDS} fields visible outside their module \
+         (split them by what each part owns):\n{}",
+        over.join("\n")
+    );
+}
+
+#[test]
+fn the_field_count_sees_visibility_attributes_generics_and_nesting() {
+    let code = "pub(super) struct Big {\n\
+        pub(super) a: u8,\n\
+        #[cfg(feature = \"x\")]\n\
+        pub(super) b: Vec<(u8, u16)>,\n\
+        c: HashMap<u8, [u8; 4]>,\n\
+        pub d: Option<Box<dyn Fn(u8, u8) -> u8>>,\n\
+        pub(crate) e: u8\n\
+    }\n\
+    struct Tuple(pub u8, pub u8);\n\
+    struct Unit;\n\
+    enum NotAStruct { A { x: u8 } }\n\
+    struct Empty {}\n";
+    assert_eq!(
+        struct_fields(code),
+        vec![("Big".to_owned(), 4), ("Empty".to_owned(), 0)]
     );
 }

@@ -21,7 +21,7 @@ impl Engine {
         let Some(p) = self.participants.get_mut(&id) else {
             return;
         };
-        p.channel = Some(cid);
+        p.session.channel = Some(cid);
         let room_id = p.room;
         let Some(room) = self.rooms.get(&room_id) else {
             return;
@@ -44,7 +44,9 @@ impl Engine {
             return;
         };
         if d.data.len() > MAX_REQUEST_BYTES
-            || !p.take_request(now, self.settings.participant.requests_per_second)
+            || !p
+                .session
+                .take_request(now, self.settings.participant.requests_per_second)
         {
             self.io.counters.dropped_requests += 1;
             return;
@@ -68,19 +70,24 @@ impl Engine {
                 let Ok(target) = participant.parse::<ParticipantId>() else {
                     return;
                 };
-                match policy::pin(&mut p.slots, room, id, &mid, target) {
+                match policy::pin(&mut p.subscriber.slots, room, id, &mid, target) {
                     Some(a) => a,
                     None => return,
                 }
             }
-            ClientRequest::Unpin { mid } => policy::unpin(&mut p.slots, room, id, &mid),
+            ClientRequest::Unpin { mid } => policy::unpin(&mut p.subscriber.slots, room, id, &mid),
             ClientRequest::View {
                 mid,
                 width,
                 height,
                 quality,
             } => {
-                if let Some(slot) = p.slots.iter_mut().find(|s| s.mid.to_string() == mid) {
+                if let Some(slot) = p
+                    .subscriber
+                    .slots
+                    .iter_mut()
+                    .find(|s| s.mid.to_string() == mid)
+                {
                     slot.view.width = width;
                     slot.view.height = height;
                     slot.view.max_rank = match quality {
@@ -88,7 +95,7 @@ impl Engine {
                         Some(Quality::Medium) => 1,
                         Some(Quality::High) | None => u8::MAX,
                     };
-                    self.io.realloc.push(id);
+                    self.io.todo.realloc.push(id);
                 }
                 return;
             }
@@ -100,11 +107,11 @@ impl Engine {
     /// tracks new in its slots.
     pub(super) fn assigned(&mut self, id: ParticipantId, a: Assignment) {
         if a.changed {
-            self.io.slots_dirty.push(id);
+            self.io.todo.slots_dirty.push(id);
         }
         // New sources need a keyframe of the layer the allocation picks.
         if a.changed || !a.new_sources.is_empty() {
-            self.io.realloc.push(id);
+            self.io.todo.realloc.push(id);
         }
     }
 
@@ -114,6 +121,7 @@ impl Engine {
         };
         let ev = RoomEvent::Slots {
             slots: p
+                .subscriber
                 .slots
                 .iter()
                 .map(|s| SlotJson {
@@ -154,14 +162,15 @@ impl Engine {
         let Some(p) = self.participants.get_mut(&id) else {
             return;
         };
-        let Some(cid) = p.channel else {
+        let Some(cid) = p.session.channel else {
             return;
         };
         let Ok(text) = serde_json::to_string(ev) else {
             return;
         };
-        let written = guarded(&mut self.io, id, &mut p.poisoned, |_| {
-            p.rtc
+        let written = guarded(&mut self.io, id, &mut p.session.poisoned, |_| {
+            p.session
+                .rtc
                 .channel(cid)
                 .is_none_or(|mut ch| ch.write(false, text.as_bytes()).is_ok())
         });
@@ -241,6 +250,7 @@ mod tests {
 
     fn data(p: &mut Participant, binary: bool, text: &str) -> ChannelData {
         let id = p
+            .session
             .rtc
             .direct_api()
             .create_data_channel(ChannelConfig::default());
@@ -266,7 +276,7 @@ mod tests {
     }
 
     fn slot_view(e: &mut Engine, i: usize) -> (u16, u16, u8) {
-        let v = participant(e, SUB).slots[i].view;
+        let v = participant(e, SUB).subscriber.slots[i].view;
         (v.width, v.height, v.max_rank)
     }
 
@@ -281,7 +291,7 @@ mod tests {
             (1280, 720, u8::MAX),
             "the other slot as it was"
         );
-        assert_eq!(e.io.realloc, vec![ParticipantId(SUB)]);
+        assert_eq!(e.io.todo.realloc, vec![ParticipantId(SUB)]);
         send(&mut e, t0, &view("s1", 640, 360, "medium"));
         assert_eq!(slot_view(&mut e, 1), (640, 360, 1));
         send(&mut e, t0, &view("s1", 0, 0, "high"));
@@ -292,7 +302,10 @@ mod tests {
             (100, 100, u8::MAX),
             "no quality: no cap"
         );
-        assert!(e.io.slots_dirty.is_empty(), "a view changes no assignment");
+        assert!(
+            e.io.todo.slots_dirty.is_empty(),
+            "a view changes no assignment"
+        );
     }
 
     #[test]
@@ -316,10 +329,11 @@ mod tests {
             (1280, 720, u8::MAX),
             "binary is not a request"
         );
-        assert!(e.io.realloc.is_empty());
-        assert!(e.io.slots_dirty.is_empty());
+        assert!(e.io.todo.realloc.is_empty());
+        assert!(e.io.todo.slots_dirty.is_empty());
         assert!(
             participant(&mut e, SUB)
+                .subscriber
                 .slots
                 .iter()
                 .all(|s| s.source.is_none())
@@ -374,24 +388,24 @@ mod tests {
             t0,
             r#"{"type":"pin","participant":"p3","mid":"s1"}"#,
         );
-        let slots = &participant(&mut e, SUB).slots;
+        let slots = &participant(&mut e, SUB).subscriber.slots;
         assert_eq!(slots[1].source, Some(track(3, "w")));
         assert!(slots[1].pinned);
         assert_eq!(
-            e.io.slots_dirty,
+            e.io.todo.slots_dirty,
             vec![ParticipantId(SUB)],
             "told of its slots"
         );
         assert_eq!(
-            e.io.realloc,
+            e.io.todo.realloc,
             vec![ParticipantId(SUB)],
             "a layer for the new source"
         );
 
-        e.io.slots_dirty.clear();
-        e.io.realloc.clear();
+        e.io.todo.slots_dirty.clear();
+        e.io.todo.realloc.clear();
         send(&mut e, t0, r#"{"type":"unpin","mid":"s1"}"#);
-        assert!(!participant(&mut e, SUB).slots[1].pinned);
+        assert!(!participant(&mut e, SUB).subscriber.slots[1].pinned);
     }
 
     #[test]

@@ -25,7 +25,9 @@ use super::egress;
 use super::ingress::{Ingress, Received};
 use super::io::{feed_time, guarded};
 use super::participant::Participant;
+use super::session::Mark;
 use super::slot::Admit;
+use super::subscriber::Subscriber;
 use super::{Engine, PeerMsg};
 use crate::codec::{is_keyframe_start, map_pt, vp8_keyframe_width, vp8_temporal};
 use crate::ids::{LayerKey, ParticipantId, RoomId, TrackKey};
@@ -83,19 +85,13 @@ impl Engine {
         let Some(p) = self.participants.get_mut(&id) else {
             return;
         };
-        p.trail.last_rx = Some(now);
-        let Participant {
-            rtc,
-            poisoned,
-            undrained,
-            counted_in,
-            held,
-            ..
-        } = p;
+        p.session.trail.last_rx = Some(now);
+        let session = &mut p.session;
+        let rtc = &mut session.rtc;
         // Its clock is not fed: the count takes the time as an argument,
         // and a feed after another mutation (a send of the own egress to
         // it) would walk its timers before they are due.
-        let counted = guarded(&mut self.io, id, poisoned, |_| {
+        let counted = guarded(&mut self.io, id, &mut session.poisoned, |_| {
             rtc.direct_api().rtp_received(
                 now,
                 pkt.ssrc,
@@ -112,13 +108,7 @@ impl Engine {
         }
         // str0m: drained after a mutation, before its next input: at the
         // end of the batch, as a subscriber written to is.
-        if !*counted_in {
-            *counted_in = true;
-            if !*undrained && held.is_empty() {
-                self.io.pending.push(id);
-            }
-        }
-        self.io.pending_at = Some(now);
+        self.io.batch.mark(id, session, Mark::Counted, now);
         if counted != Some(true) {
             // str0m no longer has the stream: nothing to forward it as.
             self.io.counters.dropped_no_codec += 1;
@@ -151,12 +141,13 @@ impl Engine {
         let Some(p) = self.participants.get_mut(&id) else {
             return;
         };
-        let Some((idx, layer)) = p.track_index(pkt.ssrc) else {
+        let Some((idx, layer)) = p.publisher.track_index(&mut p.session.rtc, pkt.ssrc) else {
             self.io.counters.dropped_no_codec += 1;
             return;
         };
         let pt = pkt.pt;
         let cached = p
+            .publisher
             .tracks
             .get(idx)
             .and_then(|t| t.codec)
@@ -166,6 +157,7 @@ impl Engine {
             Some(s) => s,
             None => {
                 let Some(spec) = p
+                    .session
                     .rtc
                     .codec_config()
                     .find(|pp| pp.pt() == pt)
@@ -174,7 +166,7 @@ impl Engine {
                     self.io.counters.dropped_no_codec += 1;
                     return;
                 };
-                if let Some(t) = p.tracks.get_mut(idx) {
+                if let Some(t) = p.publisher.tracks.get_mut(idx) {
                     t.codec = Some((pt, spec));
                 }
                 spec
@@ -186,14 +178,14 @@ impl Engine {
                 Codec::Opus | Codec::Vp8 | Codec::Vp9 | Codec::H264 | Codec::Av1
             )
         {
-            if p.ingress.is_none() {
-                p.ingress = Ingress::new(&mut p.rtc);
+            if p.publisher.ingress.is_none() {
+                p.publisher.ingress = Ingress::new(&mut p.session.rtc);
             }
-            if let Some(ingress) = &mut p.ingress {
+            if let Some(ingress) = &mut p.publisher.ingress {
                 ingress.adopt(pkt.ssrc, pt, spec.clock_rate.get(), pkt.seq);
             }
         }
-        let Some(track) = p.tracks.get(idx) else {
+        let Some(track) = p.publisher.tracks.get(idx) else {
             return;
         };
         let video = track.kind == MediaKind::Video;
@@ -292,23 +284,18 @@ impl Engine {
                 continue;
             };
             let Participant {
-                slots,
-                rtc,
-                poisoned,
-                undrained,
-                counted_in,
-                connected,
-                egress,
-                held,
-                rtx_history,
+                session,
+                subscriber,
                 ..
             } = p;
             // Not before its DTLS handshake is done: str0m would queue the
             // packets, without a bound, until it is, then send them as one
             // stale burst. A slot starts at the first keyframe after it.
-            if *poisoned || !*connected {
+            if session.poisoned || !session.connected {
                 continue;
             }
+            let rtx_history = subscriber.rtx_history();
+            let Subscriber { slots, egress, .. } = subscriber;
             for slot in slots.iter_mut().filter(|s| s.source == Some(media.track)) {
                 match slot.admit(media.layer, media.keyframe) {
                     Admit::Forward { switched } => {
@@ -326,20 +313,20 @@ impl Engine {
                 // A VP8 temporal down-switch: frames above the slot's layer
                 // are left out of its numbering (no holes, no NACKs).
                 if let Some((tid, start)) = media.temporal
-                    && !slot.temporal.admit(tid, start)
+                    && !slot.out.temporal.admit(tid, start)
                 {
-                    slot.rewriter.skip(media.seq);
+                    slot.out.rewriter.skip(media.seq);
                     if let Some(d) = &media.vp8 {
-                        slot.pictures.skip(d);
+                        slot.out.pictures.skip(d);
                     }
                     self.io.counters.temporal_skipped += 1;
                     continue;
                 }
-                let out_pt = match slot.pt_map {
+                let out_pt = match slot.out.pt_map {
                     Some((spec, pt)) if spec == media.spec => Some(pt),
                     _ => {
-                        let mapped = subscriber_pt(rtc, slot.mid, &media.spec);
-                        slot.pt_map = mapped.map(|pt| (media.spec, pt));
+                        let mapped = subscriber_pt(&session.rtc, slot.mid, &media.spec);
+                        slot.out.pt_map = mapped.map(|pt| (media.spec, pt));
                         mapped
                     }
                 };
@@ -348,22 +335,23 @@ impl Engine {
                     continue;
                 };
                 let clock = media.spec.clock_rate.get();
-                let Some((seq, ts)) = slot
-                    .rewriter
-                    .rewrite(media.seq, media.timestamp, clock, now)
+                let Some((seq, ts)) =
+                    slot.out
+                        .rewriter
+                        .rewrite(media.seq, media.timestamp, clock, now)
                 else {
                     self.io.counters.dropped_stale += 1;
                     continue;
                 };
-                let patch = media.vp8.as_ref().and_then(|d| slot.pictures.patch(d));
+                let patch = media.vp8.as_ref().and_then(|d| slot.out.pictures.patch(d));
                 let nackable = media.kind == MediaKind::Video;
                 // The shard's own egress, where str0m lets it
                 // ([`super::egress`]); str0m's send path otherwise.
-                let direct = guarded(&mut self.io, sub, poisoned, |io| {
+                let direct = guarded(&mut self.io, sub, &mut session.poisoned, |io| {
                     egress::send(
                         egress,
-                        &mut slot.egress,
-                        rtc,
+                        &mut slot.out.egress,
+                        &mut session.rtc,
                         now,
                         egress::Out {
                             mid: slot.mid,
@@ -376,27 +364,24 @@ impl Engine {
                             kept: &mut kept,
                         },
                         &mut self.recent,
-                        *rtx_history,
+                        rtx_history,
                         || io.out.spare_buffer(),
                     )
                 });
                 match direct {
                     Some(Some(t)) => {
-                        held.push(t);
+                        self.io.batch.mark(sub, session, Mark::Held(t), now);
                         self.io.counters.forwarded += 1;
                         self.io.counters.forwarded_direct += 1;
                         reached = true;
-                        if !*undrained && !*counted_in && held.len() == 1 {
-                            self.io.pending.push(sub);
-                            self.io.pending_at = Some(now);
-                        }
                         continue;
                     }
                     Some(None) => {}
                     None => continue,
                 }
-                let fed = *undrained;
-                let written = guarded(&mut self.io, sub, poisoned, |io| {
+                let fed = session.fed();
+                let rtc = &mut session.rtc;
+                let written = guarded(&mut self.io, sub, &mut session.poisoned, |io| {
                     // The subscriber's clock to now first: str0m stamps the
                     // send (TWCC send time, pacer debt, RTX cache) with its
                     // own clock, which only inputs move, and the delay-based
@@ -423,13 +408,7 @@ impl Engine {
                 // str0m: drain after a mutation, before the next input. The
                 // drain waits for the end of the batch (`drain_pending`), so
                 // a frame's packets cost one walk of the subscriber's `Rtc`.
-                if !*undrained {
-                    *undrained = true;
-                    if held.is_empty() && !*counted_in {
-                        self.io.pending.push(sub);
-                    }
-                    self.io.pending_at = Some(now);
-                }
+                self.io.batch.mark(sub, session, Mark::Written, now);
             }
         }
         if let (true, Some(rx)) = (reached, media.kernel_rx) {
@@ -500,24 +479,25 @@ mod tests {
             ],
         );
         let p = participant(&mut e, SUB);
-        p.connected = true;
-        show(&mut p.slots[0], source);
+        p.session.connected = true;
+        show(&mut p.subscriber.slots[0], source);
         e
     }
 
     fn show(slot: &mut super::super::slot::Slot, source: TrackKey) {
         slot.set_source(Some(source));
-        slot.pt_map = Some((vp8(), Pt::from(96)));
+        slot.out.pt_map = Some((vp8(), Pt::from(96)));
     }
 
     fn slot(e: &mut super::Engine) -> &mut super::super::slot::Slot {
-        &mut participant(e, SUB).slots[0]
+        &mut participant(e, SUB).subscriber.slots[0]
     }
 
     /// The slot's next outgoing sequence number for the next packet of its
     /// source (`seq`): what forwarding consumed so far.
     fn next_out(e: &mut super::Engine, seq: u64, ts: u32, now: Instant) -> (u64, u32) {
         slot(e)
+            .out
             .rewriter
             .rewrite(seq, ts, CLOCK, now)
             .expect("a packet after the forwarded ones is in order")
@@ -546,7 +526,7 @@ mod tests {
 
         forward(&mut e, t0, &video(v, 100, 9_000, false, t0), false);
         assert_eq!(e.io.counters.dropped_waiting_keyframe, 1);
-        assert_eq!(slot(&mut e).current, None);
+        assert_eq!(slot(&mut e).layer.current, None);
         assert_eq!(
             keyframe_requests(&e),
             vec![(THERE, LayerKey { track: v, layer: 0 })],
@@ -563,7 +543,7 @@ mod tests {
         let t1 = t0 + Duration::from_millis(33);
         forward(&mut e, t1, &video(v, 101, 12_000, true, t1), false);
         forward(&mut e, t1, &video(v, 102, 12_000, false, t1), false);
-        assert_eq!(slot(&mut e).current, Some(0));
+        assert_eq!(slot(&mut e).layer.current, Some(0));
         assert_eq!(e.io.counters.dropped_waiting_keyframe, 1);
         assert_eq!(
             e.io.counters.layer_switches, 0,
@@ -628,21 +608,21 @@ mod tests {
             m
         };
         forward(&mut e, t0, &at(10, 0, true), false);
-        assert_eq!(slot(&mut e).current, Some(0));
-        slot(&mut e).target = Some(1);
+        assert_eq!(slot(&mut e).layer.current, Some(0));
+        slot(&mut e).layer.target = Some(1);
         e.io.out.peers.clear();
         // The current layer keeps flowing until the target's keyframe.
         forward(&mut e, t0, &at(20, 1, false), false);
         forward(&mut e, t0, &at(11, 0, false), false);
-        assert_eq!(slot(&mut e).current, Some(0));
+        assert_eq!(slot(&mut e).layer.current, Some(0));
         assert_eq!(e.io.counters.dropped_waiting_keyframe, 1);
         assert_eq!(
             keyframe_requests(&e),
             vec![(THERE, LayerKey { track: v, layer: 1 })]
         );
         forward(&mut e, t0, &at(21, 1, true), false);
-        assert_eq!(slot(&mut e).current, Some(1));
-        assert_eq!(slot(&mut e).switches, 1);
+        assert_eq!(slot(&mut e).layer.current, Some(1));
+        assert_eq!(slot(&mut e).layer.switches, 1);
         assert_eq!(e.io.counters.layer_switches, 1);
         // The old layer is left out now.
         forward(&mut e, t0, &at(12, 0, false), false);
@@ -661,7 +641,7 @@ mod tests {
             m
         };
         forward(&mut e, t0, &tl(100, 0, true), false);
-        slot(&mut e).temporal.want = 0;
+        slot(&mut e).out.temporal.want = 0;
         forward(&mut e, t0, &tl(101, 1, false), false); // still forwarded: not at a base frame yet
         forward(&mut e, t0, &tl(102, 0, false), false); // the switch takes effect
         forward(&mut e, t0, &tl(103, 1, false), false); // left out
@@ -718,10 +698,10 @@ mod tests {
         let t0 = Instant::now();
         let v = track(PUB, "v");
         let mut e = setup(t0, v);
-        participant(&mut e, SUB).connected = false;
+        participant(&mut e, SUB).session.connected = false;
         forward(&mut e, t0, &video(v, 100, 9_000, true, t0), false);
         forward(&mut e, t0, &video(v, 101, 9_000, false, t0), false);
-        assert_eq!(slot(&mut e).current, None, "not admitted");
+        assert_eq!(slot(&mut e).layer.current, None, "not admitted");
         assert_eq!(e.io.counters.dropped_waiting_keyframe, 0);
         assert!(keyframe_requests(&e).is_empty());
         // Nothing was numbered: its first packet will be the slot's first.

@@ -7,7 +7,7 @@
 //! uses: [`guarded`] (the fault boundary), [`feed_time`] (a timeout input,
 //! its error counted) and [`drain_rtc`] (str0m's drain-before-the-next-input
 //! rule; forwarding defers its drains to the end of a batch, see
-//! [`Io::pending`]), and [`describe`], which puts a str0m error in an
+//! [`Batch`]), and [`describe`], which puts a str0m error in an
 //! operator's words for the eviction report. Must not: decide anything about rooms, slots or
 //! forwarding.
 
@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use str0m::{Event, Input, Output, RtcError};
 
+use super::session::{Mark, Session};
 use super::timers::Timers;
 use super::{LeaveReason, Outputs};
 use crate::guard;
@@ -45,6 +46,15 @@ pub(super) struct Io {
     pub(super) events: VecDeque<Queued>,
     pub(super) timers: Timers,
     pub(super) counters: Counters,
+    /// Work left for the end of the step.
+    pub(super) todo: Todo,
+    /// The participants whose drain waits for the end of the receive batch.
+    pub(super) batch: Batch,
+}
+
+/// Work a step leaves for its end ([`super::Engine`]'s `settle`).
+#[derive(Default)]
+pub(super) struct Todo {
     /// Participants to evict at the end of the step, why, and what str0m
     /// or the panic said (for the report).
     pub(super) doomed: Vec<(ParticipantId, LeaveReason, Option<String>)>,
@@ -55,22 +65,42 @@ pub(super) struct Io {
     /// Subscribers whose layers must be allocated again at the end of the
     /// step (their slots or estimate changed).
     pub(super) realloc: Vec<ParticipantId>,
-    /// Subscribers that forwarded media was written into and whose `Rtc`
-    /// has not been drained since (each with `undrained` set, or datagrams
-    /// of the own egress held), and publishers whose media the own ingress
-    /// counted in their `Rtc` (`counted_in`): one drain per participant per
-    /// receive batch, not one per packet, since a video frame's packets
-    /// arrive together and go to the same subscribers.
+}
+
+/// Participants whose `Rtc` forwarded media was written into, or whose
+/// own media the own ingress counted in it, or for whom datagrams of the
+/// own egress are held, since their last drain
+/// ([`super::session::Session::mark`]): one drain per participant per
+/// receive batch, not one per packet, since a video frame's packets arrive
+/// together and go to the same subscribers.
+#[derive(Default)]
+pub(super) struct Batch {
     pub(super) pending: Vec<ParticipantId>,
     /// The instant every pending subscriber's clock was fed (all share it).
-    pub(super) pending_at: Option<Instant>,
+    pub(super) at: Option<Instant>,
+}
+
+impl Batch {
+    /// Marks `id`'s session for the end-of-batch drain, at `now`.
+    pub(super) fn mark(
+        &mut self,
+        id: ParticipantId,
+        session: &mut Session,
+        mark: Mark,
+        now: Instant,
+    ) {
+        if session.mark(mark) {
+            self.pending.push(id);
+        }
+        self.at = Some(now);
+    }
 }
 
 impl Io {
     /// Asks for a keyframe once the current step settles (never inside a drain).
     pub(super) fn want_keyframe(&mut self, track: LayerKey) {
-        if !self.keyframes_wanted.contains(&track) {
-            self.keyframes_wanted.push(track);
+        if !self.todo.keyframes_wanted.contains(&track) {
+            self.todo.keyframes_wanted.push(track);
         }
     }
 }
@@ -93,7 +123,8 @@ pub(super) fn guarded<R>(
         Err(caught) => {
             *poisoned = true;
             io.counters.participant_panics += 1;
-            io.doomed
+            io.todo
+                .doomed
                 .push((id, LeaveReason::Panic, Some(caught.to_string())));
             tracing::error!(participant = %id, "panic while handling this participant, evicting it: {caught}");
             None
@@ -159,7 +190,9 @@ fn drain_unguarded(
             Err(e) => {
                 tracing::debug!(participant = %id, "str0m failed, evicting the participant: {e}");
                 io.counters.rtc_errors += 1;
-                io.doomed.push((id, LeaveReason::Error, Some(describe(&e))));
+                io.todo
+                    .doomed
+                    .push((id, LeaveReason::Error, Some(describe(&e))));
                 // str0m also marks the session closed after a DTLS failure:
                 // the error, not "closed", is the reason to report.
                 return;
@@ -167,7 +200,7 @@ fn drain_unguarded(
         }
     }
     if !rtc.is_alive() {
-        io.doomed.push((id, LeaveReason::Closed, None));
+        io.todo.doomed.push((id, LeaveReason::Closed, None));
     }
 }
 
@@ -338,7 +371,7 @@ mod tests {
         let mut poisoned = false;
         assert_eq!(guarded(&mut io, ID, &mut poisoned, |_| 42), Some(42));
         assert!(!poisoned);
-        assert!(io.doomed.is_empty());
+        assert!(io.todo.doomed.is_empty());
         assert_eq!(io.counters.participant_panics, 0);
     }
 
@@ -350,8 +383,8 @@ mod tests {
         assert_eq!(r, None);
         assert!(poisoned);
         assert_eq!(io.counters.participant_panics, 1);
-        assert_eq!(io.doomed.len(), 1);
-        let (id, reason, detail) = &io.doomed[0];
+        assert_eq!(io.todo.doomed.len(), 1);
+        let (id, reason, detail) = &io.todo.doomed[0];
         assert_eq!((*id, *reason), (ID, LeaveReason::Panic));
         assert!(
             detail
@@ -365,7 +398,7 @@ mod tests {
         assert_eq!(guarded(&mut io, ID, &mut poisoned, |_| ran = true), None);
         assert!(!ran);
         assert_eq!(io.counters.participant_panics, 1);
-        assert_eq!(io.doomed.len(), 1);
+        assert_eq!(io.todo.doomed.len(), 1);
     }
 
     #[test]
@@ -381,7 +414,7 @@ mod tests {
         io.want_keyframe(key(0));
         io.want_keyframe(key(1));
         io.want_keyframe(key(0));
-        assert_eq!(io.keyframes_wanted, vec![key(0), key(1)]);
+        assert_eq!(io.todo.keyframes_wanted, vec![key(0), key(1)]);
     }
 
     #[test]
@@ -391,7 +424,7 @@ mod tests {
         let mut rtc = rtc(now);
         let mut poisoned = false;
         drain_rtc(&mut io, now, None, ID, &mut rtc, &mut poisoned);
-        assert!(io.doomed.is_empty(), "{:?}", io.doomed);
+        assert!(io.todo.doomed.is_empty(), "{:?}", io.todo.doomed);
         assert!(!poisoned);
         // str0m's deadline is now the engine's: due work was fed back at
         // once, so what is left is later than now.
@@ -408,9 +441,9 @@ mod tests {
         let mut poisoned = false;
         rtc.disconnect();
         drain_rtc(&mut io, now, None, ID, &mut rtc, &mut poisoned);
-        assert_eq!(io.doomed.len(), 1, "{:?}", io.doomed);
-        assert_eq!(io.doomed[0].0, ID);
-        assert_eq!(io.doomed[0].1, LeaveReason::Closed);
+        assert_eq!(io.todo.doomed.len(), 1, "{:?}", io.todo.doomed);
+        assert_eq!(io.todo.doomed[0].0, ID);
+        assert_eq!(io.todo.doomed[0].1, LeaveReason::Closed);
     }
 
     #[test]
@@ -421,7 +454,10 @@ mod tests {
         let mut poisoned = true;
         rtc.disconnect();
         drain_rtc(&mut io, now, None, ID, &mut rtc, &mut poisoned);
-        assert!(io.doomed.is_empty(), "its `Rtc` is never touched again");
+        assert!(
+            io.todo.doomed.is_empty(),
+            "its `Rtc` is never touched again"
+        );
         assert_eq!(io.timers.next(), None);
     }
 

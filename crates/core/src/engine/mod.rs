@@ -20,13 +20,18 @@
 //! - [`keyframes`]: the keyframe request rate limit (a due-set);
 //! - [`policy`]: what each slot shows (pure functions over a room view);
 //! - [`layers`]: simulcast layer rates and the allocation of a subscriber's
-//!   estimate (pure), and [`simulcast`]: the engine acting on it (targets,
-//!   BWE probing, dynacast);
+//!   estimate (pure); [`downlink`]: a subscriber's downlink decided (pure:
+//!   climbs, trials, holds, what the BWE is told); [`simulcast`]: the
+//!   engine acting on it (targets, keyframes, dynacast);
 //! - [`streams`]: which unseen SSRCs may reach an `Rtc` (the rid bound);
 //! - [`channel`]: the data channel's room events and requests;
 //! - [`stats`]: transport figures;
 //! - [`io`]: what a step accumulates, the fault boundary, the drain;
-//! - [`participant`], [`slot`]: one participant's state, one slot's rewriter.
+//! - [`participant`]: one participant as three owned parts, each with its
+//!   own methods: [`session`] (the `Rtc`, poisoning, the end-of-batch
+//!   drain), [`publisher`] (tracks, own ingress, rid guard) and
+//!   [`subscriber`] (slots, own egress, downlink); [`slot`]: one slot's
+//!   layer and rewriting.
 //!
 //! `now` is a parameter of every function that needs it, and a datagram's
 //! kernel receive time travels with the str0m events it produced
@@ -44,6 +49,7 @@
 
 mod channel;
 mod demux;
+mod downlink;
 mod egress;
 mod forward;
 mod ingress;
@@ -52,10 +58,13 @@ mod keyframes;
 mod layers;
 mod participant;
 mod policy;
+mod publisher;
+mod session;
 mod simulcast;
 mod slot;
 mod stats;
 mod streams;
+mod subscriber;
 mod timers;
 
 pub use streams::MAX_LAYERS;
@@ -316,7 +325,7 @@ impl Engine {
         [
             self.io.timers.next(),
             self.keyframes.next(),
-            self.io.pending_at,
+            self.io.batch.at,
         ]
         .into_iter()
         .flatten()
@@ -345,7 +354,7 @@ impl Engine {
         } = accepted;
         let mut p = Participant::new(id, room, rtc, &tracks, &slots);
         // The engine keeps no display name: the tests' faults look at it once.
-        p.inject_panic(self.settings.faults.panics(&name));
+        p.session.inject_panic(self.settings.faults.panics(&name));
         p.negotiated(now);
         self.demux.add(id, ufrag);
         self.io
@@ -374,7 +383,7 @@ impl Engine {
     ) -> bool {
         self.drain_pending();
         let existed = self.participants.contains_key(&id);
-        self.io.doomed.push((id, reason, None));
+        self.io.todo.doomed.push((id, reason, None));
         self.settle(now);
         existed
     }
@@ -413,15 +422,15 @@ impl Engine {
         let Some(p) = self.participants.get_mut(&id) else {
             return Err(OfferError::UnknownParticipant(id));
         };
-        let applied = guarded(&mut self.io, id, &mut p.poisoned, |_| {
-            apply_prepared(&mut p.rtc, offer)
+        let applied = guarded(&mut self.io, id, &mut p.session.poisoned, |_| {
+            apply_prepared(&mut p.session.rtc, offer)
         });
         let answer = match applied {
             Some(Ok(answer)) => answer,
             failed => {
                 if let Some(Err(e)) = &failed {
                     tracing::debug!(participant = %id, "a rehearsed renegotiation failed on the shard: {e}");
-                    self.io.doomed.push((
+                    self.io.todo.doomed.push((
                         id,
                         LeaveReason::RenegotiationFailed,
                         Some(e.to_string()),
@@ -431,7 +440,7 @@ impl Engine {
                 return Err(OfferError::RenegotiationFailed);
             }
         };
-        let ufrag = p.rtc.direct_api().local_ice_credentials().ufrag;
+        let ufrag = p.session.rtc.direct_api().local_ice_credentials().ufrag;
         p.negotiated(now);
         self.demux.set_ufrag(id, ufrag);
         self.drain(now, None, id);
@@ -444,7 +453,7 @@ impl Engine {
         self.drain_pending();
         let ids: Vec<ParticipantId> = self.participants.keys().copied().collect();
         for id in ids {
-            self.io.doomed.push((id, LeaveReason::Shutdown, None));
+            self.io.todo.doomed.push((id, LeaveReason::Shutdown, None));
         }
         self.settle(now);
     }
@@ -479,6 +488,11 @@ impl Engine {
         self.receive(now, None, Protocol::Tcp, source, destination, data);
     }
 
+    /// A datagram or ICE-TCP frame, in four stages: [`Self::admit`] (is it
+    /// for a participant, may it reach its `Rtc`), the own ingress (media
+    /// of an adopted stream goes past str0m), [`Self::hand_to_rtc`] (str0m's
+    /// input) and [`Self::after_input`] (what str0m made of it). A datagram
+    /// dropped on the way is counted once, by the stage that drops it.
     fn receive(
         &mut self,
         now: Instant,
@@ -491,83 +505,138 @@ impl Engine {
         self.io.counters.rx_packets += 1;
         self.io.counters.rx_bytes += data.len() as u64;
         self.end_batch_unless_at(now);
-        if !plausible(data) {
-            self.io.counters.dropped_malformed += 1;
+        let (id, known, contents) = match self.admit(source, data) {
+            Ok(admitted) => admitted,
+            Err(counter) => {
+                *counter(&mut self.io.counters) += 1;
+                return;
+            }
+        };
+        if known && self.own_ingress(now, kernel_rx, id, data) {
+            self.settle(now);
             return;
         }
+        let receive = Receive {
+            proto,
+            source,
+            destination,
+            contents,
+        };
+        match self.hand_to_rtc(now, id, known, receive, data) {
+            Fed::Taken { srtcp_dropped } => {
+                self.after_input(now, kernel_rx, id, (source, known), data, srtcp_dropped)
+            }
+            Fed::Refused(counter) => *counter(&mut self.io.counters) += 1,
+            Fed::Panicked => {
+                // Counted as a panic; the datagram is that participant's last.
+                self.io.counters.dropped_malformed += 1;
+                self.settle(now);
+            }
+        }
+    }
+
+    /// Whether a datagram from `source` goes on: for which participant,
+    /// whether from an address it is known at, and str0m's view of it; or
+    /// the counter of the reason it does not.
+    fn admit<'d>(
+        &mut self,
+        source: SocketAddr,
+        data: &'d [u8],
+    ) -> Result<(ParticipantId, bool, DatagramRecv<'d>), DropCounter> {
+        if !plausible(data) {
+            return Err(|c| &mut c.dropped_malformed);
+        }
         let Ok(contents) = DatagramRecv::try_from(data) else {
-            self.io.counters.dropped_malformed += 1;
-            return;
+            return Err(|c| &mut c.dropped_malformed);
         };
         let (id, known) = match self.demux.route(source, data) {
             Route::Known(id) => (id, true),
             Route::New(id) => (id, false),
-            Route::Unknown => {
-                self.io.counters.dropped_unknown_source += 1;
-                return;
-            }
+            Route::Unknown => return Err(|c| &mut c.dropped_unknown_source),
         };
-        let Some(p) = self.participants.get_mut(&id) else {
-            self.io.counters.dropped_unknown_source += 1;
-            return;
+        let Some(p) = self.participants.get(&id).filter(|p| !p.session.poisoned) else {
+            return Err(|c| &mut c.dropped_unknown_source);
         };
-        if p.poisoned {
-            self.io.counters.dropped_unknown_source += 1;
-            return;
-        }
         if !known && self.demux.addr_count(id) >= self.settings.participant.max_addrs {
-            self.io.counters.dropped_addr_limit += 1;
-            return;
+            return Err(|c| &mut c.dropped_addr_limit);
         }
         if is_rtp(data)
-            && crate::rtp::ssrc(data).is_some_and(|ssrc| !p.knows_ssrc(ssrc))
-            && p.guard.refuses(data)
+            && crate::rtp::ssrc(data).is_some_and(|ssrc| !p.publisher.knows_ssrc(ssrc))
+            && p.publisher.guard.refuses(data)
         {
-            self.io.counters.dropped_unknown_stream += 1;
-            return;
+            return Err(|c| &mut c.dropped_unknown_stream);
         }
-        // The own ingress takes media of the streams it adopted, from an
-        // address str0m has verified ([`ingress`]).
-        if known
-            && is_rtp(data)
-            && let Some(ingress) = p.ingress.as_mut()
-        {
-            match ingress.receive(data) {
-                ingress::Taken::NotOurs => {}
-                ingress::Taken::Dropped => {
-                    self.io.counters.dropped_by_stack += 1;
-                    return;
-                }
-                ingress::Taken::Packet(pkt) => {
-                    self.on_own_rtp(now, kernel_rx, id, pkt, data.len());
-                    self.settle(now);
-                    return;
-                }
+        Ok((id, known, contents))
+    }
+
+    /// The own ingress takes media of the streams it adopted, from an
+    /// address str0m has verified ([`ingress`]); true when it took the
+    /// datagram (forwarded, or dropped and counted).
+    fn own_ingress(
+        &mut self,
+        now: Instant,
+        kernel_rx: Option<Duration>,
+        id: ParticipantId,
+        data: &[u8],
+    ) -> bool {
+        if !is_rtp(data) {
+            return false;
+        }
+        let Some(ingress) = self
+            .participants
+            .get_mut(&id)
+            .and_then(|p| p.publisher.ingress.as_mut())
+        else {
+            return false;
+        };
+        match ingress.receive(data) {
+            ingress::Taken::NotOurs => false,
+            ingress::Taken::Dropped => {
+                self.io.counters.dropped_by_stack += 1;
+                true
+            }
+            ingress::Taken::Packet(pkt) => {
+                self.on_own_rtp(now, kernel_rx, id, pkt, data.len());
+                true
             }
         }
-        let input = Input::Receive(
-            now,
-            Receive {
-                proto,
-                source,
-                destination,
-                contents,
-            },
-        );
-        if p.undrained || p.counted_in {
+    }
+
+    /// Hands a datagram to its participant's `Rtc` (drained first if the
+    /// batch wrote into it): taken, refused (and the counter why), or the
+    /// participant panicked.
+    fn hand_to_rtc(
+        &mut self,
+        now: Instant,
+        id: ParticipantId,
+        known: bool,
+        receive: Receive<'_>,
+        data: &[u8],
+    ) -> Fed {
+        let Some(p) = self.participants.get_mut(&id) else {
+            return Fed::Refused(|c| &mut c.dropped_unknown_source);
+        };
+        let input = Input::Receive(now, receive);
+        let session = &mut p.session;
+        if session.take_rtc_drain() {
             // Media forwarded to it, or received from it on the own
             // ingress, this batch: drained before its input.
-            p.undrained = false;
-            p.counted_in = false;
-            drain_rtc(&mut self.io, now, None, id, &mut p.rtc, &mut p.poisoned);
+            drain_rtc(
+                &mut self.io,
+                now,
+                None,
+                id,
+                &mut session.rtc,
+                &mut session.poisoned,
+            );
         }
-        let fault = p.connected && p.injected_panic();
-        let events_before = self.io.events.len();
-        let transmits_before = self.io.out.transmits.len();
+        let fault = session.connected && session.injected_panic();
         // str0m patch 27: its count of SRTCP that failed authentication,
         // read around the input, tells an RTCP datagram it dropped.
-        let srtcp_failures = is_rtcp(data).then(|| p.rtc.direct_api().srtcp_unprotect_failures());
-        let handled = guarded(&mut self.io, id, &mut p.poisoned, |_| {
+        let srtcp_failures =
+            is_rtcp(data).then(|| session.rtc.direct_api().srtcp_unprotect_failures());
+        let rtc = &mut session.rtc;
+        let handled = guarded(&mut self.io, id, &mut session.poisoned, |_| {
             if fault {
                 #[allow(
                     clippy::panic,
@@ -577,60 +646,69 @@ impl Engine {
                     panic!("injected fault (--test-panic-participant)");
                 }
             }
-            if !known && !p.rtc.accepts(&input) {
+            if !known && !rtc.accepts(&input) {
                 return Err(None);
             }
-            p.rtc.handle_input(input).map_err(Some)
+            rtc.handle_input(input).map_err(Some)
         });
-        let srtcp_dropped = matches!(handled, Some(Ok(())))
-            && srtcp_failures.is_some_and(|n| p.rtc.direct_api().srtcp_unprotect_failures() != n);
         match handled {
-            Some(Ok(())) => p.trail.last_rx = Some(now),
-            Some(Err(None)) => {
-                self.io.counters.dropped_unknown_source += 1;
-                return;
+            Some(Ok(())) => {
+                session.trail.last_rx = Some(now);
+                Fed::Taken {
+                    srtcp_dropped: srtcp_failures
+                        .is_some_and(|n| session.rtc.direct_api().srtcp_unprotect_failures() != n),
+                }
             }
+            Some(Err(None)) => Fed::Refused(|c| &mut c.dropped_unknown_source),
             Some(Err(Some(e))) => {
                 // A DTLS record str0m refused (a fatal alert from the
                 // client, a failed handshake message): the datagram is
                 // dropped, and the error kept for the report should the
                 // participant never connect.
                 tracing::debug!(participant = %id, "str0m refused a datagram: {e}");
-                p.trail.last_rx = Some(now);
-                p.trail.last_error = Some(io::describe(&e));
-                self.io.counters.dropped_malformed += 1;
-                return;
+                session.trail.last_rx = Some(now);
+                session.trail.last_error = Some(io::describe(&e));
+                Fed::Refused(|c| &mut c.dropped_malformed)
             }
-            None => {
-                // Counted as a panic; the datagram is that participant's last.
-                self.io.counters.dropped_malformed += 1;
-                self.settle(now);
-                return;
-            }
+            None => Fed::Panicked,
         }
+    }
+
+    /// What str0m made of a datagram it took: a new address learnt, NACKs
+    /// answered from the own egress, its outputs drained, and a datagram it
+    /// dropped without a word counted.
+    fn after_input(
+        &mut self,
+        now: Instant,
+        kernel_rx: Option<Duration>,
+        id: ParticipantId,
+        (source, known): (SocketAddr, bool),
+        data: &[u8],
+        srtcp_dropped: bool,
+    ) {
         if !known {
             self.demux.learn(id, source);
         }
         if is_rtcp(data) {
             self.answer_nacks(now, id);
         }
+        let events_before = self.io.events.len();
+        let transmits_before = self.io.out.transmits.len();
         self.drain(now, kernel_rx, id);
         if srtcp_dropped {
             // An SRTCP datagram that failed authentication (str0m patch 27):
             // counted here, once, and never by the guess below.
             self.io.counters.dropped_by_stack += 1;
-            self.settle(now);
-            return;
-        }
-        // str0m drops some datagrams without a word (an SRTP packet that fails
-        // authentication or replays, a STUN request with bad integrity, a
-        // datagram that is not DTLS records): one that produced neither an
-        // event nor a datagram, and whose silence means a refusal
-        // ([`silence_is_refusal`]), is counted as dropped by the stack.
-        if self.io.events.len() == events_before
+        } else if self.io.events.len() == events_before
             && self.io.out.transmits.len() == transmits_before
             && silence_is_refusal(data)
         {
+            // str0m drops some datagrams without a word (an SRTP packet
+            // that fails authentication or replays, a STUN request with bad
+            // integrity, a datagram that is not DTLS records): one that
+            // produced neither an event nor a datagram, and whose silence
+            // means a refusal ([`silence_is_refusal`]), is counted as
+            // dropped by the stack.
             self.io.counters.dropped_by_stack += 1;
         }
         self.settle(now);
@@ -644,15 +722,22 @@ impl Engine {
             let Some(p) = self.participants.get_mut(&id) else {
                 continue;
             };
-            guarded(&mut self.io, id, &mut p.poisoned, |io| {
-                feed_time(io, id, &mut p.rtc, now)
+            guarded(&mut self.io, id, &mut p.session.poisoned, |io| {
+                feed_time(io, id, &mut p.session.rtc, now)
             });
             self.drain(now, None, id);
         }
         while let Some(id) = self.io.timers.pop_connect_due(now) {
-            if self.participants.get(&id).is_some_and(|p| !p.connected) {
+            if self
+                .participants
+                .get(&id)
+                .is_some_and(|p| !p.session.connected)
+            {
                 self.io.counters.connect_timeouts += 1;
-                self.io.doomed.push((id, LeaveReason::ConnectTimeout, None));
+                self.io
+                    .todo
+                    .doomed
+                    .push((id, LeaveReason::ConnectTimeout, None));
             }
         }
         while let Some(key) = self.keyframes.pop_due(now) {
@@ -696,17 +781,17 @@ impl Engine {
             return;
         };
         let Participant {
-            rtc,
-            slots,
-            poisoned,
-            rtx_history,
+            session,
+            subscriber,
             ..
         } = p;
+        let rtc = &mut session.rtc;
         let scratch = &mut self.nack_scratch;
         let recent = &self.recent;
-        let handed = guarded(&mut self.io, id, poisoned, |_| {
-            let slots = slots.iter().map(|s| (s.mid, &s.egress));
-            egress::answer_nacks(rtc, slots, recent, now, *rtx_history, scratch)
+        let handed = guarded(&mut self.io, id, &mut session.poisoned, |_| {
+            let history = subscriber.rtx_history();
+            let slots = subscriber.slots.iter().map(|s| (s.mid, &s.out.egress));
+            egress::answer_nacks(rtc, slots, recent, now, history, scratch)
         })
         .unwrap_or(0);
         if handed > 0 {
@@ -722,8 +807,8 @@ impl Engine {
                 now,
                 kernel_rx,
                 id,
-                &mut p.rtc,
-                &mut p.poisoned,
+                &mut p.session.rtc,
+                &mut p.session.poisoned,
             );
         }
     }
@@ -735,27 +820,34 @@ impl Engine {
     /// leaves waits for the next call (`poll_timeout` says it is due).
     fn drain_pending(&mut self) {
         for _ in 0..4 {
-            let Some(at) = self.io.pending_at.take() else {
+            let Some(at) = self.io.batch.at.take() else {
                 return;
             };
-            let mut ids = std::mem::take(&mut self.io.pending);
+            let mut ids = std::mem::take(&mut self.io.batch.pending);
             for id in ids.drain(..) {
                 let Some(p) = self.participants.get_mut(&id) else {
                     continue;
                 };
                 // The own egress's datagrams first, in the order written.
-                for t in p.held.drain(..) {
+                for t in p.session.take_held() {
                     self.io.counters.tx_packets += 1;
                     self.io.counters.tx_bytes += t.contents.len() as u64;
                     self.io.out.transmits.push(t);
                 }
-                if std::mem::take(&mut p.undrained) | std::mem::take(&mut p.counted_in) {
-                    drain_rtc(&mut self.io, at, None, id, &mut p.rtc, &mut p.poisoned);
+                if p.session.take_rtc_drain() {
+                    drain_rtc(
+                        &mut self.io,
+                        at,
+                        None,
+                        id,
+                        &mut p.session.rtc,
+                        &mut p.session.poisoned,
+                    );
                 }
             }
             // The list's allocation is kept for the next batch.
-            if self.io.pending.is_empty() {
-                self.io.pending = ids;
+            if self.io.batch.pending.is_empty() {
+                self.io.batch.pending = ids;
             }
             self.settle(at);
         }
@@ -764,7 +856,7 @@ impl Engine {
     /// Deferred drains share one instant (each pending subscriber's clock
     /// was fed with it): work at another instant ends the batch first.
     fn end_batch_unless_at(&mut self, now: Instant) {
-        if self.io.pending_at.is_some_and(|t| t != now) {
+        if self.io.batch.at.is_some_and(|t| t != now) {
             self.drain_pending();
         }
     }
@@ -777,22 +869,22 @@ impl Engine {
                 self.on_event(now, q);
                 continue;
             }
-            if let Some((id, reason, detail)) = self.io.doomed.pop() {
+            if let Some((id, reason, detail)) = self.io.todo.doomed.pop() {
                 self.evict(now, id, reason, detail);
                 continue;
             }
-            if let Some(key) = self.io.keyframes_wanted.pop() {
+            if let Some(key) = self.io.todo.keyframes_wanted.pop() {
                 self.request_keyframe(now, key);
                 continue;
             }
-            if let Some(id) = self.io.realloc.pop() {
-                if !self.io.realloc.contains(&id) {
+            if let Some(id) = self.io.todo.realloc.pop() {
+                if !self.io.todo.realloc.contains(&id) {
                     self.allocate(now, id);
                 }
                 continue;
             }
-            if let Some(id) = self.io.slots_dirty.pop() {
-                if !self.io.slots_dirty.contains(&id) {
+            if let Some(id) = self.io.todo.slots_dirty.pop() {
+                if !self.io.todo.slots_dirty.contains(&id) {
                     self.send_slots(now, id);
                 }
                 continue;
@@ -814,26 +906,32 @@ impl Engine {
                 let Some(p) = self.participants.get_mut(&id) else {
                     return;
                 };
-                p.stats.keyframe_requests_received += 1;
-                let source = p.slots.iter().find(|s| s.mid == req.mid).and_then(|s| {
-                    let layer = s.current.or(s.target)?;
-                    Some(LayerKey {
-                        track: s.source?,
-                        layer,
-                    })
-                });
+                p.session.stats.keyframe_requests_received += 1;
+                let source = p
+                    .subscriber
+                    .slots
+                    .iter()
+                    .find(|s| s.mid == req.mid)
+                    .and_then(|s| {
+                        let layer = s.layer.current.or(s.layer.target)?;
+                        Some(LayerKey {
+                            track: s.source?,
+                            layer,
+                        })
+                    });
                 if let Some(key) = source {
                     self.request_keyframe(now, key);
                 }
             }
             Event::Connected => {
                 if let Some(p) = self.participants.get_mut(&id) {
-                    p.connected = true;
+                    p.session.connected = true;
                 }
                 self.io.out.control.push(ShardEvent::Connected { id });
             }
             Event::IceConnectionStateChange(IceConnectionState::Disconnected) => {
                 self.io
+                    .todo
                     .doomed
                     .push((id, LeaveReason::IceDisconnected, None));
             }
@@ -841,7 +939,7 @@ impl Engine {
                 IceConnectionState::Connected | IceConnectionState::Completed,
             ) => {
                 if let Some(p) = self.participants.get_mut(&id) {
-                    p.trail.ice_connected = true;
+                    p.session.trail.ice_connected = true;
                 }
             }
             Event::ChannelOpen(cid, _label) => self.on_channel_open(now, id, cid),
@@ -849,8 +947,8 @@ impl Engine {
                 if let Some(p) = self.participants.get_mut(&id) {
                     // A climb counts on the lowest estimate of the last
                     // seconds (a fall holds it back that long).
-                    p.note_estimate(now, estimate.as_u64());
-                    self.io.realloc.push(id);
+                    p.subscriber.downlink.note_estimate(now, estimate.as_u64());
+                    self.io.todo.realloc.push(id);
                 }
             }
             Event::ChannelData(d) => self.on_channel_data(now, id, d),
@@ -863,7 +961,7 @@ impl Engine {
                 if let Event::PeerStats(st) = &ev
                     && let Some(p) = self.participants.get_mut(&id)
                 {
-                    p.fit_rtx_history(st.rtt);
+                    p.subscriber.fit_rtx_history(&mut p.session.rtc, st.rtt);
                 }
                 self.on_stats(id, ev);
             }
@@ -894,11 +992,11 @@ impl Engine {
         p.negotiated(now);
         self.io.out.control.push(ShardEvent::LinesChanged {
             id,
-            tracks: p.track_lines(),
-            slots: p.slot_lines(),
+            tracks: p.publisher.track_lines(),
+            slots: p.subscriber.slot_lines(),
         });
         // New slots are announced (empty or filled) right away.
-        self.io.slots_dirty.push(id);
+        self.io.todo.slots_dirty.push(id);
         self.assign_slots(id);
     }
 
@@ -909,6 +1007,7 @@ impl Engine {
         let track = key.track;
         if let Some(p) = self.participants.get_mut(&track.participant) {
             let Some(t) = p
+                .publisher
                 .tracks
                 .iter()
                 .find(|t| t.mid == track.mid && t.kind == MediaKind::Video)
@@ -919,12 +1018,17 @@ impl Engine {
             if (rid.is_none() && key.layer != 0) || !self.keyframes.request(now, key) {
                 return;
             }
-            let requested = guarded(&mut self.io, track.participant, &mut p.poisoned, |_| {
-                let mut api = p.rtc.direct_api();
-                api.stream_rx_by_mid(track.mid, rid)
-                    .map(|rx| rx.request_keyframe(KeyframeRequestKind::Pli))
-                    .is_some()
-            });
+            let requested = guarded(
+                &mut self.io,
+                track.participant,
+                &mut p.session.poisoned,
+                |_| {
+                    let mut api = p.session.rtc.direct_api();
+                    api.stream_rx_by_mid(track.mid, rid)
+                        .map(|rx| rx.request_keyframe(KeyframeRequestKind::Pli))
+                        .is_some()
+                },
+            );
             if requested == Some(true) {
                 self.io.counters.keyframe_requests_sent += 1;
                 tracing::debug!(publisher = %track.participant, mid = %track.mid, layer = key.layer, "keyframe requested");
@@ -956,7 +1060,7 @@ impl Engine {
         let Some(room) = self.rooms.get(&p.room) else {
             return;
         };
-        let a = policy::assign(&mut p.slots, room, id);
+        let a = policy::assign(&mut p.subscriber.slots, room, id);
         self.assigned(id, a);
     }
 
@@ -1009,28 +1113,47 @@ impl Engine {
         };
         self.io.counters.participants_removed += 1;
         // A poisoned `Rtc` is only dropped: closing it would call into it.
-        let closable = !p.poisoned
-            && guarded(&mut self.io, id, &mut p.poisoned, |_| p.rtc.is_alive()) == Some(true);
+        let closable = !p.session.poisoned
+            && guarded(&mut self.io, id, &mut p.session.poisoned, |_| {
+                p.session.rtc.is_alive()
+            }) == Some(true);
         if closable {
             // The last word on the data channel says why, then DTLS closes.
-            if let Some(cid) = p.channel
+            if let Some(cid) = p.session.channel
                 && let Ok(bye) = serde_json::to_string(&RoomEvent::Bye {
                     reason: reason.as_str(),
                 })
             {
-                let _ = guarded(&mut self.io, id, &mut p.poisoned, |_| {
-                    p.rtc
+                let _ = guarded(&mut self.io, id, &mut p.session.poisoned, |_| {
+                    p.session
+                        .rtc
                         .channel(cid)
                         .map(|mut ch| ch.write(false, bye.as_bytes()))
                 });
-                drain_rtc(&mut self.io, now, None, id, &mut p.rtc, &mut p.poisoned);
+                drain_rtc(
+                    &mut self.io,
+                    now,
+                    None,
+                    id,
+                    &mut p.session.rtc,
+                    &mut p.session.poisoned,
+                );
             }
-            let _ = guarded(&mut self.io, id, &mut p.poisoned, |_| p.rtc.close());
-            drain_rtc(&mut self.io, now, None, id, &mut p.rtc, &mut p.poisoned);
+            let _ = guarded(&mut self.io, id, &mut p.session.poisoned, |_| {
+                p.session.rtc.close()
+            });
+            drain_rtc(
+                &mut self.io,
+                now,
+                None,
+                id,
+                &mut p.session.rtc,
+                &mut p.session.poisoned,
+            );
         }
         // Events of a participant that is leaving are moot.
         self.io.events.retain(|q| q.id != id);
-        self.io.doomed.retain(|(d, ..)| *d != id);
+        self.io.todo.doomed.retain(|(d, ..)| *d != id);
         self.io.timers.forget(id);
         self.demux.remove(id);
         if !reason.requested() {
@@ -1075,7 +1198,7 @@ fn leave_detail(
     now: Instant,
     connect_timeout: Duration,
 ) -> String {
-    let t = &p.trail;
+    let t = &p.session.trail;
     let silent = match t.last_rx {
         Some(at) => format!(
             "no response from the client for {:.1} s",
@@ -1097,7 +1220,9 @@ fn leave_detail(
         .unwrap_or_default();
     let said = detail.unwrap_or_else(|| "no detail".to_string());
     match reason {
-        LeaveReason::IceDisconnected if p.connected => format!("ICE consent failed: {silent}"),
+        LeaveReason::IceDisconnected if p.session.connected => {
+            format!("ICE consent failed: {silent}")
+        }
         LeaveReason::IceDisconnected => {
             format!("ICE failed before the connection was up: {stage}; {silent}{dtls}")
         }
@@ -1116,6 +1241,20 @@ fn leave_detail(
         LeaveReason::Shutdown => "the server is shutting down".to_string(),
         LeaveReason::Replaced => "replaced by a new join of its identity".to_string(),
     }
+}
+
+/// The counter a dropped datagram goes to.
+type DropCounter = fn(&mut Counters) -> &mut u64;
+
+/// What became of a datagram handed to an `Rtc` ([`Engine::hand_to_rtc`]).
+enum Fed {
+    /// str0m took it; `srtcp_dropped`: an SRTCP packet it dropped for
+    /// failed authentication (str0m patch 27).
+    Taken { srtcp_dropped: bool },
+    /// Refused: the counter of why.
+    Refused(DropCounter),
+    /// The participant's handling panicked (it is poisoned and doomed).
+    Panicked,
 }
 
 /// An RTP packet (version 2, not RTCP by RFC 5761's payload type range).

@@ -189,7 +189,11 @@ mod tests {
         let a = assign(&mut slots, &room(&[1, 2, 3, 4]), me);
         assert_eq!(shown(&slots), vec![Some(2), Some(3)]);
         assert_eq!(a.new_sources, vec![track(2), track(3)]);
-        assert!(slots.iter().all(|s| s.current.is_none() && s.fresh));
+        assert!(
+            slots
+                .iter()
+                .all(|s| s.layer.current.is_none() && s.layer.fresh)
+        );
         // Nothing changed: nothing to tell.
         assert_eq!(
             assign(&mut slots, &room(&[1, 2, 3, 4]), me),

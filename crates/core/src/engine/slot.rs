@@ -62,18 +62,23 @@ pub(super) struct Slot {
     pub(super) kind: MediaKind,
     pub(super) source: Option<TrackKey>,
     pub(super) pinned: bool,
+    pub(super) view: View,
+    /// Which of its source's layers it forwards and aims at.
+    pub(super) layer: Layer,
+    /// How its packets are written: payload type, numbering, egress.
+    pub(super) out: Outgoing,
+}
+
+/// Which layer of its source a slot forwards, which one it aims at, and
+/// when that last moved.
+#[derive(Debug)]
+pub(super) struct Layer {
     /// The source layer (stable id: its rid's position in the publisher's
     /// offer, 0 without simulcast) forwarded now; `None` until a keyframe of
     /// `target` starts one (video).
     pub(super) current: Option<u8>,
     /// The layer the allocation chose; `None`: video paused.
     pub(super) target: Option<u8>,
-    pub(super) view: View,
-    /// Cached payload-type mapping: publisher codec -> this leg's pt.
-    pub(super) pt_map: Option<(CodecSpec, Pt)>,
-    pub(super) rewriter: Rewriter,
-    pub(super) pictures: PictureIds,
-    pub(super) temporal: Temporal,
     /// Layer switches (not counting the first layer of a source).
     pub(super) switches: u64,
     /// A new source since the last allocation (it needs a keyframe of
@@ -82,6 +87,31 @@ pub(super) struct Slot {
     /// When the allocation last changed the target, and last moved it down.
     pub(super) last_move: Option<Instant>,
     pub(super) last_down: Option<Instant>,
+}
+
+impl Default for Layer {
+    fn default() -> Self {
+        Layer {
+            current: None,
+            target: Some(0),
+            switches: 0,
+            fresh: false,
+            last_move: None,
+            last_down: None,
+        }
+    }
+}
+
+/// How a slot's packets are written: the payload type its leg uses for the
+/// source's codec, the rewriting that keeps its numbering continuous, and
+/// its side of the shard's own egress.
+#[derive(Debug, Default)]
+pub(super) struct Outgoing {
+    /// Cached payload-type mapping: publisher codec -> this leg's pt.
+    pub(super) pt_map: Option<(CodecSpec, Pt)>,
+    pub(super) rewriter: Rewriter,
+    pub(super) pictures: PictureIds,
+    pub(super) temporal: Temporal,
     /// Its side of the shard's own egress: extension ids, resend history.
     pub(super) egress: super::egress::SlotEgress,
 }
@@ -93,18 +123,9 @@ impl Slot {
             kind,
             source: None,
             pinned: false,
-            current: None,
-            target: Some(0),
             view: View::default(),
-            pt_map: None,
-            rewriter: Rewriter::default(),
-            pictures: PictureIds::default(),
-            temporal: Temporal::default(),
-            egress: super::egress::SlotEgress::default(),
-            switches: 0,
-            fresh: false,
-            last_move: None,
-            last_down: None,
+            layer: Layer::default(),
+            out: Outgoing::default(),
         }
     }
 
@@ -116,14 +137,14 @@ impl Slot {
             return false;
         }
         self.source = source;
-        self.pt_map = None;
-        self.current = None;
-        self.target = Some(0);
-        self.fresh = source.is_some();
-        self.last_move = None;
-        self.last_down = None;
-        self.rewriter.rebase();
-        self.pictures.rebase();
+        self.out.pt_map = None;
+        self.layer.current = None;
+        self.layer.target = Some(0);
+        self.layer.fresh = source.is_some();
+        self.layer.last_move = None;
+        self.layer.last_down = None;
+        self.out.rewriter.rebase();
+        self.out.pictures.rebase();
         true
     }
 
@@ -133,11 +154,11 @@ impl Slot {
         if self.kind == MediaKind::Audio {
             return Admit::Forward { switched: false };
         }
-        let Some(target) = self.target else {
-            self.current = None;
+        let Some(target) = self.layer.target else {
+            self.layer.current = None;
             return Admit::Skip;
         };
-        if self.current == Some(layer) {
+        if self.layer.current == Some(layer) {
             return Admit::Forward { switched: false };
         }
         if layer != target {
@@ -146,16 +167,16 @@ impl Slot {
         if !keyframe {
             return Admit::WaitKeyframe(target);
         }
-        let switched = self.current.is_some();
+        let switched = self.layer.current.is_some();
         // A new layer starts whole (its keyframe is a base-layer frame);
         // the allocation reduces it again if it must.
-        self.temporal = Temporal::default();
+        self.out.temporal = Temporal::default();
         if switched {
-            self.switches += 1;
-            self.rewriter.rebase();
-            self.pictures.rebase();
+            self.layer.switches += 1;
+            self.out.rewriter.rebase();
+            self.out.pictures.rebase();
         }
-        self.current = Some(layer);
+        self.layer.current = Some(layer);
         Admit::Forward { switched }
     }
 }
@@ -457,16 +478,16 @@ mod tests {
         assert_eq!(s.admit(0, true), Admit::Forward { switched: false });
         assert_eq!(s.admit(0, false), Admit::Forward { switched: false });
         // Up: layer 0 keeps flowing until layer 2 has a keyframe.
-        s.target = Some(2);
+        s.layer.target = Some(2);
         assert_eq!(s.admit(2, false), Admit::WaitKeyframe(2));
         assert_eq!(s.admit(0, false), Admit::Forward { switched: false });
         assert_eq!(s.admit(2, true), Admit::Forward { switched: true });
         assert_eq!(s.admit(0, false), Admit::Skip);
-        assert_eq!(s.switches, 1);
+        assert_eq!(s.layer.switches, 1);
         // Paused: nothing, at once.
-        s.target = None;
+        s.layer.target = None;
         assert_eq!(s.admit(2, true), Admit::Skip);
-        assert_eq!(s.current, None);
+        assert_eq!(s.layer.current, None);
     }
 
     #[test]
@@ -474,12 +495,12 @@ mod tests {
         let t0 = Instant::now();
         let mut s = video_slot();
         assert_eq!(s.admit(0, true), Admit::Forward { switched: false });
-        let (a, ta) = s.rewriter.rewrite(100, 5_000, 90_000, t0).unwrap();
-        s.target = Some(1);
+        let (a, ta) = s.out.rewriter.rewrite(100, 5_000, 90_000, t0).unwrap();
+        s.layer.target = Some(1);
         assert_eq!(s.admit(1, true), Admit::Forward { switched: true });
         // Layer 1 has its own numbering; the slot continues its own.
         let t1 = t0 + Duration::from_millis(33);
-        let (b, tb) = s.rewriter.rewrite(60_000, 777_777, 90_000, t1).unwrap();
+        let (b, tb) = s.out.rewriter.rewrite(60_000, 777_777, 90_000, t1).unwrap();
         assert_eq!(b, a + 1);
         assert_eq!(tb, ta + 2_970);
     }
@@ -539,21 +560,21 @@ mod tests {
         let mut seq = 500u64;
         for (f, &tid) in tids.iter().enumerate() {
             if f == 1 {
-                s.temporal.want = 0; // from the next TID 0 frame (f = 4)
+                s.out.temporal.want = 0; // from the next TID 0 frame (f = 4)
             }
             if f == 9 {
-                s.temporal.want = u8::MAX; // from f = 12 (none here)
+                s.out.temporal.want = u8::MAX; // from f = 12 (none here)
             }
             let pid = 1000 + f as u16;
             for k in 0..2u8 {
                 let payload = vp8(pid, 7);
                 let d = Vp8Descriptor::parse(&payload).unwrap();
-                if !s.temporal.admit(tid, k == 0) {
-                    s.rewriter.skip(seq);
-                    s.pictures.skip(&d);
+                if !s.out.temporal.admit(tid, k == 0) {
+                    s.out.rewriter.skip(seq);
+                    s.out.pictures.skip(&d);
                 } else {
-                    let (o, _) = s.rewriter.rewrite(seq, 0, 90_000, t0).unwrap();
-                    let (p, _) = patched(&mut s.pictures, &payload);
+                    let (o, _) = s.out.rewriter.rewrite(seq, 0, 90_000, t0).unwrap();
+                    let (p, _) = patched(&mut s.out.pictures, &payload);
                     out.push((f, o, p));
                 }
                 seq += 1;

@@ -17,19 +17,21 @@ impl Engine {
         self.participants
             .values()
             .map(|p| {
-                let mut st = p.stats.clone();
-                st.estimate_bps = p.estimate();
-                st.climb_estimate_bps = p.climb_estimate();
-                st.rtx_history_ms = u64::try_from(p.rtx_history().as_millis()).unwrap_or(u64::MAX);
+                let mut st = p.session.stats.clone();
+                st.estimate_bps = p.subscriber.downlink.estimate();
+                st.climb_estimate_bps = p.subscriber.downlink.climb_estimate();
+                st.rtx_history_ms =
+                    u64::try_from(p.subscriber.rtx_history().as_millis()).unwrap_or(u64::MAX);
                 st.layers = p
+                    .subscriber
                     .slots
                     .iter()
                     .filter(|s| s.kind == MediaKind::Video && s.source.is_some())
                     .map(|s| SlotLayer {
                         mid: s.mid.to_string(),
-                        layer: s.current,
-                        target: s.target,
-                        switches: s.switches,
+                        layer: s.layer.current,
+                        target: s.layer.target,
+                        switches: s.layer.switches,
                     })
                     .collect();
                 st
@@ -44,27 +46,37 @@ impl Engine {
         };
         match ev {
             Event::PeerStats(st) => {
-                p.stats.ingress_loss = st.ingress_loss_fraction;
-                p.stats.egress_loss = st.egress_loss_fraction;
-                p.stats.rtt_ms = st.rtt.map(|d| d.as_secs_f64() * 1e3);
-                p.stats.bytes_in = st.peer_bytes_rx;
-                p.stats.bytes_out = st.peer_bytes_tx;
+                p.session.stats.ingress_loss = st.ingress_loss_fraction;
+                p.session.stats.egress_loss = st.egress_loss_fraction;
+                p.session.stats.rtt_ms = st.rtt.map(|d| d.as_secs_f64() * 1e3);
+                p.session.stats.bytes_in = st.peer_bytes_rx;
+                p.session.stats.bytes_out = st.peer_bytes_tx;
             }
             Event::MediaIngressStats(st) => {
-                let clock = match p.tracks.iter().find(|t| t.mid == st.mid).map(|t| t.kind) {
+                let clock = match p
+                    .publisher
+                    .tracks
+                    .iter()
+                    .find(|t| t.mid == st.mid)
+                    .map(|t| t.kind)
+                {
                     Some(MediaKind::Audio) => 48.0,
                     _ => 90.0,
                 };
                 let jitter = f64::from(st.jitter) / clock;
-                p.stats.ingress_jitter_ms =
-                    Some(p.stats.ingress_jitter_ms.map_or(jitter, |j| j.max(jitter)));
-                let d = p.nack_delta(st.mid, false, st.nacks);
-                p.stats.nacks_sent += d;
+                p.session.stats.ingress_jitter_ms = Some(
+                    p.session
+                        .stats
+                        .ingress_jitter_ms
+                        .map_or(jitter, |j| j.max(jitter)),
+                );
+                let d = p.session.nack_delta(st.mid, false, st.nacks);
+                p.session.stats.nacks_sent += d;
                 self.io.counters.nacks_sent += d;
             }
             Event::MediaEgressStats(st) => {
-                let d = p.nack_delta(st.mid, true, st.nacks);
-                p.stats.nacks_received += d;
+                let d = p.session.nack_delta(st.mid, true, st.nacks);
+                p.session.stats.nacks_received += d;
                 self.io.counters.nacks_received += d;
             }
             _ => {}
@@ -136,7 +148,7 @@ mod tests {
     }
 
     fn stats(e: &mut Engine) -> ParticipantStats {
-        participant(e, ID).stats.clone()
+        participant(e, ID).session.stats.clone()
     }
 
     #[test]
@@ -221,13 +233,15 @@ mod tests {
         let t0 = Instant::now();
         let mut e = setup(t0);
         let p = participant(&mut e, ID);
-        p.slots[0].set_source(Some(track(2, "a"))); // audio: not a layer
-        p.slots[2].set_source(Some(track(2, "v")));
-        p.slots[2].current = Some(1);
-        p.slots[2].target = Some(2);
-        p.slots[2].switches = 3;
-        p.note_estimate(t0, 900_000);
-        p.note_estimate(t0 + Duration::from_millis(100), 1_500_000);
+        p.subscriber.slots[0].set_source(Some(track(2, "a"))); // audio: not a layer
+        p.subscriber.slots[2].set_source(Some(track(2, "v")));
+        p.subscriber.slots[2].layer.current = Some(1);
+        p.subscriber.slots[2].layer.target = Some(2);
+        p.subscriber.slots[2].layer.switches = 3;
+        p.subscriber.downlink.note_estimate(t0, 900_000);
+        p.subscriber
+            .downlink
+            .note_estimate(t0 + Duration::from_millis(100), 1_500_000);
         let all = e.participant_stats();
         assert_eq!(all.len(), 1);
         let st = &all[0];
@@ -249,7 +263,7 @@ mod tests {
         );
         assert_eq!(
             Duration::from_millis(st.rtx_history_ms),
-            participant(&mut e, ID).rtx_history()
+            participant(&mut e, ID).subscriber.rtx_history()
         );
     }
 }
