@@ -134,17 +134,17 @@ pub(super) fn guarded<R>(
 
 /// Drains one `Rtc` to its next timeout (str0m's invariant): datagrams into
 /// the outputs, events into the queue (stamped with `kernel_rx`), the
-/// deadline into the timers. A free function so that a participant's fields
+/// deadline into the timers. A free function so that a participant's parts
 /// can be borrowed apart (its slots while its `Rtc` drains).
 pub(super) fn drain_rtc(
     io: &mut Io,
     now: Instant,
     kernel_rx: Option<Duration>,
     id: ParticipantId,
-    rtc: &mut str0m::Rtc,
-    poisoned: &mut bool,
+    session: &mut Session,
 ) {
-    let _ = guarded(io, id, poisoned, |io| {
+    let rtc = &mut session.rtc;
+    let _ = guarded(io, id, &mut session.poisoned, |io| {
         drain_unguarded(io, now, kernel_rx, id, rtc)
     });
 }
@@ -421,11 +421,10 @@ mod tests {
     fn a_drain_leaves_the_rtc_a_future_deadline_and_dooms_nobody_alive() {
         let now = Instant::now();
         let mut io = Io::default();
-        let mut rtc = rtc(now);
-        let mut poisoned = false;
-        drain_rtc(&mut io, now, None, ID, &mut rtc, &mut poisoned);
+        let mut session = Session::new(ID, rtc(now));
+        drain_rtc(&mut io, now, None, ID, &mut session);
         assert!(io.todo.doomed.is_empty(), "{:?}", io.todo.doomed);
-        assert!(!poisoned);
+        assert!(!session.poisoned);
         // str0m's deadline is now the engine's: due work was fed back at
         // once, so what is left is later than now.
         let next = io.timers.next().expect("a deadline for the participant");
@@ -437,10 +436,9 @@ mod tests {
     fn a_closed_rtc_is_doomed_as_closed_at_its_drain() {
         let now = Instant::now();
         let mut io = Io::default();
-        let mut rtc = rtc(now);
-        let mut poisoned = false;
-        rtc.disconnect();
-        drain_rtc(&mut io, now, None, ID, &mut rtc, &mut poisoned);
+        let mut session = Session::new(ID, rtc(now));
+        session.rtc.disconnect();
+        drain_rtc(&mut io, now, None, ID, &mut session);
         assert_eq!(io.todo.doomed.len(), 1, "{:?}", io.todo.doomed);
         assert_eq!(io.todo.doomed[0].0, ID);
         assert_eq!(io.todo.doomed[0].1, LeaveReason::Closed);
@@ -450,10 +448,10 @@ mod tests {
     fn a_poisoned_participant_is_not_drained() {
         let now = Instant::now();
         let mut io = Io::default();
-        let mut rtc = rtc(now);
-        let mut poisoned = true;
-        rtc.disconnect();
-        drain_rtc(&mut io, now, None, ID, &mut rtc, &mut poisoned);
+        let mut session = Session::new(ID, rtc(now));
+        session.poisoned = true;
+        session.rtc.disconnect();
+        drain_rtc(&mut io, now, None, ID, &mut session);
         assert!(
             io.todo.doomed.is_empty(),
             "its `Rtc` is never touched again"

@@ -621,14 +621,7 @@ impl Engine {
         if session.take_rtc_drain() {
             // Media forwarded to it, or received from it on the own
             // ingress, this batch: drained before its input.
-            drain_rtc(
-                &mut self.io,
-                now,
-                None,
-                id,
-                &mut session.rtc,
-                &mut session.poisoned,
-            );
+            drain_rtc(&mut self.io, now, None, id, session);
         }
         let fault = session.connected && session.injected_panic();
         // str0m patch 27: its count of SRTCP that failed authentication,
@@ -802,14 +795,7 @@ impl Engine {
 
     fn drain(&mut self, now: Instant, kernel_rx: Option<Duration>, id: ParticipantId) {
         if let Some(p) = self.participants.get_mut(&id) {
-            drain_rtc(
-                &mut self.io,
-                now,
-                kernel_rx,
-                id,
-                &mut p.session.rtc,
-                &mut p.session.poisoned,
-            );
+            drain_rtc(&mut self.io, now, kernel_rx, id, &mut p.session);
         }
     }
 
@@ -835,14 +821,7 @@ impl Engine {
                     self.io.out.transmits.push(t);
                 }
                 if p.session.take_rtc_drain() {
-                    drain_rtc(
-                        &mut self.io,
-                        at,
-                        None,
-                        id,
-                        &mut p.session.rtc,
-                        &mut p.session.poisoned,
-                    );
+                    drain_rtc(&mut self.io, at, None, id, &mut p.session);
                 }
             }
             // The list's allocation is kept for the next batch.
@@ -1130,26 +1109,12 @@ impl Engine {
                         .channel(cid)
                         .map(|mut ch| ch.write(false, bye.as_bytes()))
                 });
-                drain_rtc(
-                    &mut self.io,
-                    now,
-                    None,
-                    id,
-                    &mut p.session.rtc,
-                    &mut p.session.poisoned,
-                );
+                drain_rtc(&mut self.io, now, None, id, &mut p.session);
             }
             let _ = guarded(&mut self.io, id, &mut p.session.poisoned, |_| {
                 p.session.rtc.close()
             });
-            drain_rtc(
-                &mut self.io,
-                now,
-                None,
-                id,
-                &mut p.session.rtc,
-                &mut p.session.poisoned,
-            );
+            drain_rtc(&mut self.io, now, None, id, &mut p.session);
         }
         // Events of a participant that is leaving are moot.
         self.io.events.retain(|q| q.id != id);
