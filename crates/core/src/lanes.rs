@@ -19,11 +19,18 @@
 //! not queued twice. It holds at most one message per (peer, track) and per
 //! (peer, layer), which is what the rooms hold, not what time brings.
 //!
+//! While the outbox holds anything, the sender tries again after
+//! [`ControlOutbox::retry_in`]: 1 ms, doubling with each flush that hands
+//! nothing over, up to 16 ms (a peer that is gone for good, with
+//! `--on-shard-failure continue`, costs its senders about 60 wake-ups a
+//! second, not 1 000), and back to 1 ms once a flush hands something over.
+//!
 //! Owns: which lane a message takes and the sender's outbox. Must not: know
 //! how a lane is built (a lock-free queue between pinned threads, a channel
 //! between tasks, the simulator's deques): the caller hands in `push`.
 
 use std::collections::VecDeque;
+use std::time::Duration;
 
 use crate::engine::PeerMsg;
 use crate::ids::ShardId;
@@ -67,7 +74,14 @@ impl PeerMsg {
 #[derive(Debug, Default)]
 pub struct ControlOutbox {
     pending: VecDeque<(ShardId, PeerMsg)>,
+    /// Flushes in a row that handed nothing over while messages waited.
+    misses: u32,
 }
+
+/// The first wait before the outbox tries a full lane again...
+pub const RETRY_MIN: Duration = Duration::from_millis(1);
+/// ...and the longest, after flushes that handed nothing over.
+pub const RETRY_MAX: Duration = Duration::from_millis(16);
 
 impl ControlOutbox {
     pub fn new() -> Self {
@@ -117,7 +131,23 @@ impl ControlOutbox {
             }
         }
         self.pending = keep;
+        self.misses = if delivered != 0 || self.pending.is_empty() {
+            0
+        } else {
+            self.misses.saturating_add(1)
+        };
         delivered
+    }
+
+    /// When to flush again if nothing else wakes the sender: `None` while
+    /// nothing waits; else [`RETRY_MIN`], doubled for each flush in a row
+    /// that handed nothing over, up to [`RETRY_MAX`].
+    pub fn retry_in(&self) -> Option<Duration> {
+        if self.pending.is_empty() {
+            return None;
+        }
+        let doublings = self.misses.saturating_sub(1).min(8);
+        Some(RETRY_MIN.saturating_mul(1 << doublings).min(RETRY_MAX))
     }
 
     /// Messages waiting.
@@ -198,6 +228,33 @@ mod tests {
                 Err(m)
             }
         }
+    }
+
+    #[test]
+    fn a_lane_that_stays_full_is_tried_less_often_and_one_with_room_at_once() {
+        let ms = Duration::from_millis;
+        let mut out = ControlOutbox::new();
+        let mut lane = Lane {
+            got: vec![],
+            room: 0,
+        };
+        assert_eq!(out.retry_in(), None, "nothing waits");
+        out.send(ShardId(1), keyframe(1), |t, m| lane.push(t, m));
+        let mut waits = vec![out.retry_in()];
+        for _ in 0..6 {
+            out.flush(|t, m| lane.push(t, m));
+            waits.push(out.retry_in());
+        }
+        let waits: Vec<Duration> = waits.into_iter().flatten().collect();
+        assert_eq!(waits, [1, 2, 4, 8, 16, 16, 16].map(ms));
+        // A message handed over (to this peer or another) starts over.
+        out.send(ShardId(1), demand(2, 1), |t, m| lane.push(t, m));
+        lane.room = 1;
+        out.flush(|t, m| lane.push(t, m));
+        assert_eq!(out.retry_in(), Some(RETRY_MIN), "one left, progress made");
+        lane.room = 2;
+        out.flush(|t, m| lane.push(t, m));
+        assert_eq!(out.retry_in(), None);
     }
 
     #[test]

@@ -88,9 +88,6 @@ const READER_CTL: usize = 4096;
 const HUB_INBOX: usize = 4096;
 /// Messages a participant task handles per wake-up before it sends.
 const BUDGET: usize = 256;
-/// How soon a task tries again to hand a peer the control messages its
-/// full inbox refused.
-const OUTBOX_RETRY: Duration = Duration::from_millis(1);
 /// Batches the reader reads per wake-up before it looks at its control queue.
 const MAX_BATCHES_PER_WAKE: usize = 8;
 /// Datagrams it reads per wake-up (a GRO message counts as its datagrams;
@@ -648,11 +645,10 @@ impl Task {
                 .engine
                 .poll_timeout()
                 .map_or(next_report, |t| t.min(next_report));
-            let deadline = if self.outbox.is_empty() {
-                deadline
-            } else {
-                deadline.min(Instant::now() + OUTBOX_RETRY)
-            };
+            let deadline = self
+                .outbox
+                .retry_in()
+                .map_or(deadline, |r| deadline.min(Instant::now() + r));
             tokio::select! {
                 biased;
                 cmd = inbox.cmds.recv() => {

@@ -72,9 +72,6 @@ const MAX_DATAGRAMS_PER_WAKE: usize = MAX_BATCHES_PER_WAKE * udp::BATCH;
 const MAX_TCP_FRAMES_PER_WAKE: usize = 256;
 /// Peer messages handled per wake-up.
 const PEER_BUDGET: usize = 4096;
-/// How soon a shard tries again to hand a peer the control messages its
-/// full control lane refused ([`ControlOutbox`]).
-const OUTBOX_RETRY: Duration = Duration::from_millis(1);
 /// How often a shard reports its figures to the control thread.
 const REPORT_INTERVAL: Duration = Duration::from_millis(250);
 
@@ -292,11 +289,10 @@ async fn run(
         let deadline = accept_rest.map_or(deadline, |t| t.min(deadline));
         // A peer's full control lane: try again shortly (the flush after
         // the timer sends what the outbox holds first).
-        let deadline = if d.outbox.is_empty() {
-            deadline
-        } else {
-            deadline.min(Instant::now() + OUTBOX_RETRY)
-        };
+        let deadline = d
+            .outbox
+            .retry_in()
+            .map_or(deadline, |r| deadline.min(Instant::now() + r));
         tokio::select! {
             biased;
             cmd = commands.recv() => {
