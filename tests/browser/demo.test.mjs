@@ -1,7 +1,7 @@
 // The demo page at / with real Chromium participants: two see and hear each
 // other, a third appears on both grids, the grid fills the window and reflows
 // on resize, the active speaker's tile is highlighted, muting shows on every
-// grid, leavers disappear, and a screenshot of a two-participant grid lands in
+// grid, a chat message reaches the others, leavers disappear, and a screenshot of a two-participant grid lands in
 // docs/screenshots/grid.png.
 
 import assert from 'node:assert/strict';
@@ -152,6 +152,19 @@ describe('demo page', () => {
     await waitMediaFlowing(pages.alice, carolMid, 'video');
     const names = await pages.bob.evaluate((id) => window.corelay.tiles().find((t) => t.participant === id)?.name, ids.carol);
     assert.equal(names, 'Carol');
+  });
+
+  step('a chat message reaches the others through the server, not the sender twice', async () => {
+    await pages.alice.fill('#chat-text', 'hello from alice');
+    await pages.alice.click('#chat-form button');
+    for (const who of ['bob', 'carol']) {
+      const line = await waitInPage(pages[who], () => [...document.querySelectorAll('#chat-log li')]
+        .map((li) => li.textContent).find((t) => t.includes('hello from alice')), undefined,
+      { what: 'the chat line' });
+      assert.equal(line, 'Alice: hello from alice');
+    }
+    const own = await pages.alice.evaluate(() => [...document.querySelectorAll('#chat-log li')].map((li) => li.textContent));
+    assert.deepEqual(own, ['you: hello from alice']);
   });
 
   step('the grid fills the window and reflows: largest 16:9 tiles, no overlap, no scrollbars', async () => {

@@ -56,6 +56,22 @@ pub enum RoomEvent {
         mid: String,
         active: Vec<String>,
     },
+    /// An application message from another participant (`from`: its id,
+    /// `name`: its display name), to the whole room (`to` null) or to the
+    /// ids in `to`.
+    Message {
+        from: String,
+        name: String,
+        to: Option<Vec<String>>,
+        topic: String,
+        payload: serde_json::Value,
+    },
+    /// A request of this participant's that was refused, and why (a
+    /// message is never dropped without one).
+    Error {
+        request: &'static str,
+        reason: &'static str,
+    },
 }
 
 /// What a client may ask for on the data channel.
@@ -78,6 +94,15 @@ pub enum ClientRequest {
         height: u16,
         #[serde(default)]
         quality: Option<Quality>,
+    },
+    /// An application message to the room (`to` absent or null) or to the
+    /// participants named in `to`, on `topic`, with any JSON `payload`.
+    Message {
+        #[serde(default)]
+        to: Option<Vec<String>>,
+        topic: String,
+        #[serde(default)]
+        payload: serde_json::Value,
     },
 }
 

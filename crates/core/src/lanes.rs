@@ -50,7 +50,9 @@ impl PeerMsg {
     pub fn lane(&self) -> Lane {
         match self {
             PeerMsg::Media { .. } => Lane::Media,
-            PeerMsg::KeyframeRequest { .. } | PeerMsg::LayerDemand { .. } => Lane::Control,
+            PeerMsg::KeyframeRequest { .. }
+            | PeerMsg::LayerDemand { .. }
+            | PeerMsg::Message { .. } => Lane::Control,
         }
     }
 

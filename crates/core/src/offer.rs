@@ -158,6 +158,8 @@ pub struct ParticipantLimits {
     pub max_addrs: usize,
     /// Data-channel requests per second (token bucket; bursts of twice that).
     pub requests_per_second: u32,
+    /// The largest application message (its whole request), bytes.
+    pub max_message_bytes: usize,
 }
 
 impl Default for ParticipantLimits {
@@ -166,6 +168,7 @@ impl Default for ParticipantLimits {
             connect_timeout: Duration::from_secs(15),
             max_addrs: 8,
             requests_per_second: 20,
+            max_message_bytes: 16 * 1024,
         }
     }
 }
@@ -265,6 +268,9 @@ pub struct Accepted {
     /// The codec this join gives its room: set when the room had none and
     /// the offer publishes video.
     pub room_codec: Option<VideoCodec>,
+    /// It may send application messages (the token's `publish_data`; true
+    /// unless the control thread says otherwise).
+    pub publish_data: bool,
 }
 
 impl std::fmt::Debug for Accepted {
@@ -436,6 +442,7 @@ pub fn accept_offer_with_ice(
             slots: lines.slots,
             codecs,
             room_codec,
+            publish_data: true,
         })
     });
     accepted.map_err(refused_by_panic)?

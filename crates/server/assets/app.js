@@ -838,6 +838,41 @@
     $('roster').hidden = false;
   }
 
+  // Chat: application messages on the topic `chat` (docs/api.md), and the
+  // server's refusals of our own.
+  function chatLine(who, text, cls) {
+    const li = document.createElement('li');
+    if (cls) li.className = cls;
+    const b = document.createElement('b');
+    b.textContent = who;
+    li.append(b, ' ', text);
+    const log = $('chat-log');
+    log.append(li);
+    while (log.children.length > 200) log.firstElementChild.remove();
+    li.scrollIntoView({ block: 'nearest' });
+  }
+
+  function onChatMessage(e) {
+    const m = e.detail;
+    if (m.topic !== 'chat') return;
+    const text = typeof m.payload?.text === 'string' ? m.payload.text : JSON.stringify(m.payload);
+    chatLine(`${m.name || m.from}:`, text);
+  }
+
+  function onServerError(e) {
+    chatLine('server:', `${e.detail.request} refused (${e.detail.reason})`, 'error');
+  }
+
+  function sendChat(ev) {
+    ev.preventDefault();
+    const input = $('chat-text');
+    const text = input.value.trim();
+    if (!text || !session) return;
+    session.send({ type: 'message', topic: 'chat', payload: { text } });
+    chatLine('you:', text, 'me');
+    input.value = '';
+  }
+
   async function join(ev) {
     if (ev) ev.preventDefault();
     if (session) return;
@@ -887,6 +922,9 @@
       else if (e.detail.state === 'failed' || e.detail.state === 'error') setStatus(e.detail.detail || e.detail.state, 'error');
     });
     session.addEventListener('roster', renderRoster);
+    session.addEventListener('message', onChatMessage);
+    session.addEventListener('error', onServerError);
+    $('chat').hidden = false;
     session.addEventListener('bye', async (e) => {
       const reason = e.detail.reason;
       await leave();
@@ -929,6 +967,8 @@
     grid.clear();
     await s.leave();
     $('roster').hidden = true;
+    $('chat').hidden = true;
+    $('chat-log').replaceChildren();
     form.hidden = false;
     $('controls').hidden = true;
     $('join').disabled = false;
@@ -951,6 +991,7 @@
   }
 
   form.addEventListener('submit', join);
+  $('chat-form').addEventListener('submit', sendChat);
   $('leave').addEventListener('click', leave);
   $('mute-audio').addEventListener('click', (e) => toggleMute(e.currentTarget, 'audio', 'Mute mic', 'Unmute mic'));
   $('mute-video').addEventListener('click', (e) => toggleMute(e.currentTarget, 'video', 'Stop camera', 'Start camera'));

@@ -179,6 +179,12 @@ pub struct Config {
     #[arg(long, env = "CORELAY_MAX_REQUESTS_PER_SECOND", default_value_t = 20)]
     pub max_requests_per_second: u32,
 
+    /// The largest application message a participant may send on its data
+    /// channel (the whole request, bytes); a larger one is refused with an
+    /// `error` event. SCTP carries at most 256 KiB.
+    #[arg(long, env = "CORELAY_MAX_MESSAGE_BYTES", default_value_t = 16 * 1024, value_parser = clap::value_parser!(u32).range(1024..=262_144))]
+    pub max_message_bytes: u32,
+
     /// A participant whose ICE and DTLS are not up this long after its join
     /// is removed and its admission slot freed (e.g. 15s, 500ms).
     #[arg(long, env = "CORELAY_CONNECT_TIMEOUT", default_value = "15s", value_parser = parse_duration)]
@@ -285,6 +291,9 @@ pub struct TokenArgs {
     /// May not receive.
     #[arg(long)]
     pub no_subscribe: bool,
+    /// May not send application messages on the data channel.
+    #[arg(long)]
+    pub no_publish_data: bool,
     /// Validity: a number with s, m, h or d (30s, 15m, 1h, 2d).
     #[arg(long, default_value = "1h", value_parser = parse_ttl)]
     pub ttl: Duration,

@@ -65,6 +65,7 @@ pub fn run(cfg: Config) -> Result<(), Box<dyn std::error::Error>> {
             connect_timeout: cfg.connect_timeout,
             max_addrs: cfg.max_addrs_per_participant.max(1),
             requests_per_second: cfg.max_requests_per_second.max(1),
+            max_message_bytes: cfg.max_message_bytes as usize,
         },
         ice_tcp,
         bwe_initial_bps: (!cfg.no_bwe).then_some(cfg.bwe_start_kbps.max(50) * 1000),

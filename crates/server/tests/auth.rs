@@ -570,6 +570,49 @@ fn media_flows_for_participants_with_tokens() {
     assert_eq!(json_of(&body)["participants"], 0, "{body}");
 }
 
+/// The token's `publish_data` grant: without it, a message is refused with
+/// an `error` event naming why and reaches nobody; with it (the default,
+/// or `can_publish_data`), the other participant gets it, from the
+/// sender's id.
+#[test]
+fn messages_need_the_publish_data_grant() {
+    let server = start();
+    let spec = |name: &str, grant: Option<bool>| {
+        let mut s = JoinSpec::new(server.base(), "chat", name);
+        s.participant.publish_video = false;
+        s.participant.publish_audio = false;
+        s.participant.video_slots = 0;
+        let mut claims = json!({"sub": name, "room": "chat", "exp": now() + 600});
+        if let Some(g) = grant {
+            claims["can_publish_data"] = json!(g);
+        }
+        s.token = Some(token(claims));
+        s
+    };
+    let muted = corelay_client::join(spec("muted", Some(false))).expect("muted joins");
+    let talker = corelay_client::join(spec("talker", None)).expect("talker joins");
+    let listener = corelay_client::join(spec("listener", Some(true))).expect("listener joins");
+    for p in [&muted, &talker, &listener] {
+        let (ok, s) = p.wait_until(WAIT, |s| !s.events_of_type("welcome").is_empty());
+        assert!(ok, "no welcome: {:?}", s.events);
+    }
+    let msg = |text: &str| json!({"type": "message", "topic": "chat", "payload": text}).to_string();
+    muted.send_event(&msg("from muted"));
+    let (ok, s) = muted.wait_until(WAIT, |s| !s.events_of_type("error").is_empty());
+    assert!(ok, "no error event: {:?}", s.events);
+    assert_eq!(
+        s.events_of_type("error")[0],
+        &json!({"type": "error", "request": "message", "reason": "not_allowed"})
+    );
+    talker.send_event(&msg("from talker"));
+    let (ok, s) = listener.wait_until(WAIT, |s| !s.events_of_type("message").is_empty());
+    assert!(ok, "no message: {:?}", s.events);
+    let got = s.events_of_type("message");
+    assert_eq!(got.len(), 1, "only the granted one: {got:?}");
+    assert_eq!(got[0]["payload"], "from talker");
+    assert_eq!(got[0]["from"], talker.id());
+}
+
 #[test]
 fn corelay_token_mints_what_the_server_accepts() {
     let dir = std::env::temp_dir().join(format!("corelay-auth-test-{}", std::process::id()));

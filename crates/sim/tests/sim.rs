@@ -1681,3 +1681,84 @@ fn sim_a_full_control_lane_is_back_pressure_not_loss() {
     s.run_for(Duration::from_secs(8));
     assert_eq!(active_layers(&s, p), Some(serde_json::json!(["q"])));
 }
+
+/// Sends an application message from `c` (the data channel).
+fn message(s: &mut Sim, c: C, to: Option<&[C]>, topic: &str, payload: serde_json::Value) {
+    let to = to.map(|to| to.iter().map(|&r| s.id(r)).collect::<Vec<_>>());
+    let m = serde_json::json!({"type": "message", "to": to, "topic": topic, "payload": payload});
+    s.participant(c).send_event(&m.to_string());
+}
+
+/// (25) Application messages: to the room, they reach every other member
+/// on both shards (the one on the other shard through a full media lane:
+/// they ride the lossless control lane), in the order sent; to named
+/// members, only those; a refused one comes back as an `error` event and
+/// reaches nobody.
+#[test]
+fn sim_messages_reach_the_room_or_the_named_members_across_shards() {
+    let mut s = sim(25, 2);
+    s.mesh
+        .set_capacity(0, 1, 0, corelay_sim::mesh::CONTROL_CAPACITY);
+    let a = s.join("r", viewer("a", 1), 0);
+    let b = s.join("r", viewer("b", 1), 0);
+    let c = s.join("r", viewer("c", 1), 1);
+    s.run_for(Duration::from_secs(1));
+    for i in 0..5 {
+        message(&mut s, a, None, "chat", serde_json::json!({"n": i}));
+    }
+    message(&mut s, a, Some(&[c]), "dm", serde_json::json!("psst"));
+    s.run_for(Duration::from_secs(1));
+    let got = |s: &Sim, who: C| -> Vec<(String, serde_json::Value)> {
+        s.events(who, "message")
+            .iter()
+            .map(|e| {
+                (
+                    e["topic"].as_str().unwrap_or("").to_owned(),
+                    e["payload"].clone(),
+                )
+            })
+            .collect()
+    };
+    let room: Vec<_> = (0..5)
+        .map(|i| ("chat".to_owned(), serde_json::json!({"n": i})))
+        .collect();
+    assert_eq!(got(&s, b), room, "b: the room's messages, in order");
+    let mut for_c = room.clone();
+    for_c.push(("dm".to_owned(), serde_json::json!("psst")));
+    assert_eq!(got(&s, c), for_c, "c, on the other shard: those and the dm");
+    assert!(got(&s, a).is_empty(), "a hears nothing of its own");
+    let first = &s.events(c, "message")[0];
+    assert_eq!(first["from"], s.id(a));
+    assert_eq!(first["name"], "a");
+    assert_eq!(first["to"], serde_json::Value::Null);
+    assert_eq!(
+        s.events(c, "message")[5]["to"],
+        serde_json::json!([s.id(c)])
+    );
+    assert!(s.events(a, "error").is_empty());
+
+    // Refused: an unknown recipient, a bad topic. Each is answered once
+    // and reaches nobody.
+    let stranger =
+        serde_json::json!({"type": "message", "to": ["p999"], "topic": "dm", "payload": 1});
+    s.participant(a).send_event(&stranger.to_string());
+    message(&mut s, a, None, "no spaces", serde_json::json!(2));
+    s.run_for(Duration::from_secs(1));
+    let errors: Vec<_> = s
+        .events(a, "error")
+        .iter()
+        .map(|e| (e["request"].clone(), e["reason"].clone()))
+        .collect();
+    assert_eq!(
+        errors,
+        [
+            (
+                serde_json::json!("message"),
+                serde_json::json!("unknown_recipient")
+            ),
+            (serde_json::json!("message"), serde_json::json!("bad_topic")),
+        ]
+    );
+    assert_eq!(got(&s, b).len(), 5);
+    assert_eq!(got(&s, c).len(), 6);
+}

@@ -1,17 +1,21 @@
 //! The data channel: room events to a participant (welcome, roster, slots,
 //! speaker, layers; schema in docs/api.md) and its requests (pin, unpin,
-//! view), each within the participant's request budget.
+//! view, message), each within the participant's request budget; the
+//! room's application messages, to members here and, as one
+//! [`PeerMsg::Message`] per peer shard, to members elsewhere; a refused
+//! message answered with an `error` event that says why.
 //!
 //! Owns the JSON of the room protocol on the engine side. Must not: decide
 //! slot contents itself ([`super::policy`] does) or write media.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use str0m::channel::{ChannelData, ChannelId};
 
 use super::io::guarded;
 use super::policy::{self, Assignment};
-use super::{Engine, MAX_REQUEST_BYTES};
+use super::{Engine, MAX_REQUEST_BYTES, PeerMsg};
 use crate::events::{ClientRequest, MemberJson, Quality, RoomEvent, SlotJson, TrackJson, kind_str};
 use crate::ids::{ParticipantId, RoomId};
 use crate::room::RoomView;
@@ -43,18 +47,177 @@ impl Engine {
         let Some(p) = self.participants.get_mut(&id) else {
             return;
         };
-        if d.data.len() > MAX_REQUEST_BYTES
-            || !p
-                .session
-                .take_request(now, self.settings.participant.requests_per_second)
-        {
+        let limits = &self.settings.participant;
+        let refused = if d.data.len() > MAX_REQUEST_BYTES.max(limits.max_message_bytes) {
+            Some("too_large")
+        } else if !p.session.take_request(now, limits.requests_per_second) {
+            Some("over_budget")
+        } else {
+            None
+        };
+        if let Some(reason) = refused {
             self.io.counters.dropped_requests += 1;
+            if p.session.tell_over_budget(now) {
+                self.send_event(
+                    now,
+                    id,
+                    &RoomEvent::Error {
+                        request: "request",
+                        reason,
+                    },
+                );
+            }
             return;
         }
-        if !d.binary
-            && let Ok(req) = serde_json::from_slice::<ClientRequest>(&d.data)
-        {
-            self.on_client_request(id, req);
+        if d.binary {
+            return;
+        }
+        match serde_json::from_slice::<ClientRequest>(&d.data) {
+            Ok(ClientRequest::Message { to, topic, payload }) => {
+                self.on_message(now, id, to, topic, payload);
+            }
+            Ok(req) if d.data.len() <= MAX_REQUEST_BYTES => self.on_client_request(id, req),
+            Ok(_) => self.io.counters.dropped_requests += 1,
+            Err(_) => {}
+        }
+    }
+
+    /// An application message: checked (the sender's grant, the topic, the
+    /// recipients), then delivered to the room's members here and handed
+    /// once to each peer shard that hosts a recipient. Refused: counted in
+    /// `dropped_requests` and answered with an `error` event.
+    fn on_message(
+        &mut self,
+        now: Instant,
+        id: ParticipantId,
+        to: Option<Vec<String>>,
+        topic: String,
+        payload: serde_json::Value,
+    ) {
+        let checked = self.check_message(id, to.as_deref(), &topic);
+        let (room_id, recipients) = match checked {
+            Ok(ok) => ok,
+            Err(reason) => {
+                self.io.counters.dropped_requests += 1;
+                self.send_event(
+                    now,
+                    id,
+                    &RoomEvent::Error {
+                        request: "message",
+                        reason,
+                    },
+                );
+                return;
+            }
+        };
+        let Some(room) = self.rooms.get(&room_id) else {
+            return;
+        };
+        let name = room
+            .member(id)
+            .map(|m| m.info.name.clone())
+            .unwrap_or_default();
+        let event = RoomEvent::Message {
+            from: id.to_string(),
+            name,
+            to: recipients
+                .as_ref()
+                .map(|r| r.iter().map(ToString::to_string).collect()),
+            topic,
+            payload,
+        };
+        let Ok(text) = serde_json::to_string(&event) else {
+            return;
+        };
+        let text: Arc<str> = text.into();
+        let to: Option<Arc<[ParticipantId]>> = recipients.map(Into::into);
+        // One copy per peer shard that hosts a recipient (all of the room's
+        // peer shards for a message to everyone), on the control lane:
+        // lossless, and in order per sender.
+        let mut shards: Vec<_> = match &to {
+            None => room.peer_shards.clone(),
+            Some(ids) => ids
+                .iter()
+                .filter_map(|r| room.member(*r).map(|m| m.info.shard))
+                .filter(|s| *s != self.shard)
+                .collect(),
+        };
+        shards.sort_unstable_by_key(|s| s.0);
+        shards.dedup();
+        for shard in shards {
+            self.io.out.peers.push((
+                shard,
+                PeerMsg::Message {
+                    room: room_id,
+                    from: id,
+                    to: to.clone(),
+                    text: text.clone(),
+                },
+            ));
+        }
+        self.deliver_message(now, room_id, id, to.as_deref(), &text);
+    }
+
+    /// Whether `id` may send a message on `topic` to `to` (`None`: the
+    /// room): its room and its recipients, or the reason it may not.
+    fn check_message(
+        &self,
+        id: ParticipantId,
+        to: Option<&[String]>,
+        topic: &str,
+    ) -> Result<(RoomId, Option<Vec<ParticipantId>>), &'static str> {
+        let p = self.participants.get(&id).ok_or("not_allowed")?;
+        if !p.session.publish_data {
+            return Err("not_allowed");
+        }
+        if !valid_topic(topic) {
+            return Err("bad_topic");
+        }
+        let room = self.rooms.get(&p.room).ok_or("not_allowed")?;
+        let Some(to) = to else {
+            return Ok((p.room, None));
+        };
+        if to.is_empty() {
+            return Err("no_recipient");
+        }
+        if to.len() > MAX_RECIPIENTS {
+            return Err("too_many_recipients");
+        }
+        let mut ids = Vec::with_capacity(to.len());
+        for r in to {
+            let r = r
+                .parse::<ParticipantId>()
+                .ok()
+                .filter(|r| *r != id && room.member(*r).is_some())
+                .ok_or("unknown_recipient")?;
+            if !ids.contains(&r) {
+                ids.push(r);
+            }
+        }
+        Ok((p.room, Some(ids)))
+    }
+
+    /// Writes a message event's JSON to the members here it is for: those
+    /// in `to`, or every member but the sender.
+    pub(super) fn deliver_message(
+        &mut self,
+        now: Instant,
+        room: RoomId,
+        from: ParticipantId,
+        to: Option<&[ParticipantId]>,
+        text: &str,
+    ) {
+        let Some(room) = self.rooms.get(&room) else {
+            return;
+        };
+        let local: Vec<ParticipantId> = room
+            .local
+            .iter()
+            .copied()
+            .filter(|m| *m != from && to.is_none_or(|to| to.contains(m)))
+            .collect();
+        for m in local {
+            self.send_text(now, m, text);
         }
     }
 
@@ -99,6 +262,7 @@ impl Engine {
                 }
                 return;
             }
+            ClientRequest::Message { .. } => return,
         };
         self.assigned(id, done);
     }
@@ -159,13 +323,18 @@ impl Engine {
 
     /// Sends a room event on the participant's data channel, if it is open.
     pub(super) fn send_event(&mut self, now: Instant, id: ParticipantId, ev: &RoomEvent) {
+        if let Ok(text) = serde_json::to_string(ev) {
+            self.send_text(now, id, &text);
+        }
+    }
+
+    /// Writes an event's JSON on the participant's data channel, if it is
+    /// open.
+    fn send_text(&mut self, now: Instant, id: ParticipantId, text: &str) {
         let Some(p) = self.participants.get_mut(&id) else {
             return;
         };
         let Some(cid) = p.session.channel else {
-            return;
-        };
-        let Ok(text) = serde_json::to_string(ev) else {
             return;
         };
         let written = guarded(&mut self.io, id, &mut p.session.poisoned, |_| {
@@ -179,6 +348,17 @@ impl Engine {
         }
         self.drain(now, None, id);
     }
+}
+
+/// The most recipients one message may name.
+const MAX_RECIPIENTS: usize = 64;
+
+/// A topic is 1 to 64 bytes of letters, digits and `_ . : / -`.
+fn valid_topic(topic: &str) -> bool {
+    (1..=64).contains(&topic.len())
+        && topic
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_.:/-".contains(&b))
 }
 
 fn speaker_event(room: &RoomView) -> RoomEvent {
@@ -377,6 +557,107 @@ mod tests {
         send(&mut e, t1, &view("s0", 8, 1, ""));
         assert_eq!(e.io.counters.dropped_requests, 2);
         assert_eq!(slot_view(&mut e, 0).0, 7);
+    }
+
+    /// A message request; `pN` in `to` stands for participant N's id.
+    fn message(to: &str, topic: &str, payload: &str) -> String {
+        let mut to = to.to_owned();
+        for n in [99, 4, 3, 2, 1] {
+            to = to.replace(&format!("p{n}"), &ParticipantId(n).to_string());
+        }
+        format!(r#"{{"type":"message","to":{to},"topic":"{topic}","payload":{payload}}}"#)
+    }
+
+    /// Messages handed to peer shards: (shard, to, text).
+    fn handed(e: &mut Engine) -> Vec<(ShardId, Option<Vec<u64>>, String)> {
+        std::mem::take(&mut e.io.out.peers)
+            .into_iter()
+            .filter_map(|(s, m)| match m {
+                PeerMsg::Message { from, to, text, .. } => {
+                    assert_eq!(from, ParticipantId(SUB));
+                    Some((
+                        s,
+                        to.map(|t| t.iter().map(|p| p.0).collect()),
+                        text.to_string(),
+                    ))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_message_goes_once_to_each_peer_shard_that_hosts_a_recipient() {
+        let t0 = Instant::now();
+        let mut e = setup(t0);
+        send(&mut e, t0, &message("null", "chat", r#"{"hi":1}"#));
+        let h = handed(&mut e);
+        assert_eq!(h.len(), 1, "{h:?}");
+        assert_eq!((h[0].0, &h[0].1), (ShardId(1), &None));
+        let ev: serde_json::Value = serde_json::from_str(&h[0].2).expect("json");
+        assert_eq!(
+            ev,
+            serde_json::json!({"type": "message", "from": ParticipantId(SUB).to_string(),
+                "name": "m1", "to": null, "topic": "chat", "payload": {"hi": 1}})
+        );
+        // To a member here only: no peer shard is bothered.
+        send(&mut e, t0, &message(r#"["p2"]"#, "dm", "1"));
+        assert_eq!(handed(&mut e), vec![]);
+        // To members on both: one copy, naming them, for shard 1.
+        send(&mut e, t0, &message(r#"["p2","p3","p4","p3"]"#, "dm", "1"));
+        let h = handed(&mut e);
+        assert_eq!(h.len(), 1);
+        assert_eq!(h[0].1, Some(vec![2, 3, 4]), "named once each");
+        assert_eq!(e.io.counters.dropped_requests, 0);
+    }
+
+    #[test]
+    fn a_refused_message_is_counted_once_and_goes_nowhere() {
+        let t0 = Instant::now();
+        let mut e = setup(t0);
+        let many: Vec<String> = (0..65).map(|_| "\"p2\"".to_string()).collect();
+        let cases = [
+            message(r#"["p99"]"#, "dm", "1"),
+            message(r#"["p1"]"#, "dm", "1"),
+            message("[]", "dm", "1"),
+            message(&format!("[{}]", many.join(",")), "dm", "1"),
+            message("null", "", "1"),
+            message("null", "with space", "1"),
+            message("null", &"t".repeat(65), "1"),
+            message("null", "chat", &format!("\"{}\"", "x".repeat(16 * 1024))),
+        ];
+        for (i, m) in cases.iter().enumerate() {
+            send(&mut e, t0 + Duration::from_secs(i as u64), m);
+            assert_eq!(e.io.counters.dropped_requests, i as u64 + 1, "{m:.80}");
+        }
+        assert_eq!(handed(&mut e), vec![]);
+        // Without the grant, nothing is sent either.
+        participant(&mut e, SUB).session.publish_data = false;
+        send(
+            &mut e,
+            t0 + Duration::from_secs(60),
+            &message("null", "chat", "1"),
+        );
+        assert_eq!(e.io.counters.dropped_requests, cases.len() as u64 + 1);
+        assert_eq!(handed(&mut e), vec![]);
+    }
+
+    #[test]
+    fn a_message_from_a_peer_shard_is_not_sent_on_to_another() {
+        let t0 = Instant::now();
+        let mut e = setup(t0);
+        // Nothing to see without an open channel but that it does not
+        // loop back to a peer, and that a stranger room is ignored.
+        e.handle_peer(
+            t0,
+            PeerMsg::Message {
+                room: crate::ids::RoomId(999),
+                from: ParticipantId(3),
+                to: None,
+                text: "{}".into(),
+            },
+        );
+        assert!(e.io.out.peers.is_empty());
     }
 
     #[test]

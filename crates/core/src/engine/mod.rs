@@ -70,6 +70,7 @@ mod timers;
 pub use streams::MAX_LAYERS;
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use str0m::change::SdpOffer;
@@ -88,7 +89,9 @@ use crate::metrics::Counters;
 use crate::offer::{Accepted, MediaLine, OfferError, RtcSettings, apply_prepared};
 use crate::room::{RoomUpdate, RoomView};
 
-/// Largest data-channel request the engine reads (room requests are tiny).
+/// Largest data-channel request the engine reads but for a message (room
+/// requests are tiny); a message may be up to the participant limit
+/// `max_message_bytes`.
 const MAX_REQUEST_BYTES: usize = 4096;
 
 /// A message to a peer shard. A value: it owns everything it carries.
@@ -108,6 +111,15 @@ pub enum PeerMsg {
         track: TrackKey,
         from: ShardId,
         mask: u32,
+    },
+    /// An application message of `room` from a participant there, for the
+    /// members here it names (`to`; `None`: every member here but the
+    /// sender): the `message` event's JSON, written as it is.
+    Message {
+        room: RoomId,
+        from: ParticipantId,
+        to: Option<Arc<[ParticipantId]>>,
+        text: Arc<str>,
     },
 }
 
@@ -350,9 +362,11 @@ impl Engine {
             ufrag,
             tracks,
             slots,
+            publish_data: accepted_publish_data,
             ..
         } = accepted;
         let mut p = Participant::new(id, room, rtc, &tracks, &slots);
+        p.session.publish_data = accepted_publish_data;
         // The engine keeps no display name: the tests' faults look at it once.
         p.session.inject_panic(self.settings.faults.panics(&name));
         p.negotiated(now);
@@ -758,6 +772,14 @@ impl Engine {
                 } else if self.participants.contains_key(&track.participant) {
                     self.demand_remote.insert((track, from), mask);
                 }
+            }
+            PeerMsg::Message {
+                room,
+                from,
+                to,
+                text,
+            } => {
+                self.deliver_message(now, room, from, to.as_deref(), &text);
             }
         }
         self.settle(now);

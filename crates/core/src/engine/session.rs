@@ -89,6 +89,8 @@ pub(super) struct Session {
     pub(super) channel: Option<ChannelId>,
     /// Latest transport figures (str0m statistics events).
     pub(super) stats: ParticipantStats,
+    /// It may send application messages (its token's `publish_data`).
+    pub(super) publish_data: bool,
     drain: DrainState,
     /// Datagrams of the own egress for it ([`Mark::Held`]), in the order
     /// written.
@@ -97,6 +99,9 @@ pub(super) struct Session {
     /// the bucket was last refilled.
     request_tokens: f64,
     requests_refilled: Option<Instant>,
+    /// When it was last told that a request went over its budget (at most
+    /// once a second: the telling must not cost what the budget saves).
+    budget_told: Option<Instant>,
     /// Last cumulative NACK counts per (mid, egress?), to turn str0m's
     /// cumulative per-stream figures into shard counter deltas.
     nack_seen: Vec<(Mid, bool, u64)>,
@@ -117,10 +122,12 @@ impl Session {
                 id,
                 ..Default::default()
             },
+            publish_data: true,
             drain: DrainState::Clean,
             held: Vec::new(),
             request_tokens: 0.0,
             requests_refilled: None,
+            budget_told: None,
             nack_seen: Vec::new(),
             #[cfg(feature = "fault-injection")]
             injected_panic: false,
@@ -199,6 +206,19 @@ impl Session {
         } else {
             false
         }
+    }
+
+    /// Whether to tell it now that a request went over its budget: once a
+    /// second at most.
+    pub(super) fn tell_over_budget(&mut self, now: Instant) -> bool {
+        if self
+            .budget_told
+            .is_some_and(|t| now.saturating_duration_since(t) < std::time::Duration::from_secs(1))
+        {
+            return false;
+        }
+        self.budget_told = Some(now);
+        true
     }
 
     /// Records a cumulative NACK figure for (mid, direction); returns the increase.

@@ -49,6 +49,10 @@ pub struct Claims {
     /// May receive tracks (default true).
     #[serde(default = "yes")]
     pub subscribe: bool,
+    /// May send application messages on the data channel (default true;
+    /// `can_publish_data` is read as the same grant).
+    #[serde(default = "yes", alias = "can_publish_data")]
+    pub publish_data: bool,
     /// Server administrator: any room, any participant, the listings and stats.
     #[serde(default)]
     pub admin: bool,
@@ -79,6 +83,7 @@ impl Claims {
             name: None,
             publish: true,
             subscribe: true,
+            publish_data: true,
             admin: false,
             exp: now.saturating_add(ttl.as_secs()),
             nbf: None,
@@ -379,6 +384,7 @@ pub fn token_command(a: &TokenArgs) -> Result<String, String> {
     c.admin = a.admin;
     c.publish = !a.no_publish;
     c.subscribe = !a.no_subscribe;
+    c.publish_data = !a.no_publish_data;
     mint(a.secret.expose().as_bytes(), &c)
 }
 

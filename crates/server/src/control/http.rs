@@ -466,7 +466,8 @@ async fn join(
         .and_then(|c| c.name.as_deref())
         .or(q.name.as_deref());
     let identity = claims.as_ref().map(|c| c.sub.as_str());
-    let joined = super::join(&state, &room, name, identity, &sdp, flavor).await?;
+    let publish_data = claims.as_ref().is_none_or(|c| c.publish_data);
+    let joined = super::join(&state, &room, name, identity, &sdp, flavor, publish_data).await?;
     let location = match flavor {
         Flavor::Participant => format!("/api/v1/rooms/{room}/participants/{}", joined.resource),
         Flavor::Whip => format!("/whip/{room}/{}", joined.resource),

@@ -47,7 +47,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use corelay_core::metrics::ParticipantStats;
-use corelay_core::offer::{accept_offer, check_renegotiation};
+use corelay_core::offer::{Accepted, accept_offer, check_renegotiation};
 use corelay_core::room::RoomUpdate;
 use corelay_core::{LeaveReason, OfferError, ParticipantId, RtcSettings, ShardEvent, ShardId};
 use corelay_plane::{ShardCommand, ShardHandle, ShardReport, ToControl};
@@ -301,7 +301,8 @@ impl State {
 }
 
 /// Joins `room` with an SDP offer. `identity`: the access token's `sub`
-/// (None without authentication: the id stands in). With an identity, the
+/// (None without authentication: the id stands in); `publish_data`: its
+/// grant to send application messages. With an identity, the
 /// join replaces the room's member of the same identity and `flavor`, if
 /// any ([`rooms`]: one seat per identity and flavor).
 ///
@@ -320,6 +321,7 @@ pub async fn join(
     identity: Option<&str>,
     sdp: &str,
     flavor: Flavor,
+    publish_data: bool,
 ) -> Result<Joined, RoomError> {
     let (mut shard, mut advertised, mut codec, settings) = {
         let mut st = lock(state);
@@ -366,6 +368,10 @@ pub async fn join(
             }
         };
         let answer = accepted.answer.clone();
+        let accepted = Accepted {
+            publish_data,
+            ..accepted
+        };
         let Some(handle) = st.link(shard).map(|s| s.handle.clone()) else {
             return Err(RoomError::NoShard);
         };
