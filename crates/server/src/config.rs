@@ -530,12 +530,11 @@ impl Config {
             .strip_prefix("nats://")
             .or_else(|| url.strip_prefix("tls://"))
         else {
-            return Err(format!(
-                "--cluster {url:?}: expected nats://HOST:PORT (or tls://HOST:PORT)"
-            ));
+            // Not the URL itself: it may carry a NATS password.
+            return Err("--cluster: expected nats://HOST:PORT (or tls://HOST:PORT)".to_owned());
         };
         if rest.is_empty() || rest.starts_with(':') {
-            return Err(format!("--cluster {url:?}: no host"));
+            return Err("--cluster: the URL has no host".to_owned());
         }
         let node_id = match &self.node_id {
             Some(id) => id.clone(),

@@ -193,7 +193,7 @@ fn serve<P: DataPlane>(
                 .clone()
                 .unwrap_or_else(|| format!("http://{shown}"));
             let (url, node_id) = (settings.url.clone(), settings.node_id.clone());
-            tracing::info!(node = %node_id, "cluster node: directory at {url}, reached at {http_addr}");
+            tracing::info!(node = %node_id, "cluster node, reached at {http_addr}");
             let wake = Arc::new(tokio::sync::Notify::new());
             let node = control::cluster::Node::new(settings, http_addr, wake.clone());
             control::lock(&state).set_cluster(node);

@@ -101,11 +101,7 @@ impl Node {
     /// Its base URL.
     pub fn redirect_target(&self, room: &str) -> Option<String> {
         let nodes = self.directory.as_ref()?.nodes();
-        let me = [self.node_id.as_str()];
-        let holding = nodes.iter().filter(|n| n.rooms.iter().any(|r| r == room));
-        directory::least_loaded(holding, &me)
-            .or_else(|| directory::least_loaded(&nodes, &me))
-            .map(|n| n.http_addr.clone())
+        pick_target(&nodes, &self.node_id, room).map(|n| n.http_addr.clone())
     }
 
     /// Nodes in the view with the time since each was last heard of, and
@@ -162,6 +158,24 @@ impl State {
     }
 }
 
+/// See [`Node::redirect_target`]: never `me`, a draining node or one
+/// without room.
+fn pick_target<'a>(nodes: &'a [NodeRecord], me: &str, room: &str) -> Option<&'a NodeRecord> {
+    let me = [me];
+    let holding = nodes.iter().filter(|n| n.rooms.iter().any(|r| r == room));
+    directory::least_loaded(holding, &me).or_else(|| directory::least_loaded(nodes, &me))
+}
+
+/// A NATS URL as logs may show it: without a `user:password@`.
+fn redacted(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}://…@{}", &url[..scheme], &url[at + 1..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
 /// `Location` of a redirect: `base` (a node's `http_addr`) and this
 /// request's path and query, with exactly one `/` between them.
 pub fn location(base: &str, path_and_query: &str) -> String {
@@ -191,7 +205,7 @@ pub async fn run(state: Shared, url: String, node_id: String, wake: Arc<Notify>)
             }
         }
     };
-    tracing::info!(node = %node_id, "cluster: connected to the directory at {url}");
+    tracing::info!(node = %node_id, "cluster: connected to the directory at {}", redacted(&url));
     if let Some(node) = lock(&state).cluster.as_mut() {
         node.directory = Some(directory.clone());
     }
@@ -244,7 +258,46 @@ pub async fn leave(state: &Shared) {
 
 #[cfg(test)]
 mod tests {
-    use super::location;
+    use super::{location, pick_target, redacted};
+    use corelay_cluster::directory::NodeRecord;
+
+    fn node(id: &str, participants: u32, capacity_left: u32, rooms: &[&str]) -> NodeRecord {
+        NodeRecord {
+            node_id: id.to_owned(),
+            epoch: 1,
+            relay_addr: "127.0.0.1:7100".parse().unwrap(),
+            http_addr: format!("http://{id}:7070"),
+            participants,
+            capacity_left,
+            draining: false,
+            rooms: rooms.iter().map(|r| (*r).to_owned()).collect(),
+        }
+    }
+
+    #[test]
+    fn a_refused_join_goes_to_its_room_first_then_to_the_least_loaded() {
+        let mut draining = node("d", 0, 100, &["r"]);
+        draining.draining = true;
+        let nodes = vec![
+            node("me", 0, 100, &["r"]),
+            node("busy", 80, 20, &["r"]),
+            node("full", 10, 0, &["r"]),
+            draining,
+            node("idle", 0, 100, &[]),
+        ];
+        let pick = |room: &str| pick_target(&nodes, "me", room).map(|n| n.node_id.as_str());
+        // The room's node with room, though another is emptier.
+        assert_eq!(pick("r"), Some("busy"));
+        // No node holds it: the least loaded, never this one.
+        assert_eq!(pick("other"), Some("idle"));
+        assert_eq!(pick_target(&nodes[..1], "me", "r"), None);
+    }
+
+    #[test]
+    fn urls_lose_their_credentials_in_logs() {
+        assert_eq!(redacted("nats://u:p@h:4222"), "nats://…@h:4222");
+        assert_eq!(redacted("nats://h:4222"), "nats://h:4222");
+    }
 
     #[test]
     fn location_keeps_path_and_query_with_one_slash() {
