@@ -198,6 +198,13 @@ impl fmt::Display for DirectoryError {
 
 impl std::error::Error for DirectoryError {}
 
+/// Whether `node_id` can be a node's `--node-id` (a directory key: letters,
+/// digits, `-`, `_`, `=`, `.` and `/`, not starting or ending with `.`):
+/// for checking flags before anything connects.
+pub fn valid_node_id(node_id: &str) -> bool {
+    valid_key(node_id)
+}
+
 fn valid_key(key: &str) -> bool {
     !key.is_empty()
         && !key.starts_with('.')
@@ -563,6 +570,25 @@ impl Directory {
     /// come back through the watch, by node id.
     pub fn nodes(&self) -> Vec<NodeRecord> {
         self.shared.lock().view.records().cloned().collect()
+    }
+
+    /// Every node in the view, as [`Directory::nodes`], each with the time
+    /// since this node last heard of it (a put seen through the watch; the
+    /// clock restarts for all when a lost link comes back).
+    pub fn nodes_seen(&self) -> Vec<(NodeRecord, Duration)> {
+        let now = Instant::now();
+        self.shared
+            .lock()
+            .view
+            .nodes
+            .values()
+            .map(|node| {
+                (
+                    node.record.clone(),
+                    now.saturating_duration_since(node.last_seen),
+                )
+            })
+            .collect()
     }
 
     /// The other nodes in the view, by node id.

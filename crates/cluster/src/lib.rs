@@ -1,4 +1,6 @@
-//! corelay's cluster foundation (issue 49), not wired into the server yet:
+//! corelay's cluster foundation (issue 49). The server uses the directory
+//! (`--cluster`: its control thread announces the node, redirects joins and
+//! shows the view); the relay is not used yet (media does not cross nodes):
 //!
 //! - [`relay`]: the envelope of node-to-node relay datagrams (AEAD under
 //!   per-direction keys derived from the cluster secret, replay window).

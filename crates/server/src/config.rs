@@ -257,6 +257,38 @@ pub struct Config {
     )]
     pub cors_origins: Vec<String>,
 
+    /// Join a cluster: the NATS server (JetStream on) that holds the node
+    /// directory, `nats://HOST:PORT`. Without it corelay is one node and
+    /// connects nowhere. With it, joins this node refuses for capacity (and
+    /// every join while it drains) are redirected (307) to the least loaded
+    /// node with room (docs/operations.md, "Running a cluster").
+    #[arg(long, env = "CORELAY_CLUSTER")]
+    pub cluster: Option<String>,
+
+    /// This node's name in the cluster (letters, digits, `-`, `_`, `=`, `.`,
+    /// `/`). Default: the host name, or a random `node-…` when the host name
+    /// cannot be one. Two nodes on one host need one each.
+    #[arg(long, env = "CORELAY_NODE_ID")]
+    pub node_id: Option<String>,
+
+    /// The address other nodes reach this node's relay at, IP:PORT
+    /// (required with --cluster; announced in the directory, not yet bound:
+    /// media does not cross nodes yet).
+    #[arg(long, env = "CORELAY_RELAY_ADDR")]
+    pub relay_addr: Option<SocketAddr>,
+
+    /// The file holding the secret every node of the cluster shares
+    /// (required with --cluster; at least 16 bytes, trailing whitespace
+    /// trimmed). Never logged.
+    #[arg(long, env = "CORELAY_CLUSTER_SECRET_FILE")]
+    pub cluster_secret_file: Option<PathBuf>,
+
+    /// The base URL other nodes put in the `Location` of a redirect to this
+    /// node (`http://10.0.0.2:7070`). Default: `http://` and the --http
+    /// address (its port as bound, the advertised IP when it is a wildcard).
+    #[arg(long, env = "CORELAY_ADVERTISE_HTTP")]
+    pub advertise_http: Option<String>,
+
     #[command(subcommand)]
     pub command: Option<Cmd>,
 }
@@ -468,7 +500,121 @@ impl Config {
     }
 }
 
-/// The first IPv4 address of an interface that is up and not loopback
+/// The cluster flags, checked ([`Config::cluster_settings`]).
+#[derive(Debug)]
+pub struct ClusterSettings {
+    /// `--cluster`: the NATS URL.
+    pub url: String,
+    pub node_id: String,
+    pub relay_addr: SocketAddr,
+    /// Read once at startup; its bytes never reach a log or an error.
+    pub secret: corelay_cluster::relay::ClusterSecret,
+    /// `--advertise-http` without a trailing `/`; None: from the listener.
+    pub advertise_http: Option<String>,
+}
+
+impl Config {
+    /// The cluster flags, checked: None without `--cluster` (and then none
+    /// of the other cluster flags may be given); an error an operator can
+    /// act on for a bad combination or value. Reads the secret file.
+    pub fn cluster_settings(&self) -> Result<Option<ClusterSettings>, String> {
+        let Some(url) = &self.cluster else {
+            let given = [
+                ("--node-id", self.node_id.is_some()),
+                ("--relay-addr", self.relay_addr.is_some()),
+                ("--cluster-secret-file", self.cluster_secret_file.is_some()),
+                ("--advertise-http", self.advertise_http.is_some()),
+            ];
+            let given: Vec<&str> = given.iter().filter(|g| g.1).map(|g| g.0).collect();
+            if given.is_empty() {
+                return Ok(None);
+            }
+            return Err(format!(
+                "{} only mean something with --cluster nats://HOST:PORT",
+                given.join(", ")
+            ));
+        };
+        let url = url.trim();
+        let Some(rest) = url
+            .strip_prefix("nats://")
+            .or_else(|| url.strip_prefix("tls://"))
+        else {
+            // Not the URL itself: it may carry a NATS password.
+            return Err("--cluster: expected nats://HOST:PORT (or tls://HOST:PORT)".to_owned());
+        };
+        if rest.is_empty() || rest.starts_with(':') {
+            return Err("--cluster: the URL has no host".to_owned());
+        }
+        let node_id = match &self.node_id {
+            Some(id) => id.clone(),
+            None => default_node_id(),
+        };
+        if !corelay_cluster::directory::valid_node_id(&node_id) {
+            return Err(format!(
+                "--node-id {node_id:?}: use letters, digits, '-', '_', '=', '.' and '/', not starting or ending with '.'"
+            ));
+        }
+        let relay_addr = self
+            .relay_addr
+            .ok_or("--cluster needs --relay-addr IP:PORT (where other nodes reach this one)")?;
+        if relay_addr.ip().is_unspecified() || relay_addr.port() == 0 {
+            return Err(format!(
+                "--relay-addr {relay_addr}: other nodes must be able to reach it: a real IP and a port"
+            ));
+        }
+        let path = self
+            .cluster_secret_file
+            .as_ref()
+            .ok_or("--cluster needs --cluster-secret-file FILE (the secret every node shares)")?;
+        let secret = corelay_cluster::relay::ClusterSecret::read_file(path)
+            .map_err(|e| format!("--cluster-secret-file {}: {e}", path.display()))?;
+        let advertise_http = match &self.advertise_http {
+            None => None,
+            Some(base) => Some(check_base_url(base)?),
+        };
+        Ok(Some(ClusterSettings {
+            url: url.to_owned(),
+            node_id,
+            relay_addr,
+            secret,
+            advertise_http,
+        }))
+    }
+}
+
+/// `--advertise-http`: `http(s)://authority`, without a path, query or
+/// trailing `/`.
+fn check_base_url(base: &str) -> Result<String, String> {
+    let trimmed = base.trim().trim_end_matches('/');
+    let authority = trimmed
+        .strip_prefix("http://")
+        .or_else(|| trimmed.strip_prefix("https://"));
+    match authority {
+        Some(a) if !a.is_empty() && !a.contains(['/', '?', '#', ' ']) => Ok(trimmed.to_owned()),
+        _ => Err(format!(
+            "--advertise-http {base:?}: expected http://HOST:PORT or https://HOST[:PORT], without a path"
+        )),
+    }
+}
+
+/// The host name when it can be a node id, else `node-` and 8 random hex
+/// digits.
+fn default_node_id() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most buf.len() bytes into our buffer.
+    let ok = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0;
+    if ok {
+        let end = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
+        if let Ok(name) = std::str::from_utf8(&buf[..end])
+            && corelay_cluster::directory::valid_node_id(name)
+        {
+            return name.to_owned();
+        }
+    }
+    format!("node-{:08x}", fastrand::u32(..))
+}
+
+/// The first IPv4 address of an interface that is up and not loopback/// The first IPv4 address of an interface that is up and not loopback
 /// (from getifaddrs; nothing is sent anywhere).
 fn primary_ip() -> Option<IpAddr> {
     let mut found = None;
@@ -578,6 +724,175 @@ mod tests {
         std::fs::write(&path, "\n").unwrap();
         assert!(c.auth_secret().is_err());
         let _ = std::fs::remove_file(&path);
+    }
+
+    fn secret_file(name: &str, content: &str) -> PathBuf {
+        let path = std::env::temp_dir().join(format!(
+            "corelay-cluster-secret-{name}-{}",
+            std::process::id()
+        ));
+        std::fs::write(&path, content).unwrap();
+        path
+    }
+
+    #[test]
+    fn no_cluster_flags_no_cluster() {
+        let c = Config::try_parse_from(["corelay"]).unwrap();
+        assert!(c.cluster_settings().unwrap().is_none());
+    }
+
+    #[test]
+    fn cluster_flags_are_checked() {
+        let secret = secret_file("ok", "0123456789abcdef-not-shown\n");
+        let s = secret.to_str().unwrap();
+        let parse = |args: &[&str]| {
+            let mut all = vec!["corelay"];
+            all.extend_from_slice(args);
+            Config::try_parse_from(all).unwrap().cluster_settings()
+        };
+        let ok = parse(&[
+            "--cluster",
+            "nats://127.0.0.1:4222",
+            "--node-id",
+            "a",
+            "--relay-addr",
+            "10.0.0.1:7100",
+            "--cluster-secret-file",
+            s,
+            "--advertise-http",
+            "http://10.0.0.1:7070/",
+        ])
+        .unwrap()
+        .unwrap();
+        assert_eq!(ok.node_id, "a");
+        assert_eq!(ok.advertise_http.as_deref(), Some("http://10.0.0.1:7070"));
+        // The secret stays out of Debug output.
+        assert!(!format!("{ok:?}").contains("not-shown"));
+        // A default node id is a valid one.
+        let dflt = parse(&[
+            "--cluster",
+            "nats://h:4222",
+            "--relay-addr",
+            "10.0.0.1:7100",
+            "--cluster-secret-file",
+            s,
+        ])
+        .unwrap()
+        .unwrap();
+        assert!(corelay_cluster::directory::valid_node_id(&dflt.node_id));
+        assert!(dflt.advertise_http.is_none());
+
+        let err = |args: &[&str], says: &str| {
+            let e = parse(args).expect_err(&format!("{args:?} accepted"));
+            assert!(e.contains(says), "{args:?}: {e}");
+            assert!(!e.contains("not-shown"), "{e}");
+        };
+        let full = |extra: &[&'static str]| {
+            let mut v = vec![
+                "--cluster",
+                "nats://h:4222",
+                "--relay-addr",
+                "10.0.0.1:7100",
+            ];
+            v.extend_from_slice(extra);
+            v
+        };
+        // Cluster flags without --cluster.
+        err(&["--node-id", "a"], "--cluster");
+        err(&["--relay-addr", "10.0.0.1:7100"], "--relay-addr");
+        // Required with --cluster.
+        err(
+            &["--cluster", "nats://h:4222", "--cluster-secret-file", s],
+            "--relay-addr",
+        );
+        err(&full(&[]), "--cluster-secret-file");
+        // Bad values.
+        err(
+            &[
+                "--cluster",
+                "http://h:4222",
+                "--relay-addr",
+                "10.0.0.1:7100",
+                "--cluster-secret-file",
+                s,
+            ],
+            "nats://",
+        );
+        err(
+            &[
+                "--cluster",
+                "nats://h:4222",
+                "--relay-addr",
+                "0.0.0.0:7100",
+                "--cluster-secret-file",
+                s,
+            ],
+            "--relay-addr",
+        );
+        err(
+            &[
+                "--cluster",
+                "nats://h:4222",
+                "--relay-addr",
+                "10.0.0.1:7100",
+                "--cluster-secret-file",
+                s,
+                "--node-id",
+                "a b",
+            ],
+            "--node-id",
+        );
+        err(
+            &[
+                "--cluster",
+                "nats://h:4222",
+                "--relay-addr",
+                "10.0.0.1:7100",
+                "--cluster-secret-file",
+                s,
+                "--advertise-http",
+                "10.0.0.1:7070",
+            ],
+            "--advertise-http",
+        );
+        err(
+            &[
+                "--cluster",
+                "nats://h:4222",
+                "--relay-addr",
+                "10.0.0.1:7100",
+                "--cluster-secret-file",
+                s,
+                "--advertise-http",
+                "http://h:1/x",
+            ],
+            "--advertise-http",
+        );
+        let short = secret_file("short", "too-short\n");
+        err(
+            &[
+                "--cluster",
+                "nats://h:4222",
+                "--relay-addr",
+                "10.0.0.1:7100",
+                "--cluster-secret-file",
+                short.to_str().unwrap(),
+            ],
+            "at least 16",
+        );
+        err(
+            &[
+                "--cluster",
+                "nats://h:4222",
+                "--relay-addr",
+                "10.0.0.1:7100",
+                "--cluster-secret-file",
+                "/nonexistent/secret",
+            ],
+            "--cluster-secret-file",
+        );
+        let _ = std::fs::remove_file(&secret);
+        let _ = std::fs::remove_file(&short);
     }
 
     #[test]

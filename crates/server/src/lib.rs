@@ -6,7 +6,8 @@
 //! flags into settings, the data plane started (the pinned shards, or the
 //! work-stealing baseline of the `corelay-ws` crate for comparison,
 //! `--runtime work-stealing`, both a `corelay_plane::DataPlane`), the
-//! control thread served over it, the shutdown. The interface between the
+//! control thread served over it (with `--cluster`, its heartbeat in the
+//! cluster's node directory: `control::cluster`), the shutdown. The interface between the
 //! control thread and either data plane is the `corelay-plane` crate's; the
 //! sans-I/O core that both drive is `corelay-core`.
 
@@ -43,6 +44,8 @@ pub fn run(cfg: Config) -> Result<(), Box<dyn std::error::Error>> {
     let identity =
         corelay_dtls::server_certificate().ok_or("could not make the server's DTLS certificate")?;
     let access = Arc::new(control::auth::Access::from_config(&cfg)?);
+    // Checked before anything binds: a bad combination is a startup error.
+    let cluster = cfg.cluster_settings()?;
     if !access.enabled() {
         tracing::warn!("no --auth-secret: the API runs without authentication, open to anyone");
     }
@@ -88,6 +91,7 @@ pub fn run(cfg: Config) -> Result<(), Box<dyn std::error::Error>> {
     let started = Started {
         settings,
         access,
+        cluster,
         from_shards,
         ip,
         description,
@@ -119,6 +123,8 @@ pub fn run(cfg: Config) -> Result<(), Box<dyn std::error::Error>> {
 struct Started {
     settings: RtcSettings,
     access: Arc<control::auth::Access>,
+    /// `--cluster` and its flags, checked.
+    cluster: Option<config::ClusterSettings>,
     from_shards: mpsc::UnboundedReceiver<ToControl>,
     /// The advertised address.
     ip: IpAddr,
@@ -136,6 +142,7 @@ fn serve<P: DataPlane>(
     let Started {
         settings,
         access,
+        cluster,
         from_shards,
         ip,
         description,
@@ -179,6 +186,20 @@ fn serve<P: DataPlane>(
                 .collect::<Vec<_>>()
                 .join(", ")
         );
+        // The cluster's task: connects (in the background, retrying while
+        // NATS cannot be reached) and announces this node every heartbeat.
+        let cluster_task = cluster.map(|settings| {
+            let http_addr = settings
+                .advertise_http
+                .clone()
+                .unwrap_or_else(|| format!("http://{shown}"));
+            let (url, node_id) = (settings.url.clone(), settings.node_id.clone());
+            tracing::info!(node = %node_id, "cluster node, reached at {http_addr}");
+            let wake = Arc::new(tokio::sync::Notify::new());
+            let node = control::cluster::Node::new(settings, http_addr, wake.clone());
+            control::lock(&state).set_cluster(node);
+            tokio::spawn(control::cluster::run(state.clone(), url, node_id, wake))
+        });
         let exit_on_failure = cfg.on_shard_failure == ShardFailure::Exit;
         let (fatal_tx, mut fatal_rx) = tokio::sync::oneshot::channel();
         let pump = tokio::spawn({
@@ -235,6 +256,11 @@ fn serve<P: DataPlane>(
         // share it, and the process exits when it passes whatever is left.
         let closed = control::serve::serve(listener, app, limits, async {
             stop.await;
+            // Out of placement at once: the other nodes stop sending joins
+            // here while this one closes.
+            if let Some(node) = control::lock(&state).cluster_mut() {
+                node.start_draining();
+            }
             tracing::info!(
                 "shutting down (deadline {:?}): closing every connection",
                 cfg.shutdown_timeout
@@ -252,6 +278,11 @@ fn serve<P: DataPlane>(
         pump.abort();
         if let Some(m) = metrics {
             m.abort();
+        }
+        if let Some(task) = cluster_task {
+            // No heartbeat after the leave: the others drop this node now.
+            task.abort();
+            control::cluster::leave(&state).await;
         }
         if let Some(reason) = fatal.take() {
             return Err(format!(

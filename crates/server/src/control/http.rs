@@ -1,10 +1,12 @@
-//! The HTTP API (axum): the participant API, WHIP/WHEP, rooms, stats, health
-//! and the demo pages. Every error is JSON `{"code","message"}` with a
+//! The HTTP API (axum): the participant API, WHIP/WHEP, rooms, stats, the
+//! cluster view and drain, health and the demo pages. Every error is JSON `{"code","message"}` with a
 //! meaningful status (see docs/api.md). Who may call what: [`super::auth`].
 //!
 //! Owns the mapping between HTTP and the control thread: it parses requests
 //! (paths, headers, bounded bodies), calls the control state, and turns
-//! [`RoomError`]s into statuses ([`ApiError`]). Must not: decide admission,
+//! [`RoomError`]s into statuses ([`ApiError`]), and a join refused for
+//! capacity (or any join while the node drains) into a 307 to the node
+//! [`super::cluster`] names, when there is one. Must not: decide admission,
 //! placement or room state ([`super::rooms`]), shape the JSON documents
 //! ([`super::views`]), or hold the state lock across an await.
 
@@ -14,7 +16,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{Extension, Path, Query, Request, State};
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::middleware::Next;
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, patch, post};
@@ -124,6 +126,8 @@ pub fn router(state: Shared, access: Arc<Access>) -> Router {
         .route("/assets/{file}", get(asset))
         .route("/healthz", get(healthz))
         .route("/api/v1/stats", get(stats))
+        .route("/api/v1/cluster", get(cluster_view))
+        .route("/api/v1/cluster/drain", post(cluster_drain))
         .route("/api/v1/rooms", get(rooms))
         .route("/api/v1/rooms/{room}", get(room))
         // One join and one leave handler serve all three dialects; the
@@ -303,6 +307,42 @@ async fn stats(
     Ok(axum::Json(views::stats(&lock(&state))).into_response())
 }
 
+/// This node's view of its cluster (admin): 404 `not_a_cluster` without
+/// `--cluster`.
+async fn cluster_view(
+    State(state): State<Shared>,
+    Extension(access): Extension<Arc<Access>>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    admin_only(&access, &headers)?;
+    let view = views::cluster(&lock(&state)).ok_or_else(not_a_cluster)?;
+    Ok(axum::Json(view).into_response())
+}
+
+/// Takes this node out of placement (admin): it announces itself draining
+/// at once, and redirects every new join to another node. Calls in progress
+/// stay. 404 `not_a_cluster` without `--cluster`.
+async fn cluster_drain(
+    State(state): State<Shared>,
+    Extension(access): Extension<Arc<Access>>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    admin_only(&access, &headers)?;
+    let mut st = lock(&state);
+    let node = st.cluster_mut().ok_or_else(not_a_cluster)?;
+    node.start_draining();
+    let body = serde_json::json!({"node_id": node.node_id, "draining": true});
+    Ok(axum::Json(body).into_response())
+}
+
+fn not_a_cluster() -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "not_a_cluster",
+        "this node runs without --cluster",
+    )
+}
+
 async fn rooms(
     State(state): State<Shared>,
     Extension(access): Extension<Arc<Access>>,
@@ -435,7 +475,43 @@ fn created(location: String, id: ParticipantId, etag: String, answer: String) ->
     res
 }
 
-/// POST of an SDP offer: joins `room` as a participant of `flavor`.
+/// The admission refusals that are about this node's capacity, not the
+/// client's request: a cluster node sends these joins elsewhere.
+fn capacity_refusal(e: &RoomError) -> bool {
+    matches!(
+        e,
+        RoomError::NoCapacity { .. }
+            | RoomError::TooManyRooms { .. }
+            | RoomError::PlacementUnsettled
+    )
+}
+
+/// `refusal` as a `307 Temporary Redirect` to another node of the cluster
+/// that has room (the same path and query on its base URL, the refusal's
+/// JSON as the body), or as it is when this node is alone or no other has
+/// room.
+fn redirect_or(state: &Shared, room: &str, uri: &Uri, refusal: ApiError) -> Response {
+    let target = lock(state)
+        .cluster()
+        .and_then(|node| node.redirect_target(room));
+    let Some(base) = target else {
+        return refusal.into_response();
+    };
+    let path = uri.path_and_query().map_or(uri.path(), |pq| pq.as_str());
+    let location = super::cluster::location(&base, path);
+    let Ok(value) = HeaderValue::from_str(&location) else {
+        return refusal.into_response();
+    };
+    tracing::info!(room, code = refusal.code, to = %location, "join redirected to another node");
+    let body = serde_json::json!({"code": refusal.code, "message": refusal.message});
+    let mut res = (StatusCode::TEMPORARY_REDIRECT, axum::Json(body)).into_response();
+    res.headers_mut().insert(header::LOCATION, value);
+    res
+}
+
+/// POST of an SDP offer: joins `room` as a participant of `flavor`. A join
+/// this node refuses for capacity, or any join while it drains, is
+/// redirected to another node of its cluster when one has room.
 #[allow(clippy::too_many_arguments, reason = "axum extractors")]
 async fn join(
     State(state): State<Shared>,
@@ -444,6 +520,7 @@ async fn join(
     Path(room): Path<String>,
     Query(q): Query<JoinQuery>,
     Extension(limits): Extension<BodyLimits>,
+    uri: Uri,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
@@ -466,8 +543,27 @@ async fn join(
         .and_then(|c| c.name.as_deref())
         .or(q.name.as_deref());
     let identity = claims.as_ref().map(|c| c.sub.as_str());
+    let draining = lock(&state).cluster().is_some_and(|n| n.draining());
+    if draining {
+        let refusal = ApiError {
+            retry_after: Some(RETRY_AFTER_SECS),
+            ..ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "node_draining",
+                "this node is draining and takes no new participants",
+            )
+        };
+        return Ok(redirect_or(&state, &room, &uri, refusal));
+    }
     let publish_data = claims.as_ref().is_none_or(|c| c.publish_data);
-    let joined = super::join(&state, &room, name, identity, &sdp, flavor, publish_data).await?;
+    let joined = match super::join(&state, &room, name, identity, &sdp, flavor, publish_data).await
+    {
+        Ok(joined) => joined,
+        Err(e) if capacity_refusal(&e) => {
+            return Ok(redirect_or(&state, &room, &uri, e.into()));
+        }
+        Err(e) => return Err(e.into()),
+    };
     let location = match flavor {
         Flavor::Participant => format!("/api/v1/rooms/{room}/participants/{}", joined.resource),
         Flavor::Whip => format!("/whip/{room}/{}", joined.resource),

@@ -19,6 +19,20 @@ pub struct MetricsSnapshot {
     pub admission_refusals: u64,
     /// Shards whose thread stopped.
     pub failed: Vec<corelay_core::ShardId>,
+    /// This node's view of its cluster; None without `--cluster`.
+    pub cluster: Option<ClusterFigures>,
+}
+
+/// The cluster's figures in a scrape (`--cluster` only).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ClusterFigures {
+    /// Nodes in the directory's view, this one included once its own
+    /// announcement came back.
+    pub nodes: usize,
+    /// Whether the link to NATS is up.
+    pub connected: bool,
+    /// Whether this node drains.
+    pub draining: bool,
 }
 
 impl Collector for MetricsSnapshot {
@@ -86,6 +100,29 @@ impl Collector for MetricsSnapshot {
                 MetricType::Counter,
             )?;
             m.encode_counter::<NoLabelSet, _, u64>(&self.admission_refusals, None)?;
+        }
+        if let Some(c) = &self.cluster {
+            let figures = [
+                (
+                    "corelay_cluster_nodes",
+                    "Nodes in this node's view of the cluster directory (itself included).",
+                    c.nodes as i64,
+                ),
+                (
+                    "corelay_cluster_connected",
+                    "1 while the cluster directory's link to NATS is up, else 0.",
+                    i64::from(c.connected),
+                ),
+                (
+                    "corelay_cluster_draining",
+                    "1 while this node drains (out of placement), else 0.",
+                    i64::from(c.draining),
+                ),
+            ];
+            for (name, help, value) in figures {
+                let mut m = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
+                m.encode_gauge(&value)?;
+            }
         }
         gauge(
             &mut enc,

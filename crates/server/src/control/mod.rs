@@ -16,6 +16,9 @@
 //!   rehearsed here ([`corelay_core::offer::check_renegotiation`]); its shard
 //!   only applies the prepared offer. Failed shards get no new participants
 //!   and turn `/healthz` to 503.
+//! - [`cluster`]: this node in a cluster (`--cluster`): its heartbeat in the
+//!   node directory on NATS, where a join it refuses (or any join while it
+//!   drains) is redirected, the view `/api/v1/cluster` shows.
 //! - [`http`]: the API's handlers (parse, call, map errors to statuses);
 //!   [`views`]: the JSON documents it returns; [`auth`]: who may call what;
 //!   [`serve`]: connections; [`metrics`]: the Prometheus rendering;
@@ -36,6 +39,7 @@
 pub mod assets;
 pub mod auth;
 pub mod budget;
+pub mod cluster;
 pub mod http;
 pub mod metrics;
 pub mod rooms;
@@ -80,6 +84,11 @@ pub struct State {
     detail: HashMap<ParticipantId, ParticipantStats>,
     /// The process's CPU quota, which shard load is judged against.
     budget: budget::CpuBudget,
+    /// The admission limits (the directory applies them; the cluster
+    /// announces what they would still take).
+    limits: Limits,
+    /// This node in a cluster; None without `--cluster`.
+    cluster: Option<cluster::Node>,
 }
 
 pub type Shared = Arc<Mutex<State>>;
@@ -97,7 +106,9 @@ impl State {
     pub fn new(settings: RtcSettings, limits: Limits, shards: Vec<ShardHandle>) -> Self {
         State {
             settings: Arc::new(settings),
-            rooms: Directory::new(limits, shards.len()),
+            rooms: Directory::new(limits.clone(), shards.len()),
+            limits,
+            cluster: None,
             shards: shards
                 .into_iter()
                 .map(|handle| ShardLink {
@@ -115,6 +126,19 @@ impl State {
 
     pub fn shard_count(&self) -> usize {
         self.shards.len()
+    }
+
+    /// Makes this node a cluster node (`--cluster`).
+    pub fn set_cluster(&mut self, node: cluster::Node) {
+        self.cluster = Some(node);
+    }
+
+    pub fn cluster(&self) -> Option<&cluster::Node> {
+        self.cluster.as_ref()
+    }
+
+    pub fn cluster_mut(&mut self) -> Option<&mut cluster::Node> {
+        self.cluster.as_mut()
     }
 
     fn link(&self, shard: ShardId) -> Option<&ShardLink> {
@@ -281,6 +305,14 @@ impl State {
             rooms: self.rooms.room_count(),
             admission_refusals: self.rooms.admission_refusals(),
             failed: self.failed_shards().into_iter().map(|(s, _)| s).collect(),
+            cluster: self.cluster.as_ref().map(|node| {
+                let (nodes, connected) = node.view();
+                metrics::ClusterFigures {
+                    nodes: nodes.len(),
+                    connected,
+                    draining: node.draining(),
+                }
+            }),
         }
     }
 

@@ -1,5 +1,5 @@
 //! The JSON bodies of the read-only API (`/api/v1/rooms`, `/api/v1/rooms/{room}`,
-//! `/api/v1/stats`; docs/api.md), built from the control state as values.
+//! `/api/v1/stats`, `/api/v1/cluster`; docs/api.md), built from the control state as values.
 //!
 //! Owns the shape of those documents (field names and units are API).
 //! Must not: decide anything, change the state, or know HTTP (the handlers
@@ -215,4 +215,59 @@ pub fn stats(state: &State) -> StatsOut {
             })
             .collect(),
     }
+}
+
+/// One node of `/api/v1/cluster`.
+#[derive(Serialize)]
+pub struct NodeOut {
+    pub node_id: String,
+    pub epoch: u64,
+    pub http_addr: String,
+    pub relay_addr: std::net::SocketAddr,
+    pub participants: u32,
+    pub capacity_left: u32,
+    /// Participants over participants plus capacity left, 0 to 1.
+    pub load: f64,
+    pub draining: bool,
+    pub rooms: Vec<String>,
+    /// Milliseconds since this node last heard of it.
+    pub last_seen_ms: u64,
+}
+
+/// `/api/v1/cluster`: this node and its view of the cluster. None without
+/// `--cluster`.
+#[derive(Serialize)]
+pub struct ClusterOut {
+    pub node_id: String,
+    /// Whether the directory's link to NATS is up now.
+    pub connected: bool,
+    pub draining: bool,
+    /// Every node in the view, this one included once its own announcement
+    /// came back, by node id.
+    pub nodes: Vec<NodeOut>,
+}
+
+pub fn cluster(st: &State) -> Option<ClusterOut> {
+    let node = st.cluster()?;
+    let (nodes, connected) = node.view();
+    Some(ClusterOut {
+        node_id: node.node_id.clone(),
+        connected,
+        draining: node.draining(),
+        nodes: nodes
+            .into_iter()
+            .map(|(r, age)| NodeOut {
+                load: r.load(),
+                node_id: r.node_id,
+                epoch: r.epoch,
+                http_addr: r.http_addr,
+                relay_addr: r.relay_addr,
+                participants: r.participants,
+                capacity_left: r.capacity_left,
+                draining: r.draining,
+                rooms: r.rooms,
+                last_seen_ms: u64::try_from(age.as_millis()).unwrap_or(u64::MAX),
+            })
+            .collect(),
+    })
 }

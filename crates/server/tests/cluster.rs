@@ -1,0 +1,535 @@
+//! Several corelay nodes on one NATS (`--cluster`, issue 49, first slice):
+//! each sees the others in `GET /api/v1/cluster`, a join a full node
+//! refuses is redirected (307) to one with room and works there, a drained
+//! node redirects every new join, a killed node leaves the others' view
+//! within the directory's TTL, a stopped one at once, and the view is for
+//! admins. Media does not cross nodes yet: nothing here expects it to.
+//!
+//! Each test starts its own nats-server (Debian's 2.9, JetStream on, a free
+//! port, a temporary store; killed when the test ends). Without
+//! `nats-server` these tests fail, saying how to get it, unless
+//! `SKIP_NATS=1` is set: then they print SKIPPED and pass. Every wait is
+//! bounded.
+
+mod common;
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use common::*;
+use corelay_client::JoinSpec;
+use serde_json::{Value, json};
+
+/// Where Debian puts it, for a user whose PATH lacks /usr/sbin.
+const DEBIAN_PATH: &str = "/usr/sbin/nats-server";
+/// How long the nodes may take to see each other (a heartbeat is 1 s).
+const SEE: Duration = Duration::from_secs(10);
+const AUTH_SECRET: &str = "cluster-test-auth-secret-0123456789";
+
+fn nats_binary() -> Option<PathBuf> {
+    let on_path = Command::new("nats-server")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success());
+    if on_path {
+        return Some(PathBuf::from("nats-server"));
+    }
+    Path::new(DEBIAN_PATH)
+        .exists()
+        .then(|| PathBuf::from(DEBIAN_PATH))
+}
+
+/// A nats-server of this test's own, with the cluster secret file the
+/// nodes share; killed (and its directory removed) when dropped.
+struct Nats {
+    port: u16,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl Nats {
+    /// Starts one on a free port, or returns None when the test is to be
+    /// skipped.
+    fn start(test: &str) -> Option<Self> {
+        let mut nats = Self::prepare(test, free_port())?;
+        nats.spawn();
+        Some(nats)
+    }
+
+    /// Its directory and port, not started yet (None: skip the test).
+    fn prepare(test: &str, port: u16) -> Option<Self> {
+        if nats_binary().is_none() {
+            if std::env::var_os("SKIP_NATS").is_some_and(|v| v == "1") {
+                eprintln!("SKIPPED {test}: nats-server is not installed (SKIP_NATS=1)");
+                return None;
+            }
+            panic!(
+                "nats-server is not installed (not on PATH, not at {DEBIAN_PATH}): \
+                 `apt-get install -y nats-server` (scripts/test does), \
+                 or set SKIP_NATS=1 to skip the cluster tests"
+            );
+        }
+        let dir = std::env::temp_dir().join(format!(
+            "corelay-cluster-{test}-{}-{port}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(dir.join("store")).expect("create the store directory");
+        std::fs::write(dir.join("secret"), "cluster-test-secret-0123456789\n")
+            .expect("write the cluster secret");
+        Some(Self {
+            port,
+            dir,
+            child: None,
+        })
+    }
+
+    fn spawn(&mut self) {
+        let binary = nats_binary().expect("nats-server");
+        let log = std::fs::File::create(self.dir.join("nats.log")).expect("create the log");
+        let child = Command::new(binary)
+            .args(["-js", "-sd"])
+            .arg(self.dir.join("store"))
+            .args(["-p", &self.port.to_string(), "-a", "127.0.0.1"])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start nats-server");
+        self.child = Some(child);
+        let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "nats-server did not listen on {addr} within 10 s; its log: {}",
+                std::fs::read_to_string(self.dir.join("nats.log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    fn secret(&self) -> String {
+        self.dir
+            .join("secret")
+            .to_str()
+            .expect("a UTF-8 path")
+            .to_owned()
+    }
+
+    /// A node of this cluster: 1 shard, `--node-id id`, plus `extra`.
+    fn node(&self, id: &str, extra: &[&str]) -> Server {
+        let relay = format!("127.0.0.1:{}", free_port());
+        let (url, secret) = (self.url(), self.secret());
+        let mut args = vec![
+            "--cluster",
+            url.as_str(),
+            "--node-id",
+            id,
+            "--relay-addr",
+            relay.as_str(),
+            "--cluster-secret-file",
+            secret.as_str(),
+        ];
+        args.extend_from_slice(extra);
+        start_server(1, &args)
+    }
+}
+
+impl Drop for Nats {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// Any request, redirects not followed; (status, headers, body).
+fn call(
+    server: &Server,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, Vec<(String, String)>, String) {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .max_redirects(0)
+        .timeout_global(Some(Duration::from_secs(15)))
+        .build()
+        .into();
+    let mut req = ureq::http::Request::builder()
+        .method(method)
+        .uri(server.url(path));
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let mut res = agent
+        .run(req.body(body.to_owned()).expect("a request"))
+        .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+    let status = res.status().as_u16();
+    let hs = res
+        .headers()
+        .iter()
+        .map(|(k, v)| (k.as_str().to_owned(), v.to_str().unwrap_or("").to_owned()))
+        .collect();
+    let body = res.body_mut().read_to_string().unwrap_or_default();
+    (status, hs, body)
+}
+
+fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+}
+
+fn json_of(body: &str) -> Value {
+    serde_json::from_str(body).unwrap_or_else(|_| panic!("not JSON: {body}"))
+}
+
+/// POST of an offer nobody will connect to `path` on `server`.
+fn post_offer(server: &Server, path: &str) -> (u16, Vec<(String, String)>, String) {
+    call(
+        server,
+        "POST",
+        path,
+        &[("content-type", "application/sdp")],
+        &client_offer(true, true),
+    )
+}
+
+/// The node ids in `server`'s cluster view.
+fn seen(server: &Server) -> Vec<String> {
+    let view = server.get_json("/api/v1/cluster");
+    let mut ids: Vec<String> = view["nodes"]
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .map(|n| n["node_id"].as_str().expect("a node id").to_owned())
+        .collect();
+    ids.sort();
+    ids
+}
+
+/// One node of `server`'s cluster view.
+fn node_in(server: &Server, id: &str) -> Option<Value> {
+    server.get_json("/api/v1/cluster")["nodes"]
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .find(|n| n["node_id"] == id)
+        .cloned()
+}
+
+/// Polls `done` every 50 ms for at most `limit`; the time it took, or None.
+fn within(limit: Duration, mut done: impl FnMut() -> bool) -> Option<Duration> {
+    let start = Instant::now();
+    loop {
+        if done() {
+            return Some(start.elapsed());
+        }
+        if start.elapsed() > limit {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Waits until every one of `servers` sees exactly `ids`.
+fn all_see(servers: &[&Server], ids: &[&str]) {
+    let want: Vec<String> = ids.iter().map(|s| (*s).to_owned()).collect();
+    for s in servers {
+        let took = within(SEE, || seen(s) == want);
+        assert!(
+            took.is_some(),
+            "{} does not see {want:?} within {SEE:?}: {}",
+            s.base(),
+            s.get_json("/api/v1/cluster")
+        );
+    }
+}
+
+#[test]
+fn nodes_see_each_other_and_a_full_node_redirects_to_one_with_room() {
+    let Some(nats) = Nats::start("redirect") else {
+        return;
+    };
+    let a = nats.node("a", &["--max-participants-per-shard", "1"]);
+    let b = nats.node("b", &[]);
+    all_see(&[&a, &b], &["a", "b"]);
+    let view = a.get_json("/api/v1/cluster");
+    assert_eq!(view["node_id"], "a");
+    assert_eq!(view["connected"], true);
+    assert_eq!(view["draining"], false);
+    let b_seen = node_in(&a, "b").expect("b in a's view");
+    assert_eq!(b_seen["http_addr"], b.base(), "{b_seen}");
+    assert!(b_seen["last_seen_ms"].as_u64().expect("an age") < 3000);
+    assert!(b_seen["relay_addr"].as_str().is_some());
+    assert!(a.scrape().contains("corelay_cluster_nodes 2"));
+    assert!(a.scrape().contains("corelay_cluster_connected 1"));
+
+    // A's one seat taken, by a real participant.
+    let first = join(&a, "r", "first");
+    let (up, _) = first.wait_until(Duration::from_secs(20), |s| s.connected);
+    assert!(up, "the first participant did not connect to a");
+
+    // A second join to A: 307 to the same path and query on B, with the
+    // refusal as the body.
+    let path = "/api/v1/rooms/r/participants?name=second";
+    let (st, hs, body) = post_offer(&a, path);
+    assert_eq!(st, 307, "{body}");
+    let location = header(&hs, "location").expect("a Location");
+    assert_eq!(location, format!("{}{path}", b.base()));
+    assert_eq!(json_of(&body)["code"], "no_capacity", "{body}");
+    // WHIP and WHEP likewise.
+    for path in ["/whip/r", "/whep/r?x=1"] {
+        let (st, hs, body) = post_offer(&a, path);
+        assert_eq!(st, 307, "{path}: {body}");
+        assert_eq!(
+            header(&hs, "location"),
+            Some(format!("{}{path}", b.base()).as_str())
+        );
+    }
+
+    // Following it joins on B, for real.
+    let base = location
+        .strip_suffix(path)
+        .expect("the Location ends in the path");
+    let second = corelay_client::join(JoinSpec::new(base, "r", "second")).expect("a join on b");
+    let (up, _) = second.wait_until(Duration::from_secs(20), |s| s.connected);
+    assert!(up, "the redirected participant did not connect to b");
+    let room = b.get_json("/api/v1/rooms/r");
+    assert_eq!(
+        room["participants"].as_array().map(Vec::len),
+        Some(1),
+        "{room}"
+    );
+    // B announces it; A sees it.
+    let took = within(SEE, || {
+        node_in(&a, "b").is_some_and(|n| n["participants"] == 1 && n["rooms"] == json!(["r"]))
+    });
+    assert!(took.is_some(), "a does not see b's participant");
+
+    // With B drained there is nowhere to send it: the refusal as today.
+    let (st, _, body) = call(&b, "POST", "/api/v1/cluster/drain", &[], "");
+    assert_eq!(st, 200, "{body}");
+    let took = within(SEE, || {
+        node_in(&a, "b").is_some_and(|n| n["draining"] == true)
+    });
+    assert!(took.is_some(), "a does not see b draining");
+    let (st, hs, body) = post_offer(&a, "/api/v1/rooms/r/participants");
+    assert_eq!(st, 503, "{body}");
+    assert_eq!(json_of(&body)["code"], "no_capacity");
+    assert!(header(&hs, "retry-after").is_some());
+    drop(first);
+    drop(second);
+}
+
+#[test]
+fn a_drained_node_is_shown_draining_and_redirects_new_joins() {
+    let Some(nats) = Nats::start("drain") else {
+        return;
+    };
+    let a = nats.node("a", &[]);
+    let b = nats.node("b", &[]);
+    all_see(&[&a, &b], &["a", "b"]);
+    let (st, _, body) = call(&b, "POST", "/api/v1/cluster/drain", &[], "");
+    assert_eq!(st, 200, "{body}");
+    assert_eq!(json_of(&body), json!({"node_id": "b", "draining": true}));
+    assert_eq!(b.get_json("/api/v1/cluster")["draining"], true);
+    assert!(b.scrape().contains("corelay_cluster_draining 1"));
+    let took = within(SEE, || {
+        node_in(&a, "b").is_some_and(|n| n["draining"] == true && n["capacity_left"] == 0)
+    });
+    assert!(
+        took.is_some(),
+        "a does not see b draining: {}",
+        a.get_json("/api/v1/cluster")
+    );
+    // Every new join to B goes to A, though B has room.
+    for path in ["/api/v1/rooms/r/participants", "/whip/r", "/whep/r"] {
+        let (st, hs, body) = post_offer(&b, path);
+        assert_eq!(st, 307, "{path}: {body}");
+        assert_eq!(json_of(&body)["code"], "node_draining", "{body}");
+        assert_eq!(
+            header(&hs, "location"),
+            Some(format!("{}{path}", a.base()).as_str())
+        );
+    }
+    // A draining A too: nowhere to go, 503 node_draining.
+    let (st, _, _) = call(&a, "POST", "/api/v1/cluster/drain", &[], "");
+    assert_eq!(st, 200);
+    let took = within(SEE, || {
+        node_in(&b, "a").is_some_and(|n| n["draining"] == true)
+    });
+    assert!(took.is_some(), "b does not see a draining");
+    let (st, hs, body) = post_offer(&b, "/whip/r");
+    assert_eq!(st, 503, "{body}");
+    assert_eq!(json_of(&body)["code"], "node_draining");
+    assert!(header(&hs, "retry-after").is_some());
+}
+
+#[test]
+fn a_killed_node_leaves_the_view_within_4_s_and_a_stopped_one_at_once() {
+    let Some(nats) = Nats::start("lost") else {
+        return;
+    };
+    let a = nats.node("a", &[]);
+    let b = nats.node("b", &[]);
+    let c = nats.node("c", &[]);
+    all_see(&[&a, &b, &c], &["a", "b", "c"]);
+
+    let mut b = b;
+    b.child.kill().expect("SIGKILL b");
+    let killed = Instant::now();
+    let gone = within(Duration::from_secs(4), || seen(&a) == ["a", "c"]);
+    eprintln!("b (SIGKILL) left a's view after {:?}", killed.elapsed());
+    assert!(
+        gone.is_some(),
+        "a still sees b 4 s after SIGKILL: {}",
+        a.get_json("/api/v1/cluster")
+    );
+
+    // SIGTERM: c leaves the directory as it stops (its key deleted), so A
+    // drops it without waiting for the TTL.
+    let stopped = Instant::now();
+    let status = c.stop();
+    assert!(status.success(), "c exited with {status}");
+    let gone = within(Duration::from_secs(2), || seen(&a) == ["a"]);
+    eprintln!(
+        "c (SIGTERM) left a's view {:?} after its exit",
+        stopped.elapsed()
+    );
+    assert!(
+        gone.is_some(),
+        "a still sees c 2 s after it stopped: {}",
+        a.get_json("/api/v1/cluster")
+    );
+    assert!(a.scrape().contains("corelay_cluster_nodes 1"));
+}
+
+#[test]
+fn nats_unreachable_at_start_is_retried_in_the_background() {
+    let port = free_port();
+    let Some(mut nats) = Nats::prepare("late", port) else {
+        return;
+    };
+    // Nothing listens on the port yet: the node starts and serves anyway.
+    let a = nats.node("a", &[]);
+    assert_eq!(a.get_json("/healthz")["status"], "ok");
+    let view = a.get_json("/api/v1/cluster");
+    assert_eq!(view["connected"], false, "{view}");
+    assert!(a.scrape().contains("corelay_cluster_connected 0"));
+    let warned = within(SEE, || {
+        a.log().iter().any(|l| l.contains("cannot connect to NATS"))
+    });
+    assert!(warned.is_some(), "no WARN about NATS: {:?}", a.log());
+    nats.spawn();
+    let took = within(SEE, || seen(&a) == ["a"]);
+    assert!(
+        took.is_some(),
+        "a did not join the directory once NATS came up"
+    );
+    assert_eq!(a.get_json("/api/v1/cluster")["connected"], true);
+}
+
+fn token(claims: Value) -> String {
+    let mut claims = claims;
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs();
+    claims["exp"] = json!(now + 600);
+    corelay_client::signal::mint_claims(AUTH_SECRET.as_bytes(), &claims).expect("a token")
+}
+
+#[test]
+fn the_cluster_view_and_drain_are_for_admins() {
+    let Some(nats) = Nats::start("auth") else {
+        return;
+    };
+    let a = nats.node("a", &["--auth-secret", AUTH_SECRET]);
+    let admin = format!("Bearer {}", token(json!({"sub": "ops", "admin": true})));
+    let user = format!("Bearer {}", token(json!({"sub": "u", "room": "r"})));
+    for (method, path) in [
+        ("GET", "/api/v1/cluster"),
+        ("POST", "/api/v1/cluster/drain"),
+    ] {
+        let (st, hs, body) = call(&a, method, path, &[], "");
+        assert_eq!(st, 401, "{method} {path}: {body}");
+        assert!(header(&hs, "www-authenticate").is_some());
+        let (st, _, body) = call(&a, method, path, &[("authorization", user.as_str())], "");
+        assert_eq!(st, 403, "{method} {path}: {body}");
+    }
+    let (st, _, body) = call(
+        &a,
+        "GET",
+        "/api/v1/cluster",
+        &[("authorization", admin.as_str())],
+        "",
+    );
+    assert_eq!(st, 200, "{body}");
+    assert_eq!(json_of(&body)["node_id"], "a");
+    // Nothing above drained it.
+    assert_eq!(json_of(&body)["draining"], false);
+    // The cluster secret is never logged.
+    assert!(
+        !a.log().iter().any(|l| l.contains("cluster-test-secret")),
+        "the cluster secret is in the log"
+    );
+}
+
+#[test]
+fn a_lone_node_is_not_a_cluster() {
+    // No --cluster: nothing connects anywhere, and the cluster endpoints
+    // say so.
+    let server = start_server(1, &[]);
+    for (method, path) in [
+        ("GET", "/api/v1/cluster"),
+        ("POST", "/api/v1/cluster/drain"),
+    ] {
+        let (st, _, body) = call(&server, method, path, &[], "");
+        assert_eq!(st, 404, "{method} {path}: {body}");
+        assert_eq!(json_of(&body)["code"], "not_a_cluster", "{body}");
+    }
+    assert!(!server.scrape().contains("corelay_cluster_"));
+}
+
+#[test]
+fn bad_cluster_flags_stop_the_start() {
+    let bin = env!("CARGO_BIN_EXE_corelay");
+    let run = |args: &[&str]| {
+        let out = Command::new(bin)
+            .args(["--http", "127.0.0.1:0", "--metrics", "off", "--shards", "1"])
+            .args(["--udp-port", &free_port().to_string(), "--no-pin"])
+            .args(args)
+            .output()
+            .expect("run corelay");
+        (
+            out.status,
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (status, err) = run(&["--cluster", "nats://127.0.0.1:1"]);
+    assert!(!status.success());
+    assert!(err.contains("--relay-addr"), "{err}");
+    let (status, err) = run(&["--node-id", "a"]);
+    assert!(!status.success());
+    assert!(err.contains("--cluster"), "{err}");
+}
