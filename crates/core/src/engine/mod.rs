@@ -485,28 +485,31 @@ impl Engine {
         destination: SocketAddr,
         data: &[u8],
     ) {
-        self.receive(now, kernel_rx, Protocol::Udp, source, destination, data);
+        let _ = self.receive(now, kernel_rx, Protocol::Udp, source, destination, data);
     }
 
     /// One RFC 4571 frame (the length prefix removed) from an ICE-TCP
     /// connection: `source` is the client's end of the connection, and the
     /// answers go back to it as [`Transmit`]s with `proto` TCP. Everything
-    /// else is as for a datagram.
+    /// else is as for a datagram. Returns whether the frame was accepted: it
+    /// reached a known participant and nothing refused it (what keeps an
+    /// ICE-TCP connection open).
     pub fn handle_tcp_frame(
         &mut self,
         now: Instant,
         source: SocketAddr,
         destination: SocketAddr,
         data: &[u8],
-    ) {
-        self.receive(now, None, Protocol::Tcp, source, destination, data);
+    ) -> bool {
+        self.receive(now, None, Protocol::Tcp, source, destination, data)
     }
 
     /// A datagram or ICE-TCP frame, in four stages: [`Self::admit`] (is it
     /// for a participant, may it reach its `Rtc`), the own ingress (media
     /// of an adopted stream goes past str0m), [`Self::hand_to_rtc`] (str0m's
     /// input) and [`Self::after_input`] (what str0m made of it). A datagram
-    /// dropped on the way is counted once, by the stage that drops it.
+    /// dropped on the way is counted once, by the stage that drops it;
+    /// true when none did.
     fn receive(
         &mut self,
         now: Instant,
@@ -515,7 +518,7 @@ impl Engine {
         source: SocketAddr,
         destination: SocketAddr,
         data: &[u8],
-    ) {
+    ) -> bool {
         self.io.counters.rx_packets += 1;
         self.io.counters.rx_bytes += data.len() as u64;
         self.end_batch_unless_at(now);
@@ -523,12 +526,12 @@ impl Engine {
             Ok(admitted) => admitted,
             Err(counter) => {
                 *counter(&mut self.io.counters) += 1;
-                return;
+                return false;
             }
         };
-        if known && self.own_ingress(now, kernel_rx, id, data) {
+        if known && let Some(taken) = self.own_ingress(now, kernel_rx, id, data) {
             self.settle(now);
-            return;
+            return taken;
         }
         let receive = Receive {
             proto,
@@ -540,11 +543,15 @@ impl Engine {
             Fed::Taken { srtcp_dropped } => {
                 self.after_input(now, kernel_rx, id, (source, known), data, srtcp_dropped)
             }
-            Fed::Refused(counter) => *counter(&mut self.io.counters) += 1,
+            Fed::Refused(counter) => {
+                *counter(&mut self.io.counters) += 1;
+                false
+            }
             Fed::Panicked => {
                 // Counted as a panic; the datagram is that participant's last.
                 self.io.counters.dropped_malformed += 1;
                 self.settle(now);
+                false
             }
         }
     }
@@ -584,34 +591,32 @@ impl Engine {
     }
 
     /// The own ingress takes media of the streams it adopted, from an
-    /// address str0m has verified ([`ingress`]); true when it took the
-    /// datagram (forwarded, or dropped and counted).
+    /// address str0m has verified ([`ingress`]): `None` when it is not one
+    /// of them, else whether it was accepted (forwarded) or dropped (and
+    /// counted).
     fn own_ingress(
         &mut self,
         now: Instant,
         kernel_rx: Option<Duration>,
         id: ParticipantId,
         data: &[u8],
-    ) -> bool {
+    ) -> Option<bool> {
         if !is_rtp(data) {
-            return false;
+            return None;
         }
-        let Some(ingress) = self
+        let ingress = self
             .participants
             .get_mut(&id)
-            .and_then(|p| p.publisher.ingress.as_mut())
-        else {
-            return false;
-        };
+            .and_then(|p| p.publisher.ingress.as_mut())?;
         match ingress.receive(data) {
-            ingress::Taken::NotOurs => false,
+            ingress::Taken::NotOurs => None,
             ingress::Taken::Dropped => {
                 self.io.counters.dropped_by_stack += 1;
-                true
+                Some(false)
             }
             ingress::Taken::Packet(pkt) => {
                 self.on_own_rtp(now, kernel_rx, id, pkt, data.len());
-                true
+                Some(true)
             }
         }
     }
@@ -683,7 +688,7 @@ impl Engine {
 
     /// What str0m made of a datagram it took: a new address learnt, NACKs
     /// answered from the own egress, its outputs drained, and a datagram it
-    /// dropped without a word counted.
+    /// dropped without a word counted (false then).
     fn after_input(
         &mut self,
         now: Instant,
@@ -692,7 +697,7 @@ impl Engine {
         (source, known): (SocketAddr, bool),
         data: &[u8],
         srtcp_dropped: bool,
-    ) {
+    ) -> bool {
         if !known {
             self.demux.learn(id, source);
         }
@@ -702,23 +707,21 @@ impl Engine {
         let events_before = self.io.events.len();
         let transmits_before = self.io.out.transmits.len();
         self.drain(now, kernel_rx, id);
-        if srtcp_dropped {
-            // An SRTCP datagram that failed authentication (str0m patch 27):
-            // counted here, once, and never by the guess below.
-            self.io.counters.dropped_by_stack += 1;
-        } else if self.io.events.len() == events_before
-            && self.io.out.transmits.len() == transmits_before
-            && silence_is_refusal(data)
-        {
-            // str0m drops some datagrams without a word (an SRTP packet
-            // that fails authentication or replays, a STUN request with bad
-            // integrity, a datagram that is not DTLS records): one that
-            // produced neither an event nor a datagram, and whose silence
-            // means a refusal ([`silence_is_refusal`]), is counted as
-            // dropped by the stack.
+        let refused = srtcp_dropped
+            || (self.io.events.len() == events_before
+                && self.io.out.transmits.len() == transmits_before
+                && silence_is_refusal(data));
+        if refused {
+            // An SRTCP datagram that failed authentication (str0m patch 27),
+            // counted here once, or one str0m dropped without a word (an
+            // SRTP packet that fails authentication or replays, a STUN
+            // request with bad integrity, a datagram that is not DTLS
+            // records): it produced neither an event nor a datagram, and
+            // its silence means a refusal ([`silence_is_refusal`]).
             self.io.counters.dropped_by_stack += 1;
         }
         self.settle(now);
+        !refused
     }
 
     /// Timers due at `now`: str0m timeouts, connect deadlines, deferred

@@ -48,7 +48,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use corelay_core::faults::Faults;
-use corelay_core::metrics::{Counters, LatencyHistogram};
+use corelay_core::metrics::LatencyHistogram;
 use corelay_core::{ControlOutbox, Engine, Lane, RtcSettings, ShardId};
 use corelay_plane::{
     Applied, DataPlane, IoCounters, ShardCommand, ShardHandle, ShardReport, ToControl, apply,
@@ -395,16 +395,6 @@ async fn run(
     Ok(())
 }
 
-/// Received packets the engine refused, every reason together: each refusal
-/// counts in exactly one of these, and a packet it took in none.
-fn refused_frames(c: &Counters) -> u64 {
-    c.dropped_malformed
-        + c.dropped_unknown_source
-        + c.dropped_addr_limit
-        + c.dropped_unknown_stream
-        + c.dropped_by_stack
-}
-
 impl ShardLoop {
     /// Takes an accepted ICE-TCP connection; after a failed accept (out of
     /// descriptors), returns until when the listener rests.
@@ -431,12 +421,12 @@ impl ShardLoop {
         for _ in 0..MAX_TCP_FRAMES_PER_WAKE {
             match next {
                 Some(Frame::Data(peer, packet)) => {
-                    let refused = refused_frames(self.engine.counters());
-                    self.engine
-                        .handle_tcp_frame(now, peer, self.advertised, &packet);
-                    // Not counted as refused: the engine took it for a
-                    // known participant (a valid STUN check, DTLS or media).
-                    if refused_frames(self.engine.counters()) == refused {
+                    // Accepted: the engine took it for a known participant
+                    // (a valid STUN check, DTLS or media).
+                    if self
+                        .engine
+                        .handle_tcp_frame(now, peer, self.advertised, &packet)
+                    {
                         self.tcp.accepted_frame(&peer, now);
                     }
                 }
