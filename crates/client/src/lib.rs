@@ -244,7 +244,8 @@ impl ParticipantHandle {
         &self.offer
     }
 
-    /// `Location` as the server sent it.
+    /// `Location` as the server sent it (made absolute when the join was
+    /// redirected to another node).
     pub fn location(&self) -> &str {
         &self.location
     }

@@ -163,7 +163,12 @@ pub fn mint_claims(secret: &[u8], claims: &serde_json::Value) -> Result<String, 
     .map_err(|e| format!("cannot sign the token: {e}"))
 }
 
-/// `POST {url}/api/v1/rooms/{room}/participants?name={name}` with an SDP offer.
+/// The most redirects (307/308) a join follows: a cluster sends a refused
+/// join to one node with room, never in a chain.
+const MAX_REDIRECTS: usize = 3;
+
+/// `POST {url}/api/v1/rooms/{room}/participants?name={name}` with an SDP
+/// offer, following a cluster's redirect (307) to the node that takes it.
 pub fn post_offer(url: &str, room: &str, name: &str, offer_sdp: &str) -> Result<Joined, JoinError> {
     post_offer_auth(url, room, name, offer_sdp, None)
 }
@@ -182,13 +187,30 @@ pub fn post_offer_auth(
         encode_component(room),
         encode_component(name)
     );
-    let mut resp = bearer(agent().post(&target), token)
-        .header("Content-Type", "application/sdp")
-        .send(offer_sdp)
-        .map_err(|e| JoinError::local(format!("POST {target}: {e}")))?;
+    let mut target = target;
+    let mut hops = 0;
+    let mut resp = loop {
+        let resp = bearer(agent().post(&target), token)
+            .header("Content-Type", "application/sdp")
+            .send(offer_sdp)
+            .map_err(|e| JoinError::local(format!("POST {target}: {e}")))?;
+        // A cluster node that cannot take the join sends it on to one that
+        // can (307, docs/api.md): the same request, to its Location.
+        let status = resp.status().as_u16();
+        match header(&resp, "location") {
+            Some(next) if matches!(status, 307 | 308) && hops < MAX_REDIRECTS => {
+                target = resolve(&target, &next);
+                hops += 1;
+            }
+            _ => break resp,
+        }
+    };
     let status = resp.status().as_u16();
     let retry_after = header(&resp, "retry-after").and_then(|v| v.trim().parse().ok());
-    let location = header(&resp, "location");
+    // After a redirect, the resource lives on the node that took the join:
+    // its Location is made absolute, so that DELETE and PATCH go there.
+    let location =
+        header(&resp, "location").map(|l| if hops == 0 { l } else { resolve(&target, &l) });
     let etag = header(&resp, "etag").unwrap_or_default();
     let participant_id = header(&resp, "participant-id");
     let body = read_body(&mut resp);

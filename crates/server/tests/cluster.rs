@@ -307,11 +307,14 @@ fn nodes_see_each_other_and_a_full_node_redirects_to_one_with_room() {
         );
     }
 
-    // Following it joins on B, for real.
-    let base = location
-        .strip_suffix(path)
-        .expect("the Location ends in the path");
-    let second = corelay_client::join(JoinSpec::new(base, "r", "second")).expect("a join on b");
+    // The client follows it: a join sent to A lands on B, for real, and
+    // its resource is B's (its DELETE goes there).
+    let second = corelay_client::join(JoinSpec::new(a.base(), "r", "second")).expect("a join on b");
+    assert!(
+        second.location().starts_with(&b.base()),
+        "{}",
+        second.location()
+    );
     let (up, _) = second.wait_until(Duration::from_secs(20), |s| s.connected);
     assert!(up, "the redirected participant did not connect to b");
     let room = b.get_json("/api/v1/rooms/r");
