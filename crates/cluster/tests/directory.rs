@@ -6,136 +6,12 @@
 //! bounded.
 
 use std::future::Future;
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use corelay_cluster::directory::{self, Change, Directory, LeftReason, NodeRecord};
+use corelay_testkit::free_tcp_port;
+use corelay_testkit::nats::Nats;
 use futures_util::StreamExt;
-
-/// Where Debian puts it, for a user whose PATH lacks /usr/sbin.
-const DEBIAN_PATH: &str = "/usr/sbin/nats-server";
-
-fn nats_binary() -> Option<PathBuf> {
-    let on_path = Command::new("nats-server")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|status| status.success());
-    if on_path {
-        return Some(PathBuf::from("nats-server"));
-    }
-    Path::new(DEBIAN_PATH)
-        .exists()
-        .then(|| PathBuf::from(DEBIAN_PATH))
-}
-
-/// A nats-server of this test's own; killed (and its store removed) when
-/// dropped.
-struct Nats {
-    binary: PathBuf,
-    port: u16,
-    store: PathBuf,
-    child: Option<Child>,
-}
-
-impl Nats {
-    /// Starts one, or returns None when the test is to be skipped.
-    fn start(test: &str) -> Option<Self> {
-        let Some(binary) = nats_binary() else {
-            if std::env::var_os("SKIP_NATS").is_some_and(|v| v == "1") {
-                eprintln!("SKIPPED {test}: nats-server is not installed (SKIP_NATS=1)");
-                return None;
-            }
-            panic!(
-                "nats-server is not installed (not on PATH, not at {DEBIAN_PATH}): \
-                 `apt-get install -y nats-server` (scripts/test does), \
-                 or set SKIP_NATS=1 to skip the cluster directory's tests"
-            );
-        };
-        let port = free_port();
-        let store = std::env::temp_dir().join(format!(
-            "corelay-nats-{test}-{}-{}",
-            std::process::id(),
-            port
-        ));
-        std::fs::create_dir_all(&store).expect("create the store directory");
-        let mut nats = Self {
-            binary,
-            port,
-            store,
-            child: None,
-        };
-        nats.spawn();
-        Some(nats)
-    }
-
-    fn url(&self) -> String {
-        format!("nats://127.0.0.1:{}", self.port)
-    }
-
-    fn spawn(&mut self) {
-        let log = std::fs::File::create(self.store.join("nats.log")).expect("create the log");
-        let child = Command::new(&self.binary)
-            .args(["-js", "-sd"])
-            .arg(&self.store)
-            .args(["-p", &self.port.to_string(), "-a", "127.0.0.1"])
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("start nats-server");
-        self.child = Some(child);
-        let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "nats-server did not listen on {addr} within 10 s; its log: {}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.store.join("nats.log")).unwrap_or_default()
-    }
-
-    fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    fn restart(&mut self) {
-        self.stop();
-        self.spawn();
-    }
-
-    /// Restarts it with its JetStream store gone, as a new server would be.
-    fn restart_empty(&mut self) {
-        self.stop();
-        let _ = std::fs::remove_dir_all(self.store.join("jetstream"));
-        self.spawn();
-    }
-}
-
-impl Drop for Nats {
-    fn drop(&mut self) {
-        self.stop();
-        let _ = std::fs::remove_dir_all(&self.store);
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .expect("a free port")
-        .port()
-}
 
 fn record(node_id: &str, participants: u32) -> NodeRecord {
     NodeRecord {
@@ -538,7 +414,7 @@ async fn max_age_expiry_sends_no_watch_event_on_2_9() {
 #[tokio::test]
 async fn connect_fails_fast_without_nats() {
     let start = Instant::now();
-    let url = format!("nats://127.0.0.1:{}", free_port());
+    let url = format!("nats://127.0.0.1:{}", free_tcp_port());
     let err = Directory::connect(&url, "node-a")
         .await
         .expect_err("no server there");

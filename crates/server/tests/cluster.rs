@@ -13,110 +13,51 @@
 
 mod common;
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::*;
 use corelay_client::JoinSpec;
+use corelay_testkit::free_tcp_port;
+use corelay_testkit::nats::Nats;
 use serde_json::{Value, json};
 
-/// Where Debian puts it, for a user whose PATH lacks /usr/sbin.
-const DEBIAN_PATH: &str = "/usr/sbin/nats-server";
 /// How long the nodes may take to see each other (a heartbeat is 1 s).
 const SEE: Duration = Duration::from_secs(10);
 const AUTH_SECRET: &str = "cluster-test-auth-secret-0123456789";
 
-fn nats_binary() -> Option<PathBuf> {
-    let on_path = Command::new("nats-server")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|status| status.success());
-    if on_path {
-        return Some(PathBuf::from("nats-server"));
-    }
-    Path::new(DEBIAN_PATH)
-        .exists()
-        .then(|| PathBuf::from(DEBIAN_PATH))
+/// A cluster of this test's own: its nats-server ([`Nats`]) and the secret
+/// file its nodes share.
+struct Cluster {
+    nats: Nats,
 }
 
-/// A nats-server of this test's own, with the cluster secret file the
-/// nodes share; killed (and its directory removed) when dropped.
-struct Nats {
-    port: u16,
-    dir: PathBuf,
-    child: Option<Child>,
-}
-
-impl Nats {
-    /// Starts one on a free port, or returns None when the test is to be
-    /// skipped.
+impl Cluster {
+    /// `None`: the test is to be skipped (no nats-server, `SKIP_NATS=1`).
     fn start(test: &str) -> Option<Self> {
-        let mut nats = Self::prepare(test, free_port())?;
-        nats.spawn();
-        Some(nats)
+        let mut cluster = Self::stopped(test)?;
+        cluster.nats.run();
+        Some(cluster)
     }
 
-    /// Its directory and port, not started yet (None: skip the test).
-    fn prepare(test: &str, port: u16) -> Option<Self> {
-        if nats_binary().is_none() {
-            if std::env::var_os("SKIP_NATS").is_some_and(|v| v == "1") {
-                eprintln!("SKIPPED {test}: nats-server is not installed (SKIP_NATS=1)");
-                return None;
-            }
-            panic!(
-                "nats-server is not installed (not on PATH, not at {DEBIAN_PATH}): \
-                 `apt-get install -y nats-server` (scripts/test does), \
-                 or set SKIP_NATS=1 to skip the cluster tests"
-            );
-        }
-        let dir = std::env::temp_dir().join(format!(
-            "corelay-cluster-{test}-{}-{port}",
-            std::process::id()
-        ));
-        std::fs::create_dir_all(dir.join("store")).expect("create the store directory");
-        std::fs::write(dir.join("secret"), "cluster-test-secret-0123456789\n")
-            .expect("write the cluster secret");
-        Some(Self {
-            port,
-            dir,
-            child: None,
-        })
-    }
-
-    fn spawn(&mut self) {
-        let binary = nats_binary().expect("nats-server");
-        let log = std::fs::File::create(self.dir.join("nats.log")).expect("create the log");
-        let child = Command::new(binary)
-            .args(["-js", "-sd"])
-            .arg(self.dir.join("store"))
-            .args(["-p", &self.port.to_string(), "-a", "127.0.0.1"])
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("start nats-server");
-        self.child = Some(child);
-        let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "nats-server did not listen on {addr} within 10 s; its log: {}",
-                std::fs::read_to_string(self.dir.join("nats.log")).unwrap_or_default()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+    /// Its secret written, its nats-server not running yet.
+    fn stopped(test: &str) -> Option<Self> {
+        let nats = Nats::stopped(test)?;
+        std::fs::write(
+            nats.dir().join("secret"),
+            "cluster-test-secret-0123456789\n",
+        )
+        .expect("write the cluster secret");
+        Some(Cluster { nats })
     }
 
     fn url(&self) -> String {
-        format!("nats://127.0.0.1:{}", self.port)
+        self.nats.url()
     }
 
     fn secret(&self) -> String {
-        self.dir
+        self.nats
+            .dir()
             .join("secret")
             .to_str()
             .expect("a UTF-8 path")
@@ -125,7 +66,7 @@ impl Nats {
 
     /// A node of this cluster: 1 shard, `--node-id id`, plus `extra`.
     fn node(&self, id: &str, extra: &[&str]) -> Server {
-        let relay = format!("127.0.0.1:{}", free_port());
+        let relay = format!("127.0.0.1:{}", free_tcp_port());
         let (url, secret) = (self.url(), self.secret());
         let mut args = vec![
             "--cluster",
@@ -140,23 +81,6 @@ impl Nats {
         args.extend_from_slice(extra);
         start_server(1, &args)
     }
-}
-
-impl Drop for Nats {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .expect("a free port")
-        .port()
 }
 
 /// Any request, redirects not followed; (status, headers, body).
@@ -267,7 +191,7 @@ fn all_see(servers: &[&Server], ids: &[&str]) {
 
 #[test]
 fn nodes_see_each_other_and_a_full_node_redirects_to_one_with_room() {
-    let Some(nats) = Nats::start("redirect") else {
+    let Some(nats) = Cluster::start("redirect") else {
         return;
     };
     let a = nats.node("a", &["--max-participants-per-shard", "1"]);
@@ -346,7 +270,7 @@ fn nodes_see_each_other_and_a_full_node_redirects_to_one_with_room() {
 
 #[test]
 fn a_drained_node_is_shown_draining_and_redirects_new_joins() {
-    let Some(nats) = Nats::start("drain") else {
+    let Some(nats) = Cluster::start("drain") else {
         return;
     };
     let a = nats.node("a", &[]);
@@ -390,7 +314,7 @@ fn a_drained_node_is_shown_draining_and_redirects_new_joins() {
 
 #[test]
 fn a_killed_node_leaves_the_view_within_4_s_and_a_stopped_one_at_once() {
-    let Some(nats) = Nats::start("lost") else {
+    let Some(nats) = Cluster::start("lost") else {
         return;
     };
     let a = nats.node("a", &[]);
@@ -429,8 +353,7 @@ fn a_killed_node_leaves_the_view_within_4_s_and_a_stopped_one_at_once() {
 
 #[test]
 fn nats_unreachable_at_start_is_retried_in_the_background() {
-    let port = free_port();
-    let Some(mut nats) = Nats::prepare("late", port) else {
+    let Some(mut nats) = Cluster::stopped("late") else {
         return;
     };
     // Nothing listens on the port yet: the node starts and serves anyway.
@@ -443,7 +366,7 @@ fn nats_unreachable_at_start_is_retried_in_the_background() {
         a.log().iter().any(|l| l.contains("cannot connect to NATS"))
     });
     assert!(warned.is_some(), "no WARN about NATS: {:?}", a.log());
-    nats.spawn();
+    nats.nats.run();
     let took = within(SEE, || seen(&a) == ["a"]);
     assert!(
         took.is_some(),
@@ -464,7 +387,7 @@ fn token(claims: Value) -> String {
 
 #[test]
 fn the_cluster_view_and_drain_are_for_admins() {
-    let Some(nats) = Nats::start("auth") else {
+    let Some(nats) = Cluster::start("auth") else {
         return;
     };
     let a = nats.node("a", &["--auth-secret", AUTH_SECRET]);
@@ -520,7 +443,7 @@ fn bad_cluster_flags_stop_the_start() {
     let run = |args: &[&str]| {
         let out = Command::new(bin)
             .args(["--http", "127.0.0.1:0", "--metrics", "off", "--shards", "1"])
-            .args(["--udp-port", &free_port().to_string(), "--no-pin"])
+            .args(["--udp-port", &free_tcp_port().to_string(), "--no-pin"])
             .args(args)
             .output()
             .expect("run corelay");

@@ -9,6 +9,8 @@
 //! what every test needs to reach it (URLs, JSON, a raw request), or speak
 //! WebRTC (tests use `corelay-client` for that).
 
+pub mod nats;
+
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, UdpSocket};
 use std::path::{Path, PathBuf};
