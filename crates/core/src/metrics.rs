@@ -263,7 +263,13 @@ pub struct ParticipantStats {
     pub id: ParticipantId,
     /// Fraction of the publisher's packets lost on the way to us.
     pub ingress_loss: Option<f32>,
-    /// Largest interarrival jitter over its published tracks, in ms.
+    /// Current interarrival jitter of its media reaching us, in ms: RFC
+    /// 3550's estimate (str0m's, as of its latest receiver report: each
+    /// second for a video stream, every 5 s for audio; resends are not
+    /// samples) of its worst received stream among those that received
+    /// packets since their statistics before (a paused simulcast layer does
+    /// not count); `None` while none did. Not a maximum: it falls again
+    /// with the jitter.
     pub ingress_jitter_ms: Option<f64>,
     /// Fraction of our packets lost on the way to it (its receiver reports).
     pub egress_loss: Option<f32>,

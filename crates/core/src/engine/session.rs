@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use str0m::Rtc;
 use str0m::channel::ChannelId;
-use str0m::media::Mid;
+use str0m::media::{Mid, Rid};
 use str0m::net::Transmit;
 
 use crate::ids::ParticipantId;
@@ -105,9 +105,24 @@ pub(super) struct Session {
     /// Last cumulative NACK counts per (mid, egress?), to turn str0m's
     /// cumulative per-stream figures into shard counter deltas.
     nack_seen: Vec<(Mid, bool, u64)>,
+    /// Each received stream's latest jitter, for
+    /// [`ParticipantStats::ingress_jitter_ms`].
+    jitter_seen: Vec<StreamJitter>,
     /// Its handling panics once connected ([`crate::faults`]).
     #[cfg(feature = "fault-injection")]
     injected_panic: bool,
+}
+
+/// A received stream's latest jitter ([`Session::ingress_jitter`]).
+struct StreamJitter {
+    mid: Mid,
+    rid: Option<Rid>,
+    /// Packets received, as of its latest statistics.
+    packets: u64,
+    /// It received packets between its latest statistics and those before.
+    flowing: bool,
+    /// Its interarrival jitter in ms, as of its latest statistics.
+    ms: f64,
 }
 
 impl Session {
@@ -129,6 +144,7 @@ impl Session {
             requests_refilled: None,
             budget_told: None,
             nack_seen: Vec::new(),
+            jitter_seen: Vec::new(),
             #[cfg(feature = "fault-injection")]
             injected_panic: false,
         }
@@ -219,6 +235,45 @@ impl Session {
         }
         self.budget_told = Some(now);
         true
+    }
+
+    /// Records str0m's statistics of the received stream (`mid`, `rid`):
+    /// its cumulative packet count and its interarrival jitter in ms.
+    /// Returns the publisher's current jitter: the largest latest figure
+    /// of the streams that received packets since their statistics before
+    /// (`None` where none did). A stream that stopped (a layer paused at
+    /// the source, a muted track) keeps the figure of its last report
+    /// until it flows again, stale: it does not count meanwhile.
+    pub(super) fn ingress_jitter(
+        &mut self,
+        mid: Mid,
+        rid: Option<Rid>,
+        packets: u64,
+        ms: f64,
+    ) -> Option<f64> {
+        match self
+            .jitter_seen
+            .iter_mut()
+            .find(|s| s.mid == mid && s.rid == rid)
+        {
+            Some(s) => {
+                s.flowing = packets > s.packets;
+                s.packets = s.packets.max(packets);
+                s.ms = ms;
+            }
+            None => self.jitter_seen.push(StreamJitter {
+                mid,
+                rid,
+                packets,
+                flowing: packets > 0,
+                ms,
+            }),
+        }
+        self.jitter_seen
+            .iter()
+            .filter(|s| s.flowing)
+            .map(|s| s.ms)
+            .reduce(f64::max)
     }
 
     /// Records a cumulative NACK figure for (mid, direction); returns the increase.

@@ -64,12 +64,8 @@ impl Engine {
                     _ => 90.0,
                 };
                 let jitter = f64::from(st.jitter) / clock;
-                p.session.stats.ingress_jitter_ms = Some(
-                    p.session
-                        .stats
-                        .ingress_jitter_ms
-                        .map_or(jitter, |j| j.max(jitter)),
-                );
+                p.session.stats.ingress_jitter_ms =
+                    p.session.ingress_jitter(st.mid, st.rid, st.packets, jitter);
                 let d = p.session.nack_delta(st.mid, false, st.nacks);
                 p.session.stats.nacks_sent += d;
                 self.io.counters.nacks_sent += d;
@@ -88,7 +84,7 @@ impl Engine {
 mod tests {
     use std::time::{Duration, Instant};
 
-    use str0m::media::Mid;
+    use str0m::media::{Mid, Rid};
     use str0m::stats::{MediaEgressStats, MediaIngressStats, PeerStats};
 
     use super::super::io::fixture::{add, engine, line, participant, track};
@@ -115,11 +111,24 @@ mod tests {
     }
 
     fn ingress(mid: &str, jitter: u32, nacks: u64, at: Instant) -> Event {
+        stream(mid, None, 0, jitter, nacks, at)
+    }
+
+    /// The statistics of stream (`mid`, `rid`) with `packets` received so
+    /// far and `jitter` in RTP clock units.
+    fn stream(
+        mid: &str,
+        rid: Option<&str>,
+        packets: u64,
+        jitter: u32,
+        nacks: u64,
+        at: Instant,
+    ) -> Event {
         Event::MediaIngressStats(MediaIngressStats {
             mid: Mid::from(mid),
-            rid: None,
-            bytes: 0,
-            packets: 0,
+            rid: rid.map(Rid::from),
+            bytes: packets * 1_000,
+            packets,
             firs: 0,
             plis: 0,
             nacks,
@@ -181,18 +190,63 @@ mod tests {
     }
 
     #[test]
-    fn jitter_is_in_milliseconds_of_each_tracks_clock_and_the_largest_is_kept() {
+    fn jitter_is_in_milliseconds_of_each_tracks_clock_and_the_worst_stream_counts() {
         let t0 = Instant::now();
         let mut e = setup(t0);
+        let id = ParticipantId(ID);
         // 480 ticks of Opus's 48 kHz: 10 ms.
-        e.on_stats(ParticipantId(ID), ingress("a", 480, 0, t0));
+        e.on_stats(id, stream("a", None, 50, 480, 0, t0));
         assert_eq!(stats(&mut e).ingress_jitter_ms, Some(10.0));
         // 1800 ticks of video's 90 kHz: 20 ms, the larger.
-        e.on_stats(ParticipantId(ID), ingress("v", 1_800, 0, t0));
+        e.on_stats(id, stream("v", Some("q"), 300, 1_800, 0, t0));
         assert_eq!(stats(&mut e).ingress_jitter_ms, Some(20.0));
-        // Smaller again: the largest stays.
-        e.on_stats(ParticipantId(ID), ingress("v", 90, 0, t0));
-        assert_eq!(stats(&mut e).ingress_jitter_ms, Some(20.0));
+        // A second later both flowed, video's jitter fell: audio's is the
+        // worst now.
+        let t1 = t0 + Duration::from_secs(1);
+        e.on_stats(id, stream("a", None, 100, 480, 0, t1));
+        e.on_stats(id, stream("v", Some("q"), 600, 90, 0, t1));
+        assert_eq!(stats(&mut e).ingress_jitter_ms, Some(10.0));
+    }
+
+    /// Issue 52: a simulcast publisher on loopback read 2,327 ms (Chromium)
+    /// and 37,317 ms (Firefox), for the rest of the call. str0m's estimate
+    /// of a stream's jitter (RFC 3550's running average) rises for a while
+    /// (until str0m patch 28 it took resends over RTX as samples) and falls
+    /// again; a layer paused at the source repeats its last figure in its
+    /// reports. The largest figure ever reported stayed.
+    #[test]
+    fn jitter_is_the_current_figure_of_the_flowing_streams_not_the_largest_ever() {
+        let t0 = Instant::now();
+        let mut e = setup(t0);
+        let id = ParticipantId(ID);
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        // Second 1: q and f flow with 1 ms of jitter (90 ticks).
+        e.on_stats(id, stream("v", Some("q"), 100, 90, 0, at(1)));
+        e.on_stats(id, stream("v", Some("f"), 300, 90, 0, at(1)));
+        assert_eq!(stats(&mut e).ingress_jitter_ms, Some(1.0));
+        // Second 2: f's estimate read 2,327 ms (resends taken as samples).
+        e.on_stats(id, stream("v", Some("q"), 130, 90, 0, at(2)));
+        e.on_stats(id, stream("v", Some("f"), 330, 209_430, 0, at(2)));
+        assert_eq!(stats(&mut e).ingress_jitter_ms, Some(2_327.0));
+        // Second 3: the estimate is back to 2 ms.
+        e.on_stats(id, stream("v", Some("q"), 160, 90, 0, at(3)));
+        e.on_stats(id, stream("v", Some("f"), 360, 180, 0, at(3)));
+        assert_eq!(stats(&mut e).ingress_jitter_ms, Some(2.0));
+        // Second 4: f paused again on a figure of 2,327 ms (its last
+        // packets, say), which its reports repeat while nothing flows.
+        e.on_stats(id, stream("v", Some("q"), 190, 90, 0, at(4)));
+        e.on_stats(id, stream("v", Some("f"), 390, 209_430, 0, at(4)));
+        e.on_stats(id, stream("v", Some("q"), 220, 90, 0, at(5)));
+        e.on_stats(id, stream("v", Some("f"), 390, 209_430, 0, at(5)));
+        assert_eq!(
+            stats(&mut e).ingress_jitter_ms,
+            Some(1.0),
+            "a paused layer's stale figure does not count"
+        );
+        // Nothing flows at all: no figure.
+        e.on_stats(id, stream("v", Some("q"), 220, 90, 0, at(6)));
+        e.on_stats(id, stream("v", Some("f"), 390, 209_430, 0, at(6)));
+        assert_eq!(stats(&mut e).ingress_jitter_ms, None);
     }
 
     #[test]

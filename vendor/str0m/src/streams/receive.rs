@@ -80,6 +80,10 @@ pub struct StreamRx {
     /// Set on the first authenticated RTX packet or restored from remembered sequence history.
     register_rtx: Option<SeqNoWindow>,
 
+    /// corelay patch (PATCHES.md, 28): `un_rtx` rewrote a resent packet,
+    /// whose main register update follows: not a jitter sample.
+    resent: bool,
+
     /// The most recent main-stream packets as `(seq_no, extended rtp time)`, used to place
     /// RFC 2198 RED redundant blocks (which carry a timestamp, not a seq no) at the right
     /// sequence number. Bounded by `RED_RECENT_PACKETS`.
@@ -175,6 +179,7 @@ impl StreamRx {
             reset_roc: None,
             register: None,
             register_rtx: None,
+            resent: false,
             red_recent: VecDeque::new(),
             last_time: None,
             pending_request_keyframe: None,
@@ -566,11 +571,16 @@ impl StreamRx {
                 .update(seq_no);
             is_new
         } else {
+            // corelay patch (PATCHES.md, 28): a packet `un_rtx` rewrote
+            // arrived resent: counted, but not a jitter sample.
+            let resent = std::mem::take(&mut self.resent);
             // extend_seq() initializes the main register before this update.
-            self.register
-                .as_mut()
-                .unwrap()
-                .update(seq_no, now, header.timestamp, clock_rate.get())
+            let register = self.register.as_mut().unwrap();
+            if resent {
+                register.update_resent(seq_no)
+            } else {
+                register.update(seq_no, now, header.timestamp, clock_rate.get())
+            }
         };
 
         // Get the previous time for comparison
@@ -669,7 +679,15 @@ impl StreamRx {
 
     /// Rewrites the header to be the un-RTX'd original packet, and returns
     /// `data` with the original sequence number prefix stripped.
-    pub(crate) fn un_rtx<'a>(&self, header: &mut RtpHeader, data: &'a [u8], pt: Pt) -> &'a [u8] {
+    /// corelay patch (PATCHES.md, 28): marks the main register's next
+    /// update, this packet's, as one of a resent packet.
+    pub(crate) fn un_rtx<'a>(
+        &mut self,
+        header: &mut RtpHeader,
+        data: &'a [u8],
+        pt: Pt,
+    ) -> &'a [u8] {
+        self.resent = true;
         let mut orig_seq_no_16 = 0;
 
         let n = RtpHeader::read_original_sequence_number(data, &mut orig_seq_no_16);
@@ -1482,6 +1500,49 @@ mod tests {
         assert!(!stream.is_new_packet(true, 65535.into()));
         assert!(stream.is_new_packet(true, seq));
         record_rtx(&mut stream, 65536);
+    }
+
+    /// corelay patch (PATCHES.md, 28): a resend over RTX of an old packet
+    /// with every new frame (a browser's payload padding) leaves the main
+    /// register's jitter alone.
+    #[test]
+    fn a_packet_resent_over_rtx_is_not_a_jitter_sample() {
+        let mut stream = rtx_stream();
+        let start = already_happened();
+        let mut rtx_seq = 100u16;
+        for i in 0..120u16 {
+            let at = start + Duration::from_micros(33_333 * u64::from(i));
+            let header = RtpHeader {
+                ssrc: 7.into(),
+                sequence_number: 1_000 + i,
+                timestamp: u32::from(i) * 3_000,
+                payload_type: 96.into(),
+                ..Default::default()
+            };
+            let seq = stream.extend_seq(&header, false, |_| None);
+            stream.update_register(at, &header, Frequency::NINETY_KHZ, false, seq);
+            if i < 10 {
+                continue;
+            }
+            // Packet 1_005 (timestamp 15_000) again, over RTX.
+            let mut rtx = rtx_header(8, rtx_seq);
+            rtx_seq += 1;
+            let seq = stream.extend_seq(&rtx, true, |_| None);
+            stream.update_register(at, &rtx, Frequency::NINETY_KHZ, true, seq);
+            let mut body = 1_005u16.to_be_bytes().to_vec();
+            body.extend_from_slice(&[0; 100]);
+            rtx.timestamp = 15_000;
+            let _ = stream.un_rtx(&mut rtx, &body, 96.into());
+            let seq = stream.extend_seq(&rtx, false, |_| None);
+            stream.update_register(at, &rtx, Frequency::NINETY_KHZ, false, seq);
+        }
+        let report = stream
+            .register
+            .as_mut()
+            .unwrap()
+            .reception_report()
+            .unwrap();
+        assert_eq!(report.jitter, 0, "in 90 kHz ticks");
     }
 
     fn rtx_stream() -> StreamRx {

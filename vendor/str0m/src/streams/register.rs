@@ -104,6 +104,26 @@ impl ReceiverRegister {
         new
     }
 
+    /// corelay patch (PATCHES.md, 28): `seq` arrived resent (RTX): counted
+    /// as [`ReceiverRegister::update`] counts it, but not a sample of the
+    /// interarrival jitter. It carries the original's RTP timestamp and
+    /// arrives a round trip or more after it: RFC 3550's D(i-1, i) would be
+    /// that delay, not the network's jitter. Browsers also pad with resends
+    /// of old packets (libwebrtc's payload padding, while probing or
+    /// keeping a simulcast layer's rate), alternating with new frames: each
+    /// pair of samples added the resent packet's age, seconds on loopback.
+    /// libwebrtc's receive statistics skip retransmissions the same way.
+    pub fn update_resent(&mut self, seq: SeqNo) -> bool {
+        if self.first.is_none() {
+            self.first = Some(seq);
+        }
+        let new = self.nack.update(seq);
+        if new {
+            self.count += 1;
+        }
+        new
+    }
+
     pub fn recovery_deadline(
         &self,
         range: std::ops::Range<SeqNo>,
@@ -311,6 +331,38 @@ mod test {
         reg.update(12.into(), now, 3000, 90_000);
         let nacks: Vec<_> = reg.nack_report(now, None).expect("fresh loss").collect();
         assert_eq!(nacks[0].reports[0].pid, 11);
+    }
+
+    /// corelay patch (PATCHES.md, 28): resends of an old packet between
+    /// new frames (a browser's payload padding) leave the jitter alone;
+    /// counted as received packets, they moved it to seconds.
+    #[test]
+    fn a_resent_packet_is_not_a_jitter_sample() {
+        let start = Instant::now();
+        let frame = |i: u64| start + Duration::from_micros(33_333 * i);
+        let ts = |i: u64| (i * 3_000) as u32;
+        let run = |resent: bool| {
+            let mut r = ReceiverRegister::new(None);
+            let mut seq = 0u64;
+            for i in 0..300u64 {
+                r.update(seq.into(), frame(i), ts(i), 90_000);
+                seq += 1;
+                if i >= 10 {
+                    // Packet 5 (of frame 5) again, over RTX: the original
+                    // timestamp, arriving with frame i.
+                    if resent {
+                        r.update_resent(5.into());
+                    } else {
+                        r.update(5.into(), frame(i), ts(5), 90_000);
+                    }
+                }
+            }
+            r.jitter / 1_000.0
+        };
+        let counted = run(false);
+        assert!(counted > 1_000.0, "as a sample: {counted} ms");
+        let resent = run(true);
+        assert!(resent < 0.01, "resent: {resent} ms");
     }
 
     #[test]
