@@ -83,39 +83,6 @@ impl Cluster {
     }
 }
 
-/// Any request, redirects not followed; (status, headers, body).
-fn call(
-    server: &Server,
-    method: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: &str,
-) -> (u16, Vec<(String, String)>, String) {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .max_redirects(0)
-        .timeout_global(Some(Duration::from_secs(15)))
-        .build()
-        .into();
-    let mut req = ureq::http::Request::builder()
-        .method(method)
-        .uri(server.url(path));
-    for (k, v) in headers {
-        req = req.header(*k, *v);
-    }
-    let mut res = agent
-        .run(req.body(body.to_owned()).expect("a request"))
-        .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
-    let status = res.status().as_u16();
-    let hs = res
-        .headers()
-        .iter()
-        .map(|(k, v)| (k.as_str().to_owned(), v.to_str().unwrap_or("").to_owned()))
-        .collect();
-    let body = res.body_mut().read_to_string().unwrap_or_default();
-    (status, hs, body)
-}
-
 fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
     headers
         .iter()
@@ -129,8 +96,7 @@ fn json_of(body: &str) -> Value {
 
 /// POST of an offer nobody will connect to `path` on `server`.
 fn post_offer(server: &Server, path: &str) -> (u16, Vec<(String, String)>, String) {
-    call(
-        server,
+    server.request(
         "POST",
         path,
         &[("content-type", "application/sdp")],
@@ -254,7 +220,7 @@ fn nodes_see_each_other_and_a_full_node_redirects_to_one_with_room() {
     assert!(took.is_some(), "a does not see b's participant");
 
     // With B drained there is nowhere to send it: the refusal as today.
-    let (st, _, body) = call(&b, "POST", "/api/v1/cluster/drain", &[], "");
+    let (st, _, body) = b.request("POST", "/api/v1/cluster/drain", &[], "");
     assert_eq!(st, 200, "{body}");
     let took = within(SEE, || {
         node_in(&a, "b").is_some_and(|n| n["draining"] == true)
@@ -276,7 +242,7 @@ fn a_drained_node_is_shown_draining_and_redirects_new_joins() {
     let a = nats.node("a", &[]);
     let b = nats.node("b", &[]);
     all_see(&[&a, &b], &["a", "b"]);
-    let (st, _, body) = call(&b, "POST", "/api/v1/cluster/drain", &[], "");
+    let (st, _, body) = b.request("POST", "/api/v1/cluster/drain", &[], "");
     assert_eq!(st, 200, "{body}");
     assert_eq!(json_of(&body), json!({"node_id": "b", "draining": true}));
     assert_eq!(b.get_json("/api/v1/cluster")["draining"], true);
@@ -300,7 +266,7 @@ fn a_drained_node_is_shown_draining_and_redirects_new_joins() {
         );
     }
     // A draining A too: nowhere to go, 503 node_draining.
-    let (st, _, _) = call(&a, "POST", "/api/v1/cluster/drain", &[], "");
+    let (st, _, _) = a.request("POST", "/api/v1/cluster/drain", &[], "");
     assert_eq!(st, 200);
     let took = within(SEE, || {
         node_in(&b, "a").is_some_and(|n| n["draining"] == true)
@@ -397,14 +363,13 @@ fn the_cluster_view_and_drain_are_for_admins() {
         ("GET", "/api/v1/cluster"),
         ("POST", "/api/v1/cluster/drain"),
     ] {
-        let (st, hs, body) = call(&a, method, path, &[], "");
+        let (st, hs, body) = a.request(method, path, &[], "");
         assert_eq!(st, 401, "{method} {path}: {body}");
         assert!(header(&hs, "www-authenticate").is_some());
-        let (st, _, body) = call(&a, method, path, &[("authorization", user.as_str())], "");
+        let (st, _, body) = a.request(method, path, &[("authorization", user.as_str())], "");
         assert_eq!(st, 403, "{method} {path}: {body}");
     }
-    let (st, _, body) = call(
-        &a,
+    let (st, _, body) = a.request(
         "GET",
         "/api/v1/cluster",
         &[("authorization", admin.as_str())],
@@ -430,7 +395,7 @@ fn a_lone_node_is_not_a_cluster() {
         ("GET", "/api/v1/cluster"),
         ("POST", "/api/v1/cluster/drain"),
     ] {
-        let (st, _, body) = call(&server, method, path, &[], "");
+        let (st, _, body) = server.request(method, path, &[], "");
         assert_eq!(st, 404, "{method} {path}: {body}");
         assert_eq!(json_of(&body)["code"], "not_a_cluster", "{body}");
     }

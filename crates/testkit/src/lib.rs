@@ -274,7 +274,9 @@ impl Server {
         serde_json::from_str(&body).unwrap_or_else(|e| panic!("GET {path}: {e}: {body}"))
     }
 
-    /// Any request; returns (status, headers as lowercase name -> value, body).
+    /// Any request, redirects not followed (a cluster node's 307 is what a
+    /// test looks at); returns (status, headers as lowercase name -> value,
+    /// body).
     pub fn request(
         &self,
         method: &str,
@@ -284,6 +286,8 @@ impl Server {
     ) -> (u16, Vec<(String, String)>, String) {
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
+            .max_redirects(0)
+            .timeout_global(Some(Duration::from_secs(15)))
             .build()
             .into();
         let mut req = ureq::http::Request::builder()
