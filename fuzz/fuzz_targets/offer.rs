@@ -28,6 +28,7 @@ fuzz_target!(|data: &[u8]| {
                 shard: corelay_core::ShardId(0),
                 tracks: accepted.tracks.clone(),
                 viewer: false,
+                states: Vec::new(),
             }];
             let mut engine = Engine::new(corelay_core::ShardId(0), settings());
             engine.add_participant(

@@ -30,6 +30,7 @@ fuzz_target!(|data: &[u8]| {
         shard: corelay_core::ShardId(0),
         tracks: accepted.tracks.clone(),
         viewer: false,
+        states: Vec::new(),
     }];
     let codecs = accepted.codecs.clone();
     let mut engine = Engine::new(corelay_core::ShardId(0), settings());

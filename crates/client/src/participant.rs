@@ -169,6 +169,8 @@ struct VideoTx {
     /// off on its own when its uplink or CPU cannot carry them): a layer
     /// is sent when both say so.
     encoder_mask: u8,
+    /// The camera is off: frames keep their schedule, nothing is sent.
+    off: bool,
     start: Option<Instant>,
     next_at: Option<Instant>,
 }
@@ -384,6 +386,7 @@ impl Participant {
                 layers,
                 sfu_mask: u8::MAX,
                 encoder_mask: u8::MAX,
+                off: false,
                 start: None,
                 next_at: None,
             }
@@ -620,6 +623,18 @@ impl Participant {
         let Some(v) = &mut self.video else { return };
         v.sfu_mask = mask;
         self.apply_layers();
+    }
+
+    /// Turns the camera off (no video is sent; its schedule goes on) or
+    /// back on (with a keyframe on every layer).
+    pub fn set_camera(&mut self, on: bool) {
+        let Some(v) = &mut self.video else { return };
+        if v.off && on {
+            for l in &mut v.layers {
+                l.force_key = true;
+            }
+        }
+        v.off = !on;
     }
 
     /// Which simulcast layers the encoder can send, whatever the SFU asks
@@ -1287,13 +1302,14 @@ impl Participant {
         let frame_no = v.frame_no;
         v.frame_no = v.frame_no.wrapping_add(1);
         let start = v.start.unwrap_or(now);
+        let off = v.off;
         let mut sent = 0u64;
         // Every layer advances one frame per capture instant, sent or not,
         // so their schedules (and keyframes) stay aligned.
         for l in &mut v.layers {
             let force = l.active && std::mem::take(&mut l.force_key);
             let f = l.sched.next_frame(force, sizes);
-            if !l.active {
+            if !l.active || off {
                 continue;
             }
             let Some(pt) = v.pt else { continue };

@@ -170,6 +170,7 @@ fn media_loop(udp: UdpSocket, rx: Receiver<Msg>, stop: Arc<AtomicBool>) {
                                 shard: ShardId(0),
                                 tracks: acc.tracks.clone(),
                                 viewer: false,
+                                states: Vec::new(),
                             });
                             let answer = acc.answer.clone();
                             engine.add_participant(now, id, room, name, acc, roster(&members));

@@ -28,10 +28,11 @@ use std::fmt;
 use std::time::Instant;
 
 use serde::Serialize;
+use str0m::media::Mid;
 
 use crate::ids::{ParticipantId, RoomId, ShardId};
 use crate::offer::{MediaLine, OfferError, VideoCodec};
-use crate::room::{MemberInfo, RoomUpdate};
+use crate::room::{MemberInfo, RoomUpdate, TrackState};
 
 /// How a participant joined: the API it must be addressed through.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -227,6 +228,8 @@ pub struct Member {
     pub flavor: Flavor,
     pub tracks: Vec<MediaLine>,
     pub slots: Vec<MediaLine>,
+    /// Its tracks that are muted or paused, as its shard reported them.
+    pub states: Vec<(Mid, TrackState)>,
     /// The video codecs its session negotiated (a renegotiation is
     /// rehearsed with them).
     codecs: Vec<VideoCodec>,
@@ -657,6 +660,7 @@ impl Directory {
             flavor: new.flavor,
             tracks: new.tracks,
             slots: new.slots,
+            states: Vec::new(),
             codecs: new.codecs,
             version: 1,
             joined: new.joined,
@@ -810,8 +814,43 @@ impl Directory {
         slots: Vec<MediaLine>,
     ) -> Option<(RoomUpdate, Vec<ShardId>)> {
         let m = self.member_mut(id)?;
+        m.states
+            .retain(|(mid, _)| tracks.iter().any(|t| t.mid == *mid));
         m.tracks = tracks;
         m.slots = slots;
+        let room = self.where_is.get(&id)?;
+        let shards = self.rooms.get(room)?.shards();
+        Some((self.roster(room)?, shards))
+    }
+
+    /// A member's shard told that one of its tracks was muted or unmuted,
+    /// paused or resumed. Returns the room's new roster and the shards
+    /// that must get it; None if nothing changed (or it is gone).
+    pub fn track_state(
+        &mut self,
+        id: ParticipantId,
+        mid: Mid,
+        state: TrackState,
+    ) -> Option<(RoomUpdate, Vec<ShardId>)> {
+        let m = self.member_mut(id)?;
+        if !m.tracks.iter().any(|t| t.mid == mid) {
+            return None;
+        }
+        let old = m.states.iter().position(|(x, _)| *x == mid);
+        match (old, state == TrackState::default()) {
+            (Some(i), true) => {
+                m.states.swap_remove(i);
+            }
+            (Some(i), false) => {
+                let slot = m.states.get_mut(i)?;
+                if slot.1 == state {
+                    return None;
+                }
+                slot.1 = state;
+            }
+            (None, false) => m.states.push((mid, state)),
+            (None, true) => return None,
+        }
         let room = self.where_is.get(&id)?;
         let shards = self.rooms.get(room)?.shards();
         Some((self.roster(room)?, shards))
@@ -832,6 +871,7 @@ impl Directory {
                     shard: m.shard,
                     tracks: m.tracks.clone(),
                     viewer: m.flavor == Flavor::Whep,
+                    states: m.states.clone(),
                 })
                 .collect(),
         })
@@ -1460,5 +1500,46 @@ mod tests {
                 .lines_changed(ParticipantId(7), Vec::new(), Vec::new())
                 .is_none()
         );
+    }
+
+    #[test]
+    fn a_track_state_changes_the_roster_once_and_goes_with_its_track() {
+        use str0m::media::MediaKind;
+        let mut rooms = Directory::new(limits(), 1);
+        let a = join(&mut rooms, "r", "a").unwrap();
+        let v = MediaLine {
+            mid: "v".into(),
+            kind: MediaKind::Video,
+        };
+        rooms.lines_changed(a.id, vec![v], Vec::new()).unwrap();
+        let muted = TrackState {
+            muted: true,
+            paused: false,
+        };
+        let states = |u: &RoomUpdate| u.members[0].states.clone();
+        let (roster, shards) = rooms.track_state(a.id, v.mid, muted).unwrap();
+        assert_eq!(states(&roster), vec![(v.mid, muted)]);
+        assert_eq!(roster.members[0].state(v.mid), muted);
+        assert_eq!(shards, vec![ShardId(0)]);
+        // The same again changes nothing; a track it lacks, or a stranger,
+        // neither.
+        assert!(rooms.track_state(a.id, v.mid, muted).is_none());
+        assert!(rooms.track_state(a.id, "x".into(), muted).is_none());
+        assert!(rooms.track_state(ParticipantId(7), v.mid, muted).is_none());
+        let both = TrackState {
+            muted: true,
+            paused: true,
+        };
+        let (roster, _) = rooms.track_state(a.id, v.mid, both).unwrap();
+        assert_eq!(states(&roster), vec![(v.mid, both)]);
+        // Back to the default: nothing listed.
+        let (roster, _) = rooms
+            .track_state(a.id, v.mid, TrackState::default())
+            .unwrap();
+        assert!(states(&roster).is_empty());
+        // A renegotiation that drops the track drops its state.
+        rooms.track_state(a.id, v.mid, muted).unwrap();
+        let (roster, _) = rooms.lines_changed(a.id, Vec::new(), Vec::new()).unwrap();
+        assert!(states(&roster).is_empty());
     }
 }

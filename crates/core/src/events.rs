@@ -7,6 +7,10 @@ use serde::Serialize;
 pub struct TrackJson {
     pub mid: String,
     pub kind: &'static str,
+    /// Its publisher muted it: nothing of it is forwarded.
+    pub muted: bool,
+    /// Its media stopped arriving (camera off, track ended).
+    pub paused: bool,
 }
 
 #[derive(Serialize, Debug, Clone, PartialEq, Eq)]
@@ -66,6 +70,16 @@ pub enum RoomEvent {
         topic: String,
         payload: serde_json::Value,
     },
+    /// A published track's state changed: its publisher muted or unmuted
+    /// it (`muted`), or its media stopped or came back (`paused`). The
+    /// roster's tracks carry the same two flags.
+    Track {
+        participant: String,
+        mid: String,
+        kind: &'static str,
+        muted: bool,
+        paused: bool,
+    },
     /// A request of this participant's that was refused, and why (a
     /// message is never dropped without one).
     Error {
@@ -103,6 +117,13 @@ pub enum ClientRequest {
         topic: String,
         #[serde(default)]
         payload: serde_json::Value,
+    },
+    /// Mutes (`muted: true`) or unmutes one of the participant's own
+    /// published tracks, by its mid. A muted track is not forwarded; on
+    /// unmute its subscribers get a keyframe.
+    Mute {
+        mid: String,
+        muted: bool,
     },
 }
 

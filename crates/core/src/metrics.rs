@@ -34,6 +34,9 @@ pub struct Counters {
     pub dropped_waiting_keyframe: u64,
     /// Packets a slot refused because they were older than its current source's start.
     pub dropped_stale: u64,
+    /// Publishers' packets of a track they muted (`{"type":"mute"}`): not
+    /// forwarded.
+    pub dropped_muted: u64,
     /// No payload type on the subscriber leg for the publisher's codec.
     pub dropped_no_codec: u64,
     /// Datagrams the kernel refused to take (send buffer full).
@@ -105,6 +108,7 @@ impl Counters {
             dropped_unknown_source,
             dropped_waiting_keyframe,
             dropped_stale,
+            dropped_muted,
             dropped_no_codec,
             dropped_send,
             cross_shard_out,

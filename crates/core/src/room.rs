@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use str0m::media::MediaKind;
+use str0m::media::{MediaKind, Mid};
 
 use crate::ids::{ParticipantId, RoomId, ShardId, TrackKey};
 use crate::offer::MediaLine;
@@ -33,7 +33,36 @@ pub struct MemberInfo {
     pub tracks: Vec<MediaLine>,
     /// A receive-only viewer (WHEP, `/watch`): counted in rosters, not listed.
     pub viewer: bool,
+    /// Its tracks that are muted or paused (the rest are neither), as its
+    /// shard reported them.
+    pub states: Vec<(Mid, TrackState)>,
 }
+
+impl MemberInfo {
+    /// The state of its track `mid`.
+    pub fn state(&self, mid: Mid) -> TrackState {
+        self.states
+            .iter()
+            .find(|(m, _)| *m == mid)
+            .map_or(TrackState::default(), |(_, s)| *s)
+    }
+}
+
+/// A published track's state as its publisher's shard knows it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TrackState {
+    /// The participant said so (`{"type":"mute"}`): its media is not
+    /// forwarded until it unmutes.
+    pub muted: bool,
+    /// Its media stopped (camera off, a track ended or replaced by none):
+    /// nothing arrived for [`PAUSED_AFTER`].
+    pub paused: bool,
+}
+
+/// A published track that sent nothing this long is reported paused (a
+/// camera at its lowest frame rate sends every 200 ms or so; Opus with DTX
+/// every 400 ms).
+pub const PAUSED_AFTER: Duration = Duration::from_millis(1500);
 
 /// The full roster of a room, sent to every shard hosting one of its members
 /// whenever it changes.
@@ -117,6 +146,24 @@ impl RoomView {
             self.speaker = None;
         }
         changed
+    }
+
+    /// Every listed member's tracks with their state (what a roster
+    /// update's `track` events are the difference of).
+    pub fn track_states(&self) -> Vec<(TrackKey, MediaKind, TrackState)> {
+        self.members
+            .iter()
+            .filter(|m| !m.info.viewer)
+            .flat_map(|m| {
+                m.info.tracks.iter().map(|l| {
+                    let key = TrackKey {
+                        participant: m.info.id,
+                        mid: l.mid,
+                    };
+                    (key, l.kind, m.info.state(l.mid))
+                })
+            })
+            .collect()
     }
 
     pub fn has_member(&self, id: ParticipantId) -> bool {
@@ -227,6 +274,7 @@ mod tests {
             name: format!("m{id}"),
             shard: ShardId(shard),
             viewer: false,
+            states: Vec::new(),
             tracks: vec![
                 MediaLine {
                     mid: "0".into(),

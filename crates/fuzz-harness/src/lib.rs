@@ -394,6 +394,7 @@ impl Live {
                 shard: corelay_core::ShardId(0),
                 tracks: acc.tracks.clone(),
                 viewer: false,
+                states: Vec::new(),
             });
             driver.shards[0].engine.add_participant(
                 start,

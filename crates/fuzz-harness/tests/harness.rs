@@ -160,3 +160,51 @@ fn tolerated_panics_inside_the_fault_boundary_are_noted() {
     assert_eq!(e.message, "inside");
     assert!(e.location.unwrap().contains("harness.rs"));
 }
+
+/// The mute seeds name participant 0's own video track: a mute stops its
+/// packets at the engine (counted), an unmute lets them through again, and
+/// an unknown mid is refused (counted) without harm.
+#[test]
+fn mute_seeds_reach_the_engine() {
+    let seed = |name: &str| {
+        seeds("datachannel")
+            .into_iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, d)| d)
+            .unwrap_or_else(|| panic!("seed {name}"))
+    };
+    let mut live = Live::connect();
+    let step = |live: &mut Live| {
+        for _ in 0..10 {
+            live.advance(Duration::from_millis(2));
+        }
+    };
+    let mut seq = 1;
+    let mut publish = |live: &mut Live| {
+        for _ in 0..5 {
+            live.publish(0, true, seq, vec![0x10, 0, 0, 1, 2, 3]);
+            seq += 1;
+        }
+        step(live);
+    };
+    publish(&mut live);
+    let muted = |live: &Live| live.engine().counters().dropped_muted;
+    assert_eq!(muted(&live), 0);
+    live.send_on_channel(&seed("mute.json"));
+    step(&mut live);
+    publish(&mut live);
+    assert_eq!(
+        muted(&live),
+        5,
+        "a muted track's packets stop at the engine"
+    );
+    live.send_on_channel(&seed("unmute.json"));
+    step(&mut live);
+    publish(&mut live);
+    assert_eq!(muted(&live), 5);
+    let refused = live.engine().counters().dropped_requests;
+    live.send_on_channel(&seed("mute-unknown.json"));
+    step(&mut live);
+    assert_eq!(live.engine().counters().dropped_requests, refused + 1);
+    assert!(live.healthy());
+}

@@ -639,6 +639,11 @@ fn on_control(
                 send_roster(d, &update, &shards);
             }
         }
+        ShardEvent::TrackState { id, mid, state } => {
+            if let Some((update, shards)) = directory.track_state(id, mid, state) {
+                send_roster(d, &update, &shards);
+            }
+        }
         _ => {}
     }
 }

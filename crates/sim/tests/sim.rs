@@ -564,6 +564,7 @@ fn drops(c: &Counters) -> u64 {
         + c.dropped_unknown_source
         + c.dropped_waiting_keyframe
         + c.dropped_stale
+        + c.dropped_muted
         + c.dropped_no_codec
         + c.dropped_send
         + c.dropped_addr_limit
@@ -1819,5 +1820,118 @@ fn sim_ingress_jitter_of_a_simulcast_publisher_is_current_and_small() {
     assert!(
         clean.is_some_and(|j| j < 1.0),
         "5 s after the loss: {clean:?}"
+    );
+}
+
+/// (20i) Issue 53, mute state the server knows. A publisher mutes its
+/// video (`{"type":"mute"}`): members on its shard and on the other get a
+/// `track` event and a roster that say so, and its packets stop at its
+/// shard (counted in `dropped_muted`). On unmute its subscribers get a
+/// keyframe at once (the publisher sends none unless asked). Then its
+/// camera goes off (nothing is sent, no mute declared): the room is told
+/// the track is `paused` within the pause delay and a room tick, and
+/// `paused: false` with its first packet back.
+#[test]
+fn sim_mute_and_pause_reach_the_room_and_unmute_brings_a_keyframe() {
+    let mut s = sim(33, 2);
+    let a = s.join("r", keyframe_once("a"), 0);
+    let b = s.join("r", viewer("b", 1), 0);
+    let c = s.join("r", viewer("c", 1), 1);
+    s.run_for(Duration::from_secs(2));
+    let a_id = s.id(a);
+    let roster = s.events(b, "roster").pop().expect("a roster");
+    let video = roster["participants"]
+        .as_array()
+        .and_then(|ps| ps.iter().find(|p| p["id"] == a_id.as_str()))
+        .and_then(|p| p["tracks"].as_array())
+        .and_then(|ts| ts.iter().find(|t| t["kind"] == "video"))
+        .expect("a's video in the roster")
+        .clone();
+    assert_eq!(video["muted"], false);
+    assert_eq!(video["paused"], false);
+    let mid = video["mid"].as_str().expect("a mid").to_owned();
+    let from_a = |s: &Sim, who: C, since: Instant| -> Vec<bool> {
+        video_packets(s, who)
+            .into_iter()
+            .filter(|p| p.at >= since && p.source.as_deref() == Some("a"))
+            .map(|p| p.keyframe)
+            .collect()
+    };
+    let t0 = s.now;
+    s.run_for(Duration::from_millis(500));
+    assert!(!from_a(&s, b, t0).is_empty() && !from_a(&s, c, t0).is_empty());
+
+    let mute =
+        |muted: bool| serde_json::json!({"type": "mute", "mid": mid, "muted": muted}).to_string();
+    s.participant(a).send_event(&mute(true));
+    s.run_for(Duration::from_millis(200));
+    let muted_at = s.now;
+    s.run_for(Duration::from_secs(1));
+    for who in [b, c] {
+        let ev = s.events(who, "track");
+        assert_eq!(ev.len(), 1, "{ev:?}");
+        assert_eq!(ev[0]["participant"], a_id.as_str());
+        assert_eq!(ev[0]["mid"], mid.as_str());
+        assert_eq!(ev[0]["kind"], "video");
+        assert_eq!(ev[0]["muted"], true);
+        assert_eq!(ev[0]["paused"], false);
+        assert!(
+            from_a(&s, who, muted_at).is_empty(),
+            "nothing of a muted track"
+        );
+    }
+    assert!(s.shards[0].engine.counters().dropped_muted > 20);
+    let last = s.events(c, "roster").pop().expect("a roster");
+    assert!(last.to_string().contains(r#""muted":true"#), "{last}");
+    assert!(s.events(a, "error").is_empty());
+
+    // Unmute: a keyframe within 300 ms (the publisher sends one only when
+    // asked), at both subscribers.
+    let keyframes_before = s.snapshot(a).sent_keyframes;
+    s.participant(a).send_event(&mute(false));
+    let unmuted_at = s.now;
+    s.run_for(Duration::from_millis(300));
+    assert!(s.snapshot(a).sent_keyframes > keyframes_before);
+    for who in [b, c] {
+        assert!(
+            from_a(&s, who, unmuted_at).contains(&true),
+            "a keyframe after unmute"
+        );
+        let ev = s.events(who, "track");
+        assert_eq!(ev.last().map(|e| e["muted"].clone()), Some(false.into()));
+    }
+
+    // A mute of a track it does not have: an error, nothing else.
+    s.participant(a)
+        .send_event(r#"{"type":"mute","mid":"nope","muted":true}"#);
+    s.run_for(Duration::from_millis(200));
+    let errors = s.events(a, "error");
+    assert_eq!(errors.len(), 1);
+    assert_eq!(errors[0]["request"], "mute");
+    assert_eq!(errors[0]["reason"], "unknown_track");
+    assert_eq!(s.events(b, "track").len(), 2);
+
+    // Camera off: paused within 1.5 s and a room tick; back with its
+    // first packet.
+    s.participant(a).set_camera(false);
+    let off_at = s.now;
+    assert!(s.run_until(Duration::from_secs(3), |s| s.events(c, "track").len() == 3));
+    let paused = s.events(c, "track").pop().expect("a track event");
+    assert_eq!(
+        (paused["muted"].clone(), paused["paused"].clone()),
+        (false.into(), true.into())
+    );
+    let took = s.now - off_at;
+    assert!(
+        took >= Duration::from_millis(1500) && took <= Duration::from_millis(1900),
+        "paused after {took:?}"
+    );
+    s.participant(a).set_camera(true);
+    let on_at = s.now;
+    assert!(s.run_until(Duration::from_secs(1), |s| s.events(c, "track").len() == 4));
+    assert!(s.now - on_at < Duration::from_millis(200));
+    assert_eq!(
+        s.events(b, "track").pop().expect("an event")["paused"],
+        false
     );
 }

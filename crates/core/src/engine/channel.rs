@@ -1,6 +1,6 @@
 //! The data channel: room events to a participant (welcome, roster, slots,
-//! speaker, layers; schema in docs/api.md) and its requests (pin, unpin,
-//! view, message), each within the participant's request budget; the
+//! speaker, layers, track; schema in docs/api.md) and its requests (pin,
+//! unpin, view, message, mute), each within the participant's request budget; the
 //! room's application messages, to members here and, as one
 //! [`PeerMsg::Message`] per peer shard, to members elsewhere; a refused
 //! message answered with an `error` event that says why.
@@ -12,13 +12,14 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use str0m::channel::{ChannelData, ChannelId};
+use str0m::media::MediaKind;
 
 use super::io::guarded;
 use super::policy::{self, Assignment};
 use super::{Engine, MAX_REQUEST_BYTES, PeerMsg};
 use crate::events::{ClientRequest, MemberJson, Quality, RoomEvent, SlotJson, TrackJson, kind_str};
-use crate::ids::{ParticipantId, RoomId};
-use crate::room::RoomView;
+use crate::ids::{LayerKey, ParticipantId, RoomId, TrackKey};
+use crate::room::{RoomView, TrackState};
 
 impl Engine {
     pub(super) fn on_channel_open(&mut self, now: Instant, id: ParticipantId, cid: ChannelId) {
@@ -75,6 +76,9 @@ impl Engine {
         match serde_json::from_slice::<ClientRequest>(&d.data) {
             Ok(ClientRequest::Message { to, topic, payload }) => {
                 self.on_message(now, id, to, topic, payload);
+            }
+            Ok(ClientRequest::Mute { mid, muted }) if d.data.len() <= MAX_REQUEST_BYTES => {
+                self.on_mute(now, id, &mid, muted);
             }
             Ok(req) if d.data.len() <= MAX_REQUEST_BYTES => self.on_client_request(id, req),
             Ok(_) => self.io.counters.dropped_requests += 1,
@@ -197,6 +201,54 @@ impl Engine {
         Ok((p.room, Some(ids)))
     }
 
+    /// Mutes or unmutes one of the participant's own tracks. A change is
+    /// reported to the control thread (the roster and a `track` event
+    /// carry it to the room); an unmuted video track's layers are asked
+    /// for a keyframe, so its subscribers' pictures come back at once. An
+    /// unknown mid is refused with an `error` event.
+    fn on_mute(&mut self, now: Instant, id: ParticipantId, mid: &str, muted: bool) {
+        let Some(p) = self.participants.get_mut(&id) else {
+            return;
+        };
+        let Some(t) = p
+            .publisher
+            .tracks
+            .iter_mut()
+            .find(|t| t.mid.to_string() == mid)
+        else {
+            self.io.counters.dropped_requests += 1;
+            self.send_event(
+                now,
+                id,
+                &RoomEvent::Error {
+                    request: "mute",
+                    reason: "unknown_track",
+                },
+            );
+            return;
+        };
+        if !t.flow.set_muted(muted) {
+            return;
+        }
+        let (mid, state) = (t.mid, t.flow.state());
+        let layers = if t.kind == MediaKind::Video && !muted {
+            t.rids.len().clamp(1, super::MAX_LAYERS)
+        } else {
+            0
+        };
+        self.io
+            .out
+            .control
+            .push(super::ShardEvent::TrackState { id, mid, state });
+        let track = TrackKey {
+            participant: id,
+            mid,
+        };
+        for layer in (0..layers).filter_map(|l| u8::try_from(l).ok()) {
+            self.request_keyframe(now, LayerKey { track, layer });
+        }
+    }
+
     /// Writes a message event's JSON to the members here it is for: those
     /// in `to`, or every member but the sender.
     pub(super) fn deliver_message(
@@ -262,7 +314,7 @@ impl Engine {
                 }
                 return;
             }
-            ClientRequest::Message { .. } => return,
+            ClientRequest::Message { .. } | ClientRequest::Mute { .. } => return,
         };
         self.assigned(id, done);
     }
@@ -307,6 +359,43 @@ impl Engine {
         let (local, roster) = (room.local.clone(), roster_event(room));
         for id in local {
             self.send_event(now, id, &roster);
+        }
+    }
+
+    /// A `track` event to each local member for each track of the room
+    /// whose state differs from `before` (a track new to the roster is
+    /// told by the roster alone, unless it is muted or paused).
+    pub(super) fn send_track_changes(
+        &mut self,
+        now: Instant,
+        room_id: RoomId,
+        before: &[(TrackKey, MediaKind, TrackState)],
+    ) {
+        let Some(room) = self.rooms.get(&room_id) else {
+            return;
+        };
+        let events: Vec<RoomEvent> = room
+            .track_states()
+            .into_iter()
+            .filter(|(key, _, state)| {
+                let old = before.iter().find(|(k, ..)| k == key).map(|(.., s)| *s);
+                old.unwrap_or_default() != *state
+            })
+            .map(|(key, kind, state)| RoomEvent::Track {
+                participant: key.participant.to_string(),
+                mid: key.mid.to_string(),
+                kind: kind_str(kind),
+                muted: state.muted,
+                paused: state.paused,
+            })
+            .collect();
+        if events.is_empty() {
+            return;
+        }
+        for id in room.local.clone() {
+            for ev in &events {
+                self.send_event(now, id, ev);
+            }
         }
     }
 
@@ -381,9 +470,14 @@ fn roster_event(room: &RoomView) -> RoomEvent {
                     .info
                     .tracks
                     .iter()
-                    .map(|l| TrackJson {
-                        mid: l.mid.to_string(),
-                        kind: kind_str(l.kind),
+                    .map(|l| {
+                        let state = m.info.state(l.mid);
+                        TrackJson {
+                            mid: l.mid.to_string(),
+                            kind: kind_str(l.kind),
+                            muted: state.muted,
+                            paused: state.paused,
+                        }
                     })
                     .collect(),
             })
@@ -710,7 +804,9 @@ mod tests {
             participants[2].tracks,
             vec![TrackJson {
                 mid: "w".into(),
-                kind: "video"
+                kind: "video",
+                muted: false,
+                paused: false,
             }]
         );
         assert_eq!(

@@ -28,7 +28,7 @@ use super::participant::Participant;
 use super::session::Mark;
 use super::slot::Admit;
 use super::subscriber::Subscriber;
-use super::{Engine, PeerMsg};
+use super::{Engine, PeerMsg, ShardEvent};
 use crate::codec::{is_keyframe_start, map_pt, vp8_keyframe_width, vp8_temporal};
 use crate::ids::{LayerKey, ParticipantId, RoomId, TrackKey};
 use crate::media::{E2eExt, MediaPacket};
@@ -185,9 +185,20 @@ impl Engine {
                 ingress.adopt(pkt.ssrc, pt, spec.clock_rate.get(), pkt.seq);
             }
         }
-        let Some(track) = p.publisher.tracks.get(idx) else {
+        let Some(track) = p.publisher.tracks.get_mut(idx) else {
             return;
         };
+        if track.flow.arrived(now) {
+            self.io.out.control.push(ShardEvent::TrackState {
+                id,
+                mid: track.mid,
+                state: track.flow.state(),
+            });
+        }
+        if track.flow.muted() {
+            self.io.counters.dropped_muted += 1;
+            return;
+        }
         let video = track.kind == MediaKind::Video;
         let vp8 = (video && spec.codec == Codec::Vp8)
             .then(|| Vp8Descriptor::parse(&pkt.payload).ok())

@@ -302,6 +302,7 @@ pub(super) mod fixture {
                         shard: *shard,
                         tracks: tracks.clone(),
                         viewer: *viewer,
+                        states: Vec::new(),
                     })
                     .collect(),
             },

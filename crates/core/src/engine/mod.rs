@@ -87,7 +87,7 @@ use crate::ids::{LayerKey, ParticipantId, RoomId, ShardId, TrackKey};
 use crate::media::{MediaCopy, MediaPacket};
 use crate::metrics::Counters;
 use crate::offer::{Accepted, MediaLine, OfferError, RtcSettings, apply_prepared};
-use crate::room::{RoomUpdate, RoomView};
+use crate::room::{RoomUpdate, RoomView, TrackState};
 
 /// Largest data-channel request the engine reads but for a message (room
 /// requests are tiny); a message may be up to the participant limit
@@ -139,6 +139,13 @@ pub enum ShardEvent {
     },
     /// ICE and DTLS are up.
     Connected { id: ParticipantId },
+    /// One of its published tracks was muted or unmuted, paused or
+    /// resumed (the roster carries it to the room).
+    TrackState {
+        id: ParticipantId,
+        mid: str0m::media::Mid,
+        state: TrackState,
+    },
     /// A renegotiation changed the tracks or slots.
     LinesChanged {
         id: ParticipantId,
@@ -411,6 +418,7 @@ impl Engine {
             .rooms
             .entry(id)
             .or_insert_with(|| RoomView::new(id, update.name.clone()));
+        let before = view.track_states();
         let changed = view.apply(update, shard);
         if view.local.is_empty() {
             self.rooms.remove(&id);
@@ -418,6 +426,7 @@ impl Engine {
         }
         if changed {
             self.room_changed(now, id);
+            self.send_track_changes(now, id, &before);
         }
         self.settle(now);
     }
@@ -1007,7 +1016,7 @@ impl Engine {
     /// Asks the publisher of a track layer for a keyframe, within the rate
     /// limit ([`keyframes`]): on its `Rtc` when it is local, else one
     /// message to its shard.
-    fn request_keyframe(&mut self, now: Instant, key: LayerKey) {
+    pub(super) fn request_keyframe(&mut self, now: Instant, key: LayerKey) {
         let track = key.track;
         if let Some(p) = self.participants.get_mut(&track.participant) {
             let Some(t) = p
@@ -1086,10 +1095,23 @@ impl Engine {
         }
     }
 
-    /// The room tick: active speakers (a change reorders slots), and the
-    /// keyframe limiter forgets what is past its interval.
+    /// The room tick: published tracks silent for [`crate::room::PAUSED_AFTER`]
+    /// are paused (reported to the control thread), active speakers (a
+    /// change reorders slots), and the keyframe limiter forgets what is
+    /// past its interval.
     fn tick_rooms(&mut self, now: Instant) {
         self.keyframes.prune(now);
+        for (&id, p) in self.participants.iter_mut() {
+            for t in &mut p.publisher.tracks {
+                if t.flow.pause_if_silent(now) {
+                    self.io.out.control.push(ShardEvent::TrackState {
+                        id,
+                        mid: t.mid,
+                        state: t.flow.state(),
+                    });
+                }
+            }
+        }
         let changed: Vec<RoomId> = self
             .rooms
             .iter_mut()

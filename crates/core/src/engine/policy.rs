@@ -150,6 +150,7 @@ mod tests {
                         name: format!("m{id}"),
                         shard: ShardId(0),
                         viewer: false,
+                        states: Vec::new(),
                         tracks: vec![MediaLine {
                             mid: "0".into(),
                             kind: MediaKind::Video,

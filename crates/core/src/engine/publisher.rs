@@ -1,7 +1,8 @@
 //! What a participant publishes: its tracks (codec, simulcast rids,
 //! dynacast's view of which layers it sends), which SSRC is which track
 //! and layer, which unseen SSRCs may reach its `Rtc` ([`StreamGuard`]),
-//! and its side of the shard's own ingress.
+//! each track's state (muted by the participant, paused when its media
+//! stopped), and its side of the shard's own ingress.
 //!
 //! Must not: call into its `Rtc` but to read what negotiation decided (the
 //! caller passes it), forward media ([`super::forward`]) or decide which
@@ -16,6 +17,7 @@ use str0m::rtp::Ssrc;
 
 use super::streams::{MAX_LAYERS, StreamGuard};
 use crate::offer::MediaLine;
+use crate::room::{PAUSED_AFTER, TrackState};
 
 #[derive(Debug)]
 pub(super) struct PublishedTrack {
@@ -34,6 +36,56 @@ pub(super) struct PublishedTrack {
     /// When dynacast last resumed a paused layer because the ones the
     /// publisher was told to send had all gone silent.
     pub(super) probed_at: Option<Instant>,
+    /// Whether its media flows: muted, paused.
+    pub(super) flow: Flow,
+}
+
+/// Whether a published track's media flows: muted by its participant (its
+/// packets are counted and dropped), paused when nothing of it arrived for
+/// [`PAUSED_AFTER`] (the room tick decides; the next packet resumes it).
+#[derive(Debug, Default)]
+pub(super) struct Flow {
+    muted: bool,
+    paused: bool,
+    /// When its last packet arrived (any layer).
+    last_rx: Option<Instant>,
+}
+
+impl Flow {
+    pub(super) fn state(&self) -> TrackState {
+        TrackState {
+            muted: self.muted,
+            paused: self.paused,
+        }
+    }
+
+    #[inline]
+    pub(super) fn muted(&self) -> bool {
+        self.muted
+    }
+
+    /// Mutes or unmutes it: true if that changed anything.
+    pub(super) fn set_muted(&mut self, muted: bool) -> bool {
+        std::mem::replace(&mut self.muted, muted) != muted
+    }
+
+    /// A packet of it arrived: true if that resumed it (it was paused).
+    #[inline]
+    pub(super) fn arrived(&mut self, now: Instant) -> bool {
+        self.last_rx = Some(now);
+        std::mem::take(&mut self.paused)
+    }
+
+    /// Whether it sent nothing for [`PAUSED_AFTER`] and is not yet paused:
+    /// then it is, from now. A track that never sent is not paused.
+    pub(super) fn pause_if_silent(&mut self, now: Instant) -> bool {
+        let silent = !self.paused
+            && self
+                .last_rx
+                .is_some_and(|at| now.saturating_duration_since(at) >= PAUSED_AFTER);
+        self.paused |= silent;
+        silent
+    }
 }
 
 #[derive(Default)]
@@ -63,6 +115,7 @@ impl Publisher {
                     active: 1,
                     last_needed: [None; MAX_LAYERS],
                     probed_at: None,
+                    flow: Flow::default(),
                 });
             }
         }
@@ -129,5 +182,63 @@ impl Publisher {
         self.ssrcs.retain(|&(_, t, l)| !(t == i && l == layer));
         self.ssrcs.push((ssrc, i, layer));
         Some((i, layer))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::{Flow, PAUSED_AFTER};
+    use crate::room::TrackState;
+
+    #[test]
+    fn a_track_pauses_once_after_its_silence_and_resumes_with_its_next_packet() {
+        let t0 = Instant::now();
+        let mut f = Flow::default();
+        assert!(
+            !f.pause_if_silent(t0 + PAUSED_AFTER * 10),
+            "never sent: not paused"
+        );
+        assert!(!f.arrived(t0));
+        let ms = Duration::from_millis;
+        assert!(!f.pause_if_silent(t0 + PAUSED_AFTER - ms(1)));
+        assert!(f.pause_if_silent(t0 + PAUSED_AFTER));
+        assert!(!f.pause_if_silent(t0 + PAUSED_AFTER * 2), "told once");
+        assert_eq!(
+            f.state(),
+            TrackState {
+                muted: false,
+                paused: true
+            }
+        );
+        assert!(f.arrived(t0 + PAUSED_AFTER * 3), "resumed");
+        assert!(!f.arrived(t0 + PAUSED_AFTER * 3 + ms(20)));
+        assert_eq!(f.state(), TrackState::default());
+    }
+
+    #[test]
+    fn a_mute_changes_once_and_is_independent_of_the_pause() {
+        let t0 = Instant::now();
+        let mut f = Flow::default();
+        assert!(f.set_muted(true));
+        assert!(!f.set_muted(true));
+        f.arrived(t0);
+        assert!(f.pause_if_silent(t0 + PAUSED_AFTER));
+        assert_eq!(
+            f.state(),
+            TrackState {
+                muted: true,
+                paused: true
+            }
+        );
+        assert!(f.set_muted(false));
+        assert_eq!(
+            f.state(),
+            TrackState {
+                muted: false,
+                paused: true
+            }
+        );
     }
 }

@@ -212,6 +212,7 @@ impl Collector for MetricsSnapshot {
                     ("unknown_source", c.dropped_unknown_source),
                     ("waiting_keyframe", c.dropped_waiting_keyframe),
                     ("stale", c.dropped_stale),
+                    ("muted", c.dropped_muted),
                     ("no_codec", c.dropped_no_codec),
                     ("send_buffer_full", c.dropped_send),
                     ("cross_shard_queue_full", c.cross_shard_dropped),

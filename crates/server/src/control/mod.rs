@@ -280,6 +280,12 @@ impl State {
             ToControl::Event(ShardEvent::Connected { id }) => {
                 tracing::debug!(participant = %id, "connected");
             }
+            ToControl::Event(ShardEvent::TrackState { id, mid, state }) => {
+                tracing::debug!(participant = %id, %mid, muted = state.muted, paused = state.paused, "track state");
+                if let Some((roster, shards)) = self.rooms.track_state(id, mid, state) {
+                    self.broadcast(&roster, &shards);
+                }
+            }
             ToControl::Event(ShardEvent::LinesChanged { id, tracks, slots }) => {
                 if let Some((roster, shards)) = self.rooms.lines_changed(id, tracks, slots) {
                     self.broadcast(&roster, &shards);

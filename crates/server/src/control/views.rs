@@ -17,6 +17,11 @@ use super::rooms::Flavor;
 pub struct TrackOut {
     pub mid: String,
     pub kind: &'static str,
+    /// A published track's state (absent for receive slots).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub muted: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub paused: Option<bool>,
 }
 
 #[derive(Serialize)]
@@ -121,6 +126,29 @@ fn lines_out(lines: &[MediaLine]) -> Vec<TrackOut> {
         .map(|l| TrackOut {
             mid: l.mid.to_string(),
             kind: corelay_core::events::kind_str(l.kind),
+            muted: None,
+            paused: None,
+        })
+        .collect()
+}
+
+/// A member's published tracks, with their state.
+fn tracks_out(m: &super::rooms::Member) -> Vec<TrackOut> {
+    m.tracks
+        .iter()
+        .map(|l| {
+            let state = m
+                .states
+                .iter()
+                .find(|(mid, _)| *mid == l.mid)
+                .map(|(_, s)| *s)
+                .unwrap_or_default();
+            TrackOut {
+                mid: l.mid.to_string(),
+                kind: corelay_core::events::kind_str(l.kind),
+                muted: Some(state.muted),
+                paused: Some(state.paused),
+            }
         })
         .collect()
 }
@@ -152,7 +180,7 @@ pub fn room(state: &State, room: &str) -> Option<(Option<&'static str>, Vec<Memb
                 name: m.name.clone(),
                 shard: m.shard,
                 kind: m.flavor,
-                tracks: lines_out(&m.tracks),
+                tracks: tracks_out(m),
                 slots: lines_out(&m.slots),
                 joined_secs_ago: m.joined.elapsed().as_secs(),
             })
