@@ -162,7 +162,10 @@
 
       const dc = pc.createDataChannel('events');
       this.dc = dc;
-      dc.addEventListener('open', () => this.dispatchEvent(new Event('dcopen')));
+      dc.addEventListener('open', () => {
+        for (const kind of ['audio', 'video']) if (this.isMuted(kind)) this.sendMute(kind);
+        this.dispatchEvent(new Event('dcopen'));
+      });
       dc.addEventListener('close', () => this.dispatchEvent(new Event('dcclose')));
       dc.addEventListener('message', (ev) => this.onEvent(ev.data));
 
@@ -226,6 +229,13 @@
         case 'layers':
           this.applyLayers(ev.active || []);
           break;
+        case 'track': {
+          // A published track muted/unmuted or paused/resumed: the roster
+          // keeps each track's state.
+          const t = this.roster.find((p) => p.id === ev.participant)?.tracks?.find((x) => x.mid === ev.mid);
+          if (t) { t.muted = ev.muted; t.paused = ev.paused; }
+          break;
+        }
         default:
           break;
       }
@@ -264,13 +274,32 @@
     pin(mid, participant) { this.send({ type: 'pin', participant, mid }); }
     unpin(mid) { this.send({ type: 'unpin', mid }); }
 
-    // Mute keeps the sender: a disabled track sends silence (audio) or black
-    // frames (video), which is what the others' pages notice (see
-    // CorelayGrid.monitor); the server is not told.
+    // Mute keeps the sender and disables the track (the camera's light
+    // stays on, nothing leaves it), and tells the server, which stops
+    // forwarding the track and tells the room (a `track` event); on
+    // unmute it asks the camera for a keyframe, so the picture is back at
+    // once. Sent again when the data channel opens (a mute before it).
     setMuted(kind, muted) {
       if (!this.stream) return;
       for (const t of this.stream.getTracks()) if (t.kind === kind) t.enabled = !muted;
+      this.sendMute(kind);
       this.dispatchEvent(new CustomEvent('mute', { detail: { kind, muted } }));
+    }
+
+    sendMute(kind) {
+      const mid = this.pc?.getTransceivers().find((t) => t.sender === this.senders[kind])?.mid;
+      if (mid != null) this.send({ type: 'mute', mid, muted: this.isMuted(kind) });
+    }
+
+    // Why `participant`'s camera or microphone (`kind`) is off, as the
+    // server says: 'muted' (they said so), 'paused' (their media stopped),
+    // or '' (on, or no such track).
+    trackOff(participant, kind) {
+      const tracks = this.roster.find((p) => p.id === participant)?.tracks?.filter((t) => t.kind === kind) ?? [];
+      if (tracks.length === 0) return '';
+      if (tracks.every((t) => t.muted)) return 'muted';
+      if (tracks.every((t) => t.muted || t.paused)) return 'paused';
+      return '';
     }
 
     isMuted(kind) {
@@ -305,25 +334,6 @@
   // Tiles keep this aspect; the grid picks the column count that makes them
   // largest in the space it has (CorelayGrid.layout).
   const TILE_ASPECT = 16 / 9;
-  // How often the grid looks at the media to tell muted from live.
-  const MONITOR_MS = 500;
-  // A remote video that decodes no new frame for this long is shown as off. A
-  // disabled camera sends black frames (caught at once by `isBlack`), so this
-  // is for a track that stopped: long enough that a freeze of the network or
-  // of this page is not read as a camera turned off.
-  const VIDEO_STALL_MS = 2000;
-  // A monitor tick later than this after the one before means this page was
-  // not running (a busy machine, a background tab): what the media did in
-  // that gap says nothing about the remote side, so the clocks restart.
-  const MONITOR_LATE_MS = 3 * MONITOR_MS;
-  // A remote audio slot that plays digital silence for this long is shown as
-  // muted (a disabled microphone track sends exact zeros; a live microphone,
-  // even a quiet one, has a noise floor).
-  const AUDIO_SILENT_MS = 1500;
-  // Below this mean power (energy per second, audioLevel 0-1 squared) audio
-  // counts as digital silence: about -90 dBFS.
-  const SILENCE_POWER = 1e-9;
-
   const ICON_MIC_OFF = '<svg viewBox="0 0 24 24" width="16" height="16" fill="none" stroke="currentColor" stroke-width="2" stroke-linecap="round" stroke-linejoin="round" aria-hidden="true"><rect x="9" y="2" width="6" height="12" rx="3"/><path d="M5 10v1a7 7 0 0 0 14 0v-1M12 18v4M8 22h8M3 3l18 18"/></svg>';
   const ICON_CAM_OFF = '<svg viewBox="0 0 24 24" width="16" height="16" fill="none" stroke="currentColor" stroke-width="2" stroke-linecap="round" stroke-linejoin="round" aria-hidden="true"><rect x="2" y="6" width="14" height="12" rx="2"/><path d="M16 10l6-4v12l-6-4M3 3l18 18"/></svg>';
 
@@ -354,11 +364,10 @@
       this.localTile = null;
       this.prevStats = new Map();  // key -> {bytes, ts}
       this.statsTimer = null;
-      this.media = new Map();  // `${mid}/${participant}` -> what monitor() last saw
-      this.canvas = null;
       session.addEventListener('slots', () => { this.renderSlots(); this.reportViews(); });
       session.addEventListener('dcopen', () => this.reportViews());
-      session.addEventListener('roster', () => this.renderNames());
+      session.addEventListener('roster', () => { this.renderNames(); this.renderRemoteMute(); });
+      session.addEventListener('track', () => this.renderRemoteMute());
       session.addEventListener('speaker', () => this.renderSpeaker());
       session.addEventListener('mute', () => this.renderLocalMute());
       // Re-layout when the grid's box changes (window resize, roster or
@@ -372,7 +381,6 @@
       }
       this.mutationObserver = new MutationObserver(() => this.layout());
       this.mutationObserver.observe(gridEl, { childList: true });
-      this.monitorTimer = setInterval(() => this.monitor(), MONITOR_MS);
     }
 
     // Size the tiles: the column count that makes them largest for the
@@ -457,98 +465,17 @@
       this.setTileMuted(this.localTile, this.session.isMuted('audio'), this.session.isMuted('video'));
     }
 
-    // True when the video element shows an (almost) all-black picture: what a
-    // disabled camera track sends.
-    isBlack(video) {
-      if (video.readyState < 2 || !video.videoWidth) return false;
-      try {
-        if (!this.canvas) {
-          this.canvas = document.createElement('canvas');
-          this.canvas.width = 16;
-          this.canvas.height = 9;
-          this.ctx = this.canvas.getContext('2d', { willReadFrequently: true });
-        }
-        this.ctx.drawImage(video, 0, 0, 16, 9);
-        const px = this.ctx.getImageData(0, 0, 16, 9).data;
-        for (let i = 0; i < px.length; i += 4) {
-          if (px[i] > 24 || px[i + 1] > 24 || px[i + 2] > 24) return false;
-        }
-        return true;
-      } catch {
-        return false;
-      }
-    }
-
-    // What the server does not tell: is a remote participant's camera or
-    // microphone off? Their camera counts as off when the slot's track is
-    // muted, decodes no new frame for VIDEO_STALL_MS, or shows black; their
-    // microphone when the audio slot that carries them plays digital silence
-    // for AUDIO_SILENT_MS (unknown, so not shown, when no audio slot does).
-    async monitor() {
-      if (this.monitoring) return;
-      this.monitoring = true;
-      try {
-        this.renderLocalMute();
-        const s = this.session;
-        const pc = s.pc;
-        if (!pc || pc.signalingState === 'closed') return;
-        const report = await pc.getStats();
-        const inbound = new Map();
-        report.forEach((r) => { if (r.type === 'inbound-rtp' && r.mid != null) inbound.set(r.mid, r); });
-        const now = performance.now();
-        const late = this.lastMonitor !== undefined && now - this.lastMonitor > MONITOR_LATE_MS;
-        this.lastMonitor = now;
-        if (late) {
-          for (const st of this.media.values()) {
-            if ('lastFrame' in st) st.lastFrame = now;
-            if ('lastSound' in st) st.lastSound = now;
-          }
-        }
-        const seen = new Set();
-        const state = (mid, participant, init) => {
-          const key = `${mid}/${participant}`;
-          seen.add(key);
-          let st = this.media.get(key);
-          if (!st) { st = { ...init, since: now }; this.media.set(key, st); }
-          return st;
-        };
-        for (const tile of this.gridEl.querySelectorAll('.tile[data-mid]')) {
-          const participant = tile.dataset.participant;
-          const video = tile.querySelector('video');
-          const vr = inbound.get(tile.dataset.mid);
-          const frames = vr?.framesDecoded ?? 0;
-          const v = state(tile.dataset.mid, participant, { frames, lastFrame: now });
-          if (frames !== v.frames) { v.frames = frames; v.lastFrame = now; }
-          const track = video.srcObject?.getVideoTracks()[0];
-          // Why the camera reads as off (kept on the tile: `tiles()` reports it).
-          const camOff = track?.muted ? 'track muted'
-            : now - v.lastFrame > VIDEO_STALL_MS ? `no frame for ${Math.round(now - v.lastFrame)} ms`
-              : this.isBlack(video) ? 'black' : '';
-          const cam = camOff !== '';
-          tile.dataset.camOff = camOff;
-
-          let mic = false;
-          const aslot = s.slots.find((x) => x.kind === 'audio' && x.participant === participant);
-          const ar = aslot && inbound.get(aslot.mid);
-          if (ar) {
-            const energy = ar.totalAudioEnergy ?? 0;
-            const duration = ar.totalSamplesDuration ?? 0;
-            const a = state(aslot.mid, participant, { energy, duration, lastSound: now });
-            const dd = duration - a.duration;
-            if (dd > 0) {
-              if ((energy - a.energy) / dd > SILENCE_POWER) a.lastSound = now;
-              a.energy = energy;
-              a.duration = duration;
-            }
-            mic = now - a.lastSound > AUDIO_SILENT_MS;
-          }
-          this.setTileMuted(tile, mic, cam);
-        }
-        for (const key of this.media.keys()) if (!seen.has(key)) this.media.delete(key);
-      } catch (err) {
-        console.warn('corelay: monitor', err);
-      } finally {
-        this.monitoring = false;
+    // Each remote tile's camera and microphone state, as the server tells
+    // it (the roster and `track` events): declared mutes and media that
+    // stopped, never a guess from the pictures or the sound. The reason is
+    // kept on the tile (`data-cam-off`; `tiles()` reports it).
+    renderRemoteMute() {
+      const s = this.session;
+      for (const tile of this.gridEl.querySelectorAll('.tile[data-mid]')) {
+        const participant = tile.dataset.participant;
+        const camOff = s.trackOff(participant, 'video');
+        tile.dataset.camOff = camOff;
+        this.setTileMuted(tile, s.trackOff(participant, 'audio') !== '', camOff !== '');
       }
     }
 
@@ -597,6 +524,7 @@
         }
       }
       this.renderSpeaker();
+      this.renderRemoteMute();
       this.gridEl.dataset.tiles = String(this.gridEl.querySelectorAll('.tile[data-mid]').length);
     }
 
@@ -740,7 +668,6 @@
 
     clear() {
       this.setStatsVisible(false);
-      clearInterval(this.monitorTimer);
       this.resizeObserver?.disconnect();
       window.removeEventListener('resize', this.onResize);
       this.mutationObserver.disconnect();
@@ -748,7 +675,6 @@
       this.audioEl.replaceChildren();
       this.localTile = null;
       this.prevStats.clear();
-      this.media.clear();
     }
   }
 
