@@ -66,6 +66,86 @@
     });
   }
 
+  // End-to-end encryption (?e2ee=PASSPHRASE): each encoded frame is
+  // encrypted in the browser before packetization (RTCRtpScriptTransform),
+  // so the server forwards bytes it cannot read. As the usual schemes do,
+  // the first bytes of a frame stay in the clear: VP8's payload header (10
+  // bytes of a keyframe, 3 of a delta frame: what tells a keyframe and its
+  // size) and Opus's TOC byte; the rest is AES-GCM (128-bit key from the
+  // passphrase by PBKDF2, salted with the room's name; a fresh 96-bit IV per
+  // frame, appended; the clear bytes authenticated as associated data).
+  // Video is VP8 only under E2EE (H.264's packetizer reads the frame's NAL
+  // units). The worker counts frames and reports every 250 ms.
+  const E2EE_WORKER = `'use strict';
+const counts = { encrypted: 0, decrypted: 0, failed: 0 };
+let dirty = false;
+setInterval(() => { if (dirty) { dirty = false; postMessage(counts); } }, 250);
+const clearBytes = (frame, kind) => (kind === 'audio' ? 1 : frame.type === 'key' ? 10 : 3);
+async function encrypt(key, kind, frame, controller) {
+  const data = new Uint8Array(frame.data);
+  const n = Math.min(clearBytes(frame, kind), data.length);
+  const iv = crypto.getRandomValues(new Uint8Array(12));
+  const sealed = new Uint8Array(await crypto.subtle.encrypt(
+    { name: 'AES-GCM', iv, additionalData: data.subarray(0, n) }, key, data.subarray(n)));
+  const out = new Uint8Array(n + sealed.length + iv.length);
+  out.set(data.subarray(0, n));
+  out.set(sealed, n);
+  out.set(iv, n + sealed.length);
+  frame.data = out.buffer;
+  counts.encrypted++;
+  dirty = true;
+  controller.enqueue(frame);
+}
+async function decrypt(key, kind, frame, controller) {
+  const data = new Uint8Array(frame.data);
+  const n = Math.min(clearBytes(frame, kind), data.length);
+  try {
+    if (data.length < n + 16 + 12) throw new Error('too short');
+    const plain = new Uint8Array(await crypto.subtle.decrypt(
+      { name: 'AES-GCM', iv: data.subarray(data.length - 12), additionalData: data.subarray(0, n) },
+      key, data.subarray(n, data.length - 12)));
+    const out = new Uint8Array(n + plain.length);
+    out.set(data.subarray(0, n));
+    out.set(plain, n);
+    frame.data = out.buffer;
+    counts.decrypted++;
+    controller.enqueue(frame);
+  } catch {
+    counts.failed++;  // another key, or none: the frame is dropped
+  }
+  dirty = true;
+}
+onrtctransform = (ev) => {
+  const { readable, writable, options } = ev.transformer;
+  const step = options.op === 'encrypt' ? encrypt : decrypt;
+  readable
+    .pipeThrough(new TransformStream({ transform: (frame, c) => step(options.key, options.kind, frame, c) }))
+    .pipeTo(writable)
+    .catch(() => {});
+};
+`;
+
+  // The AES-GCM key of `passphrase` in `room`. Throws where the browser
+  // cannot do E2EE (no encoded transforms; WebCrypto needs a secure
+  // context: https or localhost).
+  async function e2eeKey(passphrase, room) {
+    if (typeof RTCRtpScriptTransform !== 'function') throw new Error('end-to-end encryption needs RTCRtpScriptTransform, which this browser lacks');
+    if (!crypto.subtle) throw new Error('end-to-end encryption needs a secure context (https or localhost)');
+    const enc = new TextEncoder();
+    const base = await crypto.subtle.importKey('raw', enc.encode(passphrase), 'PBKDF2', false, ['deriveKey']);
+    return crypto.subtle.deriveKey(
+      { name: 'PBKDF2', salt: enc.encode(`corelay-e2ee:${room}`), iterations: 100000, hash: 'SHA-256' },
+      base, { name: 'AES-GCM', length: 128 }, false, ['encrypt', 'decrypt']);
+  }
+
+  // VP8 (and its RTX) only, for a video transceiver under E2EE.
+  function preferVp8(transceiver) {
+    const caps = RTCRtpReceiver.getCapabilities?.('video');
+    if (!caps || typeof transceiver.setCodecPreferences !== 'function') return;
+    const codecs = caps.codecs.filter((c) => /^video\/(vp8|rtx)$/i.test(c.mimeType));
+    if (codecs.length) transceiver.setCodecPreferences(codecs);
+  }
+
   async function errorText(res) {
     const text = await res.text().catch(() => '');
     try {
@@ -93,6 +173,12 @@
       this.audioSlots = opts.audioSlots ?? 3;
       this.absCaptureTime = opts.absCaptureTime ?? true;
       this.simulcast = opts.simulcast ?? false;
+      // e2ee: a CryptoKey (e2eeKey): every frame sent is encrypted with it
+      // and every frame received decrypted (frames it does not open are
+      // dropped). Counts in `e2eeCounts`.
+      this.e2ee = opts.e2ee ?? null;
+      this.e2eeCounts = { encrypted: 0, decrypted: 0, failed: 0 };
+      this.e2eeWorkers = [];
       this.views = new Map();  // slot mid -> last `view` sent ("WxH")
       this.pc = null;
       this.dc = null;
@@ -159,6 +245,7 @@
       for (let i = 0; i < this.videoSlots; i++) transceivers.push(pc.addTransceiver('video', { direction: 'recvonly' }));
       for (let i = 0; i < this.audioSlots; i++) transceivers.push(pc.addTransceiver('audio', { direction: 'recvonly' }));
       if (this.absCaptureTime) transceivers.forEach(enableAbsCaptureTime);
+      if (this.e2ee) this.encryptAll(transceivers);
 
       const dc = pc.createDataChannel('events');
       this.dc = dc;
@@ -195,6 +282,31 @@
       await pc.setRemoteDescription({ type: 'answer', sdp: this.answer });
       this.setState('negotiated');
       return this;
+    }
+
+    // A transform per sender (encrypt) and per receiver (decrypt), in two
+    // workers whose counts add up in `e2eeCounts`.
+    encryptAll(transceivers) {
+      const url = URL.createObjectURL(new Blob([E2EE_WORKER], { type: 'text/javascript' }));
+      const last = [{}, {}];
+      const workers = [0, 1].map((i) => {
+        const w = new Worker(url, { name: `corelay-e2ee-${i}` });
+        w.onmessage = (ev) => {
+          last[i] = ev.data;
+          for (const k of Object.keys(this.e2eeCounts)) this.e2eeCounts[k] = (last[0][k] ?? 0) + (last[1][k] ?? 0);
+        };
+        return w;
+      });
+      this.e2eeWorkers = workers;
+      for (const t of transceivers) {
+        const kind = t.receiver.track.kind;
+        if (kind === 'video') preferVp8(t);
+        if (t.direction === 'sendonly') {
+          t.sender.transform = new RTCRtpScriptTransform(workers[0], { op: 'encrypt', kind, key: this.e2ee });
+        } else {
+          t.receiver.transform = new RTCRtpScriptTransform(workers[1], { op: 'decrypt', kind, key: this.e2ee });
+        }
+      }
     }
 
     fail(msg) {
@@ -325,6 +437,7 @@
       if (this.dc) try { this.dc.close(); } catch { /* ignore */ }
       if (this.pc) this.pc.close();
       if (this.stream) this.stream.getTracks().forEach((t) => t.stop());
+      for (const w of this.e2eeWorkers) w.terminate();
     }
   }
 
@@ -710,6 +823,9 @@
       get events() { return session.events; },
       get offer() { return session.offer; },
       get answer() { return session.answer; },
+      // Frames the E2EE transforms encrypted, decrypted and could not open
+      // (null without ?e2ee).
+      get e2ee() { return session.e2ee ? { ...session.e2eeCounts } : null; },
       tiles: () => grid.tiles(),
       leave: () => session.leave(),
     };
@@ -828,8 +944,23 @@
       return;
     }
 
+    // ?e2ee=PASSPHRASE: the same passphrase on every page of the room.
+    let e2ee = null;
+    if (params.get('e2ee')) {
+      try {
+        e2ee = await e2eeKey(params.get('e2ee'), room);
+      } catch (err) {
+        stream?.getTracks().forEach((t) => t.stop());
+        setStatus(err.message, 'error');
+        $('join').disabled = false;
+        document.body.dataset.state = 'idle';
+        return;
+      }
+    }
+
     const q = new URLSearchParams({ name });
     session = new CorelaySession({
+      e2ee,
       endpoint: `/api/v1/rooms/${encodeURIComponent(room)}/participants?${q}`,
       name,
       stream,
@@ -844,7 +975,7 @@
 
     session.addEventListener('state', (e) => {
       document.body.dataset.state = e.detail.state;
-      if (e.detail.state === 'connected') setStatus(`connected as ${name || session.participantId}`, 'ok');
+      if (e.detail.state === 'connected') setStatus(`connected as ${name || session.participantId}${e2ee ? ', end-to-end encrypted' : ''}`, 'ok');
       else if (e.detail.state === 'failed' || e.detail.state === 'error') setStatus(e.detail.detail || e.detail.state, 'error');
     });
     session.addEventListener('roster', renderRoster);
