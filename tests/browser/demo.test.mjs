@@ -107,7 +107,7 @@ describe('demo page', () => {
     assert.equal(info.participants.length, 2);
   });
 
-  step('stats overlay shows resolution, fps, bitrate, loss, RTT; screenshot of the grid', async () => {
+  step('stats overlay shows resolution, fps, bitrate, loss, RTT and the server\'s verdict; screenshot of the grid', async () => {
     const page = pages.alice;
     await page.click('#toggle-stats');
     await waitInPage(page, () => {
@@ -115,6 +115,19 @@ describe('demo page', () => {
       return el && !el.hidden && /\d+x\d+/.test(el.textContent) && /bit\/s/.test(el.textContent)
         && /loss/.test(el.textContent) && /rtt [\d.]+ ms/.test(el.textContent) && el.textContent;
     }, null, { what: 'the stats overlay', timeout: 10000 });
+    // The server's verdict on each tile (GET …/diagnosis, once a second),
+    // one line under the figures. Which one is up to this machine (three
+    // browsers and a debug server on two cores can make the server's own
+    // socket wait past its bound): any of them, in words.
+    const verdicts = await waitInPage(page, () => {
+      const words = ['good', 'idle', "sender's network", 'your network', 'the server'];
+      const tiles = [...document.querySelectorAll('.tile[data-mid]')];
+      return tiles.length > 0 && tiles.every((t) => {
+        const last = t.querySelector('.stats').textContent.split('\n').pop();
+        return t.dataset.verdict && words.some((w) => last.startsWith(w));
+      }) && tiles.map((t) => `${t.dataset.name}: ${t.querySelector('.stats').textContent.split('\n').pop()}`);
+    }, null, { what: 'a verdict in the stats overlay', timeout: 15000 });
+    console.log(`verdicts in alice's overlay: ${verdicts.join(', ')}`);
     await sleep(1500); // let bitrate/fps settle for the picture
     // Always in the test output; into docs/screenshots/grid.png (the README's
     // picture) when that is missing or CORELAY_UPDATE_SCREENSHOT=1, so that a

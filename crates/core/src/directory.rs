@@ -796,6 +796,13 @@ impl Directory {
         Some(etag(id, m.version))
     }
 
+    /// A member and the name of its room.
+    pub fn member(&self, id: ParticipantId) -> Option<(&str, &Member)> {
+        let room = self.where_is.get(&id)?;
+        let m = self.rooms.get(room)?.members.iter().find(|m| m.id == id)?;
+        Some((room.as_str(), m))
+    }
+
     fn member_mut(&mut self, id: ParticipantId) -> Option<&mut Member> {
         let room = self.where_is.get(&id)?;
         self.rooms

@@ -22,6 +22,7 @@
 )]
 
 pub mod codec;
+pub mod diagnosis;
 pub mod directory;
 pub mod engine;
 pub mod events;

@@ -189,6 +189,18 @@ impl LatencyHistogram {
         self.max_us = self.max_us.max(o.max_us);
     }
 
+    /// What was recorded since `earlier` (an older copy of this one); its
+    /// `max_us` is the older maximum's, an upper bound.
+    pub fn since(&self, earlier: &LatencyHistogram) -> LatencyHistogram {
+        let mut d = *self;
+        for (a, b) in d.counts.iter_mut().zip(earlier.counts.iter()) {
+            *a = a.saturating_sub(*b);
+        }
+        d.count = self.count.saturating_sub(earlier.count);
+        d.sum_us = self.sum_us.saturating_sub(earlier.sum_us);
+        d
+    }
+
     pub fn mean_us(&self) -> f64 {
         if self.count == 0 {
             0.0
@@ -294,6 +306,24 @@ pub struct ParticipantStats {
     pub rtx_history_ms: u64,
     /// Each video slot's simulcast layer.
     pub layers: Vec<SlotLayer>,
+    /// Each receive slot, what it shows and wants (for the verdict,
+    /// `corelay_core::diagnosis`; not in the stats JSON).
+    #[serde(skip)]
+    pub slots: Vec<SlotStats>,
+}
+
+/// One receive slot: its source and, for video, the layer its size asks
+/// for (capped by what the source sends) and the one the allocation aims at.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SlotStats {
+    pub mid: String,
+    pub video: bool,
+    /// The participant and the mid of the track it shows.
+    pub source: Option<(ParticipantId, String)>,
+    /// Shown (a video slot sized 0x0 is hidden; audio always is).
+    pub shown: bool,
+    pub wanted: Option<u8>,
+    pub target: Option<u8>,
 }
 
 /// The layer one video slot forwards (`layer`) and the one the allocation

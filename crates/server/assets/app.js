@@ -383,6 +383,20 @@ onrtctransform = (ev) => {
       this.send({ type: 'view', mid, width, height });
     }
 
+    // The server's live verdict on each of our receive slots: slot mid ->
+    // {verdict, evidence, history}; empty when it cannot be had.
+    async diagnosis() {
+      const out = new Map();
+      if (!this.room || !this.participantId) return out;
+      try {
+        const url = `/api/v1/rooms/${encodeURIComponent(this.room)}/participants/${encodeURIComponent(this.participantId)}/diagnosis`;
+        const res = await fetch(url, { headers: this.headers() });
+        if (!res.ok) return out;
+        for (const s of (await res.json()).slots ?? []) out.set(s.mid, s);
+      } catch { /* the overlay shows the rest */ }
+      return out;
+    }
+
     pin(mid, participant) { this.send({ type: 'pin', participant, mid }); }
     unpin(mid) { this.send({ type: 'unpin', mid }); }
 
@@ -466,6 +480,21 @@ onrtctransform = (ev) => {
     if (!Number.isFinite(bps)) return '-';
     if (bps >= 1e6) return `${(bps / 1e6).toFixed(2)} Mbit/s`;
     return `${Math.round(bps / 1e3)} kbit/s`;
+  }
+
+  // One short line for a slot's verdict (docs/api.md, diagnosis): what is
+  // wrong and the figure that says so.
+  const VERDICT_WORDS = {
+    good: 'good',
+    idle: 'idle',
+    publisher_uplink: "sender's network",
+    subscriber_downlink: 'your network',
+    server: 'the server',
+  };
+  function verdictLine(v) {
+    const e = v.evidence?.[0];
+    const why = e ? `: ${e.figure} ${Number.isInteger(e.value) ? e.value : e.value.toFixed(3)}` : '';
+    return `${VERDICT_WORDS[v.verdict] ?? v.verdict}${v.verdict === 'good' || v.verdict === 'idle' ? '' : why}`;
   }
 
   class CorelayGrid {
@@ -768,9 +797,12 @@ onrtctransform = (ev) => {
           `loss ${loss}  rtt ${Number.isFinite(rtt) ? `${(rtt * 1000).toFixed(rtt < 0.01 ? 1 : 0)} ms` : '-'}`,
         ].join('\n');
       };
+      const verdicts = await this.session.diagnosis();
       for (const tile of this.gridEl.querySelectorAll('.tile[data-mid]')) {
         const r = byMid.get(tile.dataset.mid);
-        tile.querySelector('.stats').textContent = r ? line(tile.dataset.mid, r) : 'no stats yet';
+        const v = verdicts.get(tile.dataset.mid);
+        tile.dataset.verdict = v?.verdict ?? '';
+        tile.querySelector('.stats').textContent = (r ? line(tile.dataset.mid, r) : 'no stats yet') + (v ? `\n${verdictLine(v)}` : '');
       }
       if (this.localTile && this.session.senders.video) {
         const mid = this.session.pc.getTransceivers().find((t) => t.sender === this.session.senders.video)?.mid;

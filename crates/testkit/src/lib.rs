@@ -204,7 +204,13 @@ impl Server {
             .args(addr("--bind-ip"))
             .args(["--udp-port", &udp_base.to_string()])
             .args(["--metrics", &metrics, "--shards", &shards.to_string()])
-            .args(["--no-pin", "--log", &log_level])
+            .arg("--no-pin")
+            .args(
+                (!extra.contains(&"--log"))
+                    .then_some(["--log", log_level.as_str()])
+                    .into_iter()
+                    .flatten(),
+            )
             .args(&runtime)
             .args(extra)
             .stdout(Stdio::null())

@@ -89,7 +89,13 @@ impl Engine {
                 // pauses it), up to the next one.
                 floor: source.map_or(0, |s| s.lowest_flowing()),
             });
-            at.push(i);
+            // What its size asks for, up to the highest layer the source
+            // still sends (a publisher's own cut is not the downlink's).
+            let top = source.and_then(|s| (0..n).rev().find(|&l| s.flowing(l)));
+            let wanted = max_rank
+                .map(|r| top.map_or(r, |t| r.min(t)))
+                .and_then(|r| u8::try_from(r).ok());
+            at.push((i, wanted));
         }
         let initial = self.settings.bwe_initial_bps;
         let loss = p.session.stats.egress_loss;
@@ -107,11 +113,12 @@ impl Engine {
             }
             Trial::None | Trial::Waiting | Trial::Passed => {}
         }
-        for ((i, input), out) in at.into_iter().zip(&inputs).zip(d.slots) {
+        for (((i, wanted), input), out) in at.into_iter().zip(&inputs).zip(d.slots) {
             let Some(slot) = p.subscriber.slots.get_mut(i) else {
                 continue;
             };
             slot.out.temporal.want = out.temporal;
+            slot.layer.wanted = wanted;
             let fresh = std::mem::take(&mut slot.layer.fresh);
             let target = out.target;
             if slot.layer.target != target {

@@ -79,6 +79,9 @@ pub(super) struct Layer {
     pub(super) current: Option<u8>,
     /// The layer the allocation chose; `None`: video paused.
     pub(super) target: Option<u8>,
+    /// The layer the slot's size asks for, capped by the highest the
+    /// source sends (`None`: hidden, or not allocated yet).
+    pub(super) wanted: Option<u8>,
     /// Layer switches (not counting the first layer of a source).
     pub(super) switches: u64,
     /// A new source since the last allocation (it needs a keyframe of
@@ -94,6 +97,7 @@ impl Default for Layer {
         Layer {
             current: None,
             target: Some(0),
+            wanted: None,
             switches: 0,
             fresh: false,
             last_move: None,

@@ -9,7 +9,7 @@ use str0m::media::MediaKind;
 
 use super::Engine;
 use crate::ids::ParticipantId;
-use crate::metrics::{ParticipantStats, SlotLayer};
+use crate::metrics::{ParticipantStats, SlotLayer, SlotStats};
 
 impl Engine {
     /// Every local participant's latest transport figures.
@@ -22,6 +22,22 @@ impl Engine {
                 st.climb_estimate_bps = p.subscriber.downlink.climb_estimate();
                 st.rtx_history_ms =
                     u64::try_from(p.subscriber.rtx_history().as_millis()).unwrap_or(u64::MAX);
+                st.slots = p
+                    .subscriber
+                    .slots
+                    .iter()
+                    .map(|s| {
+                        let video = s.kind == MediaKind::Video;
+                        SlotStats {
+                            mid: s.mid.to_string(),
+                            video,
+                            source: s.source.map(|t| (t.participant, t.mid.to_string())),
+                            shown: !video || (s.view.width > 0 && s.view.height > 0),
+                            wanted: s.layer.wanted,
+                            target: s.layer.target,
+                        }
+                    })
+                    .collect();
                 st.layers = p
                     .subscriber
                     .slots

@@ -130,6 +130,10 @@ pub fn router(state: Shared, access: Arc<Access>) -> Router {
         .route("/api/v1/cluster/drain", post(cluster_drain))
         .route("/api/v1/rooms", get(rooms))
         .route("/api/v1/rooms/{room}", get(room))
+        .route(
+            "/api/v1/rooms/{room}/participants/{id}/diagnosis",
+            get(diagnosis),
+        )
         // One join and one leave handler serve all three dialects; the
         // flavor travels as a request extension.
         .merge(
@@ -371,6 +375,39 @@ async fn room(
         .into_response(),
         None => ApiError::not_found(format!("no room {room}")).into_response(),
     })
+}
+
+/// `GET /api/v1/rooms/{room}/participants/{id}/diagnosis` (`id`: the
+/// public participant id): the live verdict on each of its receive slots,
+/// with the evidence and the last 60 s (docs/api.md). Where tokens are
+/// checked, only its own token (same identity and room) or an admin token
+/// may read it; a stranger learns nothing, not even whether it exists.
+async fn diagnosis(
+    State(state): State<Shared>,
+    Extension(access): Extension<Arc<Access>>,
+    Path((room, id)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let claims = access.verify(&headers)?;
+    let found = id
+        .parse::<ParticipantId>()
+        .ok()
+        .and_then(|pid| lock(&state).diagnosis(pid))
+        .filter(|(r, ..)| *r == room);
+    match (&claims, &found) {
+        (Some(c), Some((_, identity, _))) => c.may_manage(&room, identity)?,
+        (Some(c), None) => c.must_be_admin()?,
+        (None, _) => {}
+    }
+    let Some((_, _, slots)) = found else {
+        return Err(ApiError::not_found(format!(
+            "no participant {id} in room {room}"
+        )));
+    };
+    Ok(
+        axum::Json(serde_json::json!({"participant": id, "room": room, "slots": slots}))
+            .into_response(),
+    )
 }
 
 #[derive(Deserialize)]

@@ -15,6 +15,8 @@ use prometheus_client::registry::Registry;
 #[derive(Debug, Default)]
 pub struct MetricsSnapshot {
     pub shards: Vec<(ShardReport, usize)>,
+    /// Subscriber-seconds per verdict, per shard (in `shards`' order).
+    pub verdicts: Vec<Vec<(&'static str, u64)>>,
     pub rooms: usize,
     pub admission_refusals: u64,
     /// Shards whose thread stopped.
@@ -222,6 +224,21 @@ impl Collector for MetricsSnapshot {
                 ] {
                     m.encode_family(&[("shard", shard.as_str()), ("reason", reason)])?
                         .encode_counter::<NoLabelSet, _, u64>(&v, None)?;
+                }
+            }
+        }
+        {
+            let mut m = enc.encode_descriptor(
+                "corelay_subscriber_seconds",
+                "Seconds of subscribers' slots in each verdict (good, publisher_uplink, subscriber_downlink, server, idle).",
+                None,
+                MetricType::Counter,
+            )?;
+            for ((r, _), verdicts) in self.shards.iter().zip(&self.verdicts) {
+                let shard = r.shard.to_string();
+                for (verdict, v) in verdicts {
+                    m.encode_family(&[("shard", shard.as_str()), ("verdict", verdict)])?
+                        .encode_counter::<NoLabelSet, _, u64>(v, None)?;
                 }
             }
         }

@@ -16,6 +16,8 @@
 //!   rehearsed here ([`corelay_core::offer::check_renegotiation`]); its shard
 //!   only applies the prepared offer. Failed shards get no new participants
 //!   and turn `/healthz` to 503.
+//! - [`diagnosis`]: the live verdict on each subscriber slot, judged once
+//!   a second from the shards' reports (issue 52).
 //! - [`cluster`]: this node in a cluster (`--cluster`): its heartbeat in the
 //!   node directory on NATS, where a join it refuses (or any join while it
 //!   drains) is redirected, the view `/api/v1/cluster` shows.
@@ -40,6 +42,7 @@ pub mod assets;
 pub mod auth;
 pub mod budget;
 pub mod cluster;
+pub mod diagnosis;
 pub mod http;
 pub mod metrics;
 pub mod rooms;
@@ -82,6 +85,8 @@ pub struct State {
     rooms: Directory,
     /// Latest per-participant transport figures from the shards.
     detail: HashMap<ParticipantId, ParticipantStats>,
+    /// The live verdict per subscriber slot, judged from those.
+    diagnoses: diagnosis::Diagnoses,
     /// The process's CPU quota, which shard load is judged against.
     budget: budget::CpuBudget,
     /// The admission limits (the directory applies them; the cluster
@@ -104,6 +109,7 @@ pub struct Joined {
 
 impl State {
     pub fn new(settings: RtcSettings, limits: Limits, shards: Vec<ShardHandle>) -> Self {
+        let shard_count = shards.len();
         State {
             settings: Arc::new(settings),
             rooms: Directory::new(limits.clone(), shards.len()),
@@ -120,6 +126,7 @@ impl State {
                 })
                 .collect(),
             detail: HashMap::new(),
+            diagnoses: diagnosis::Diagnoses::new(shard_count),
             budget: budget::CpuBudget::default(),
         }
     }
@@ -206,6 +213,7 @@ impl State {
     /// Tells the shards of a departure's room, and forgets its figures.
     fn departed(&mut self, d: Departure) {
         self.detail.remove(&d.id);
+        self.diagnoses.left(d.id, &d.room);
         let Departure {
             id, room, roster, ..
         } = d;
@@ -242,13 +250,16 @@ impl State {
                 }
             }
             ToControl::Report(mut r) => {
-                if let Some(detail) = r.participants_detail.take() {
+                let judged = r.participants_detail.take().map(|detail| {
+                    let mut ids = Vec::with_capacity(detail.len());
                     for d in detail {
                         if self.rooms.contains(d.id) {
+                            ids.push(d.id);
                             self.detail.insert(d.id, d);
                         }
                     }
-                }
+                    ids
+                });
                 // Busy of what the shard may use: under a cgroup CPU quota
                 // its share of the quota, not a whole core.
                 let share = self
@@ -256,6 +267,13 @@ impl State {
                     .per_shard(std::time::Instant::now(), self.shards.len());
                 r.busy = (r.busy / share).min(1.0);
                 self.rooms.set_busy(r.shard, r.busy);
+                self.diagnoses.on_report(
+                    Instant::now(),
+                    &r,
+                    judged.as_deref(),
+                    &self.detail,
+                    &self.rooms,
+                );
                 if let Some(s) = self.shards.get_mut(r.shard.0) {
                     s.last = *r;
                 }
@@ -294,6 +312,24 @@ impl State {
         }
     }
 
+    /// A participant's live diagnosis (`GET …/diagnosis`): its room and
+    /// identity (who may read it) and its slots; None if it is not here.
+    pub fn diagnosis(
+        &self,
+        id: ParticipantId,
+    ) -> Option<(String, String, Vec<diagnosis::SlotOut>)> {
+        let (room, m) = self.rooms.member(id)?;
+        let slots = self.diagnoses.view(id).unwrap_or_default();
+        Some((room.to_owned(), m.identity.clone(), slots))
+    }
+
+    /// Subscriber-seconds per verdict on each shard.
+    pub fn verdict_seconds(&self) -> Vec<Vec<(&'static str, u64)>> {
+        (0..self.shards.len())
+            .map(|i| self.diagnoses.shard_seconds(i))
+            .collect()
+    }
+
     /// What a Prometheus scrape shows.
     pub fn metrics_snapshot(&self) -> metrics::MetricsSnapshot {
         let loads = self.rooms.shard_loads();
@@ -308,6 +344,7 @@ impl State {
                     (r, loads.get(i).map_or(0, |l| l.participants))
                 })
                 .collect(),
+            verdicts: self.verdict_seconds(),
             rooms: self.rooms.room_count(),
             admission_refusals: self.rooms.admission_refusals(),
             failed: self.failed_shards().into_iter().map(|(s, _)| s).collect(),
@@ -418,6 +455,7 @@ pub async fn join(
         // roster below already has the newcomer in its place.
         if let Some((old, old_shard)) = a.replaced {
             st.detail.remove(&old);
+            st.diagnoses.left(old, room);
             if let Some(s) = st.link(old_shard) {
                 let _ = s.handle.commands.send(ShardCommand::Remove {
                     id: old,

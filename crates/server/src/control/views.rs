@@ -89,6 +89,8 @@ pub struct ShardOut {
     pub forward_latency: HistOut,
     pub forward_cross_shard_latency: HistOut,
     pub loop_iteration: HistOut,
+    /// Subscriber-seconds in each verdict (docs/api.md, diagnosis).
+    pub verdict_seconds: std::collections::BTreeMap<&'static str, u64>,
 }
 
 #[derive(Serialize)]
@@ -196,6 +198,7 @@ pub fn stats(state: &State) -> StatsOut {
         total.add(&s.last.counters);
     }
     let loads = state.rooms.shard_loads();
+    let verdicts = state.verdict_seconds();
     StatsOut {
         shards: state
             .shards
@@ -213,6 +216,10 @@ pub fn stats(state: &State) -> StatsOut {
                 forward_latency: (&s.last.forward_local).into(),
                 forward_cross_shard_latency: (&s.last.forward_cross).into(),
                 loop_iteration: (&s.last.iteration).into(),
+                verdict_seconds: verdicts
+                    .get(i)
+                    .map(|v| v.iter().copied().collect())
+                    .unwrap_or_default(),
             })
             .collect(),
         total,
