@@ -141,7 +141,7 @@ test('a page using only the HTTP API and the data channel gets slots and decodes
       const rosterIds = raw.roster.map((p) => p.id).sort();
       assert.deepEqual(rosterIds, [me, other].sort(), 'roster has both');
       const otherEntry = raw.roster.find((p) => p.id === other);
-      assert.deepEqual(otherEntry.tracks, [{ mid: '0', kind: 'video' }], 'roster lists the published track');
+      assert.deepEqual(otherEntry.tracks, [{ mid: '0', kind: 'video', muted: false, paused: false }], 'roster lists the published track, neither muted nor paused');
 
       const slotMids = raw.tr.filter((x) => x.direction === 'recvonly').map((x) => `${x.mid}:${x.kind}`).sort();
       assert.deepEqual(raw.slots.map((s) => `${s.mid}:${s.kind}`).sort(), slotMids, 'slots cover every recvonly m-line');

@@ -78,6 +78,10 @@ pub const JITTER_MS: f64 = 30.0;
 pub const RTT_RISE: f64 = 2.0;
 /// ...and at least this much above it, ms (a 1 ms path doubling is nothing).
 pub const RTT_RISE_MS: f64 = 100.0;
+/// How long a new subscriber's estimate gets to climb before a layer held
+/// below what its slots want counts against its downlink (a browser's
+/// estimate reaches a megabit or two in about that).
+pub const SETTLE: std::time::Duration = std::time::Duration::from_secs(5);
 /// A shard this busy (share of wall time on its core) has no slack left.
 pub const BUSY: f64 = 0.95;
 /// Socket dwell p99 above this, µs: packets waited longer than this in
@@ -100,6 +104,10 @@ pub struct Figures {
     /// sends), and the one the allocation aims at (`None`: paused).
     pub wanted: Option<u8>,
     pub target: Option<u8>,
+    /// The subscriber has been in the call for [`SETTLE`]: before that its
+    /// estimate is still climbing, and a layer below the wanted one is the
+    /// start of every call, not its downlink's fault.
+    pub settled: bool,
     /// The publisher's uplink, as the server receives it.
     pub ingress_loss: Option<f64>,
     pub ingress_jitter_ms: Option<f64>,
@@ -200,6 +208,7 @@ pub fn judge(f: &Figures) -> Judgement {
         }
     }
     if f.video
+        && f.settled
         && let Some(wanted) = f.wanted
     {
         // The allocation holds the slot below what its size asks for (or
@@ -232,6 +241,7 @@ mod tests {
             shown: true,
             wanted: Some(2),
             target: Some(2),
+            settled: true,
             ingress_loss: Some(0.0),
             ingress_jitter_ms: Some(1.0),
             egress_loss: Some(0.0),
@@ -449,6 +459,18 @@ mod tests {
             ..clean()
         };
         assert_eq!(verdict(&paused), Verdict::SubscriberDownlink);
+        // In a call's first seconds the estimate climbs: not yet a fault.
+        let starting = Figures {
+            target: Some(0),
+            settled: false,
+            ..clean()
+        };
+        assert_eq!(verdict(&starting), Verdict::Good);
+        let starting_lossy = Figures {
+            egress_loss: Some(0.2),
+            ..starting
+        };
+        assert_eq!(verdict(&starting_lossy), Verdict::SubscriberDownlink);
         // Audio has no layers: only loss and RTT count.
         let audio = Figures {
             video: false,

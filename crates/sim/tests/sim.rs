@@ -1935,3 +1935,42 @@ fn sim_mute_and_pause_reach_the_room_and_unmute_brings_a_keyframe() {
         false
     );
 }
+
+/// (20j) A muted simulcast camera is not probed: its packets stop at its
+/// shard, so the silence dynacast sees there is the server's own, and the
+/// paused layers stay paused (before, dynacast resumed one a second, and a
+/// muted browser sent all three layers for nobody).
+#[test]
+fn sim_a_muted_simulcast_camera_keeps_its_paused_layers_paused() {
+    let mut s = sim(34, 1);
+    let p = s.join("r", simulcast_publisher("p"), 0);
+    let v = s.join("r", viewer("v", 1), 0);
+    s.run_for(Duration::from_secs(1));
+    let slot = video_slots(&s, v).remove(0);
+    set_view(&mut s, v, &slot, 320, 180);
+    s.run_for(Duration::from_secs(8));
+    let active = |s: &Sim| s.events(p, "layers").last().map(|e| e["active"].clone());
+    assert_eq!(active(&s), Some(serde_json::json!(["q"])));
+    let p_id = s.id(p);
+    let mid = s
+        .events(v, "roster")
+        .pop()
+        .and_then(|r| {
+            r["participants"]
+                .as_array()?
+                .iter()
+                .find(|m| m["id"] == p_id.as_str())?["tracks"]
+                .as_array()?
+                .iter()
+                .find(|t| t["kind"] == "video")
+                .map(|t| t["mid"].as_str().unwrap_or_default().to_owned())
+        })
+        .expect("p's video mid");
+    let notices = s.events(p, "layers").len();
+    s.participant(p)
+        .send_event(&serde_json::json!({"type": "mute", "mid": mid, "muted": true}).to_string());
+    s.run_for(Duration::from_secs(6));
+    assert_eq!(active(&s), Some(serde_json::json!(["q"])));
+    assert_eq!(s.events(p, "layers").len(), notices, "no layer resumed");
+    assert!(s.shards[0].engine.counters().dropped_muted > 100);
+}

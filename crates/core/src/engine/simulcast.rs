@@ -263,11 +263,14 @@ impl Engine {
                 // its subscribers move to it (nothing below the lowest layer
                 // that flows is taken) and the hold lets the rest go. A muted camera costs one
                 // notice per layer.
+                // A muted track's packets stop at the shard: its silence
+                // here is ours, not the publisher's.
                 let n = t.rids.len();
-                let silent = self
-                    .sources
-                    .get(&key)
-                    .is_none_or(|s| s.silent_for(now) >= PROBE_SILENCE);
+                let silent = !t.flow.muted()
+                    && self
+                        .sources
+                        .get(&key)
+                        .is_none_or(|s| s.silent_for(now) >= PROBE_SILENCE);
                 if silent {
                     for (l, last) in t.last_needed.iter_mut().enumerate().take(n) {
                         if t.active & (1 << l) != 0 {

@@ -15,7 +15,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use corelay_core::diagnosis::{Evidence, Figures, Judgement, Verdict, judge};
+use corelay_core::diagnosis::{Evidence, Figures, Judgement, SETTLE, Verdict, judge};
 use corelay_core::metrics::{LatencyHistogram, ParticipantStats};
 use corelay_core::{ParticipantId, ShardId};
 use corelay_plane::ShardReport;
@@ -277,6 +277,7 @@ impl Diagnoses {
                 shown: slot.shown,
                 wanted: slot.wanted,
                 target: slot.target,
+                settled: now.saturating_duration_since(me.joined) >= SETTLE,
                 ingress_loss: up.and_then(|u| u.ingress_loss).map(f64::from),
                 ingress_jitter_ms: up.and_then(|u| u.ingress_jitter_ms),
                 egress_loss: st.egress_loss.map(f64::from),
