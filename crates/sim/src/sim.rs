@@ -25,13 +25,14 @@
 //! than by that order (its patch 22). Should any of them start to change
 //! what goes on the wire, that test says so.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::ops::{Deref, DerefMut};
 use std::time::{Duration, Instant};
 
 use corelay_client::stats::Received;
 use corelay_client::{Clock, Kind, Observer, Participant, ParticipantConfig, Snapshot};
+use corelay_core::diagnosis::{Board, SlotOut};
 use corelay_core::directory::{Admission, Directory, Flavor, Ids, Limits, NewMember, RoomError};
 use corelay_core::offer::{accept_offer, check_renegotiation};
 use corelay_core::room::RoomUpdate;
@@ -205,6 +206,11 @@ pub struct Sim {
     rng: fastrand::Rng,
     /// Link parameters new clients get.
     pub default_link: LinkParams,
+    /// The verdict on every slot, judged each virtual second as the
+    /// server's control thread does (no shard figures: nothing waits in a
+    /// simulated shard).
+    board: Board,
+    next_judge: Instant,
 }
 
 /// The clock, the shards, the network and the lanes read as the
@@ -247,6 +253,8 @@ impl Sim {
             ids: Counted { next: 1 },
             rng: fastrand::Rng::with_seed(seed ^ 0x5eed),
             default_link: LinkParams::default(),
+            board: Board::new(shards),
+            next_judge: start + Duration::from_secs(1),
         }
     }
 
@@ -442,6 +450,16 @@ impl Sim {
     /// Advances virtual time to `end` ([`Driver::run_until_time`], shard
     /// events into the control plane).
     pub fn run_until_time(&mut self, end: Instant) {
+        while self.next_judge <= end {
+            let at = self.next_judge;
+            self.advance(at);
+            self.judge();
+            self.next_judge = at + Duration::from_secs(1);
+        }
+        self.advance(end);
+    }
+
+    fn advance(&mut self, end: Instant) {
         let Sim {
             driver,
             directory,
@@ -451,6 +469,35 @@ impl Sim {
         driver.run_until_time(end, &mut |d, shard, ev| {
             on_control(directory, control, d, shard, ev)
         });
+    }
+
+    /// Every participant's slots judged for the second that ends now.
+    fn judge(&mut self) {
+        let per_shard: Vec<Vec<_>> = self
+            .driver
+            .shards
+            .iter()
+            .map(|s| s.engine.participant_stats())
+            .collect();
+        let detail: HashMap<ParticipantId, _> = per_shard
+            .iter()
+            .flatten()
+            .map(|st| (st.id, st.clone()))
+            .collect();
+        let now = self.driver.now;
+        for (i, stats) in per_shard.iter().enumerate() {
+            for st in stats {
+                let _ = self
+                    .board
+                    .judge(now, ShardId(i), st, &detail, &self.directory, &[]);
+            }
+        }
+    }
+
+    /// The verdict on each of the client's slots, as
+    /// `GET …/diagnosis` would give it.
+    pub fn diagnosis(&self, c: C) -> Vec<SlotOut> {
+        self.board.view(self.client(c).id).unwrap_or_default()
     }
 
     /// Runs until `pred` holds (checked every 10 ms of virtual time) or

@@ -1974,3 +1974,73 @@ fn sim_a_muted_simulcast_camera_keeps_its_paused_layers_paused() {
     assert_eq!(s.events(p, "layers").len(), notices, "no layer resumed");
     assert!(s.shards[0].engine.counters().dropped_muted > 100);
 }
+
+/// (20k) Issue 52, the verdict in virtual time, judged each second from
+/// the engines' figures as the server's control thread judges them. A
+/// clean call reads `good` for both viewers (one on each shard); 10 %
+/// loss on the publisher's uplink makes it `publisher_uplink` for both;
+/// back to clean, `good`; a 200 kbit/s downlink under a 400 kbit/s camera
+/// makes it `subscriber_downlink` for that viewer only.
+#[test]
+fn sim_verdicts_follow_the_link_that_is_at_fault() {
+    let mut s = sim(35, 2);
+    let p = s.join("r", keyframe_once("p"), 0);
+    let v1 = s.join("r", viewer("v1", 1), 0);
+    let v2 = s.join("r", viewer("v2", 1), 1);
+    let p_id = s.id(p);
+    // The last `n` verdicts of `who`'s video slot showing p.
+    let recent = |s: &Sim, who: C, n: usize| -> String {
+        let d = s.diagnosis(who);
+        let slot = d
+            .iter()
+            .find(|x| x.kind == "video" && x.participant.as_deref() == Some(p_id.as_str()));
+        slot.map(|x| {
+            let h: Vec<char> = x.history.chars().collect();
+            h[h.len().saturating_sub(n)..].iter().collect()
+        })
+        .unwrap_or_default()
+    };
+    s.run_for(Duration::from_secs(8));
+    for v in [v1, v2] {
+        assert_eq!(
+            recent(&s, v, 3),
+            "ggg",
+            "clean: {:?}",
+            s.diagnosis(v).first().map(|x| &x.history)
+        );
+    }
+
+    s.link(p).up.params.loss = 0.10;
+    s.run_for(Duration::from_secs(6));
+    for v in [v1, v2] {
+        let d = s.diagnosis(v);
+        assert_eq!(
+            recent(&s, v, 2),
+            "uu",
+            "lossy uplink: {:?}",
+            d.iter()
+                .map(|x| (&x.mid, &x.history, &x.evidence))
+                .collect::<Vec<_>>()
+        );
+    }
+
+    s.link(p).up.params.loss = 0.0;
+    s.run_for(Duration::from_secs(8));
+    for v in [v1, v2] {
+        assert_eq!(recent(&s, v, 2), "gg", "clean again");
+    }
+
+    s.link(v1).down.params.rate_bps = Some(200_000);
+    s.link(v1).down.params.queue_bytes = 20_000;
+    s.run_for(Duration::from_secs(8));
+    let d = s.diagnosis(v1);
+    assert_eq!(
+        recent(&s, v1, 2),
+        "dd",
+        "constrained downlink: {:?}",
+        d.iter()
+            .map(|x| (&x.mid, &x.history, &x.evidence))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(recent(&s, v2, 2), "gg", "the other viewer is fine");
+}

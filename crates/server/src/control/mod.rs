@@ -317,7 +317,7 @@ impl State {
     pub fn diagnosis(
         &self,
         id: ParticipantId,
-    ) -> Option<(String, String, Vec<diagnosis::SlotOut>)> {
+    ) -> Option<(String, String, Vec<corelay_core::diagnosis::SlotOut>)> {
         let (room, m) = self.rooms.member(id)?;
         let slots = self.diagnoses.view(id).unwrap_or_default();
         Some((room.to_owned(), m.identity.clone(), slots))

@@ -6,10 +6,15 @@
 //! states), with the thresholds below; docs/operations.md ("Why is my call
 //! bad?") gives each and why.
 //!
-//! Owns the rules and their thresholds. Must not: measure anything itself,
-//! keep history (the caller does) or run per packet.
+//! Owns the rules and their thresholds; [`Board`] keeps what they gave
+//! (history, totals), fed once a second by the server's control thread and
+//! the simulator. Must not: measure anything itself or run per packet.
+
+mod board;
 
 use serde::Serialize;
+
+pub use self::board::{Board, ShardSecond, SlotOut, WARN_AFTER};
 
 use crate::room::TrackState;
 
