@@ -1375,16 +1375,39 @@ fn sim_simulcast_a_slot_moves_up_when_the_lowest_layer_stops_across_shards() {
     lowest_stop(28, 2, 1);
 }
 
-fn lowest_stop(seed: u64, shards: usize, viewer_shard: usize) {
+/// A [`simulcast_publisher`] `p` on shard 0 and a viewer `name` on
+/// `viewer_shard` that shows its one slot at 320x180, 9 s in: the
+/// publisher has been told to send q alone.
+fn small_viewer_on_q(seed: u64, shards: usize, name: &str, viewer_shard: usize) -> (Sim, C, C) {
     let mut s = sim(seed, shards);
     let p = s.join("r", simulcast_publisher("p"), 0);
-    let v = s.join("r", viewer("v", 1), viewer_shard);
+    let v = s.join("r", viewer(name, 1), viewer_shard);
     s.run_for(Duration::from_secs(1));
     let slot = video_slots(&s, v).remove(0);
     set_view(&mut s, v, &slot, 320, 180);
     s.run_for(Duration::from_secs(8));
+    let active = s.events(p, "layers").last().map(|e| e["active"].clone());
+    assert_eq!(active, Some(serde_json::json!(["q"])));
+    (s, p, v)
+}
+
+/// `publisher`'s video track in `viewer`'s latest roster (`mid`, `kind`,
+/// `muted`, `paused`).
+fn roster_video(s: &Sim, viewer: C, publisher: C) -> serde_json::Value {
+    let id = s.id(publisher);
+    let roster = s.events(viewer, "roster").pop().expect("a roster");
+    roster["participants"]
+        .as_array()
+        .and_then(|ps| ps.iter().find(|p| p["id"] == id.as_str()))
+        .and_then(|p| p["tracks"].as_array())
+        .and_then(|ts| ts.iter().find(|t| t["kind"] == "video"))
+        .expect("the publisher's video in the roster")
+        .clone()
+}
+
+fn lowest_stop(seed: u64, shards: usize, viewer_shard: usize) {
+    let (mut s, p, v) = small_viewer_on_q(seed, shards, "v", viewer_shard);
     let active = |s: &Sim| s.events(p, "layers").last().map(|e| e["active"].clone());
-    assert_eq!(active(&s), Some(serde_json::json!(["q"])));
     let small = layers_since(&s, v, Duration::from_secs(5));
     assert!(
         small.len() > 30 && small.iter().all(|&l| l == 1),
@@ -1548,15 +1571,8 @@ fn sim_simulcast_view_size_and_dynacast() {
 /// publisher's shard what it takes, and the publisher hears the union.
 #[test]
 fn sim_simulcast_dynacast_across_shards() {
-    let mut s = sim(22, 2);
-    let p = s.join("r", simulcast_publisher("p"), 0);
-    let small = s.join("r", viewer("small", 1), 1);
-    s.run_for(Duration::from_secs(1));
-    let slot = video_slots(&s, small).remove(0);
-    set_view(&mut s, small, &slot, 320, 180);
-    s.run_for(Duration::from_secs(8));
+    let (mut s, p, small) = small_viewer_on_q(22, 2, "small", 1);
     let active = |s: &Sim| s.events(p, "layers").last().map(|e| e["active"].clone());
-    assert_eq!(active(&s), Some(serde_json::json!(["q"])));
     assert!(
         layers_since(&s, small, Duration::from_secs(5))
             .iter()
@@ -1839,14 +1855,7 @@ fn sim_mute_and_pause_reach_the_room_and_unmute_brings_a_keyframe() {
     let c = s.join("r", viewer("c", 1), 1);
     s.run_for(Duration::from_secs(2));
     let a_id = s.id(a);
-    let roster = s.events(b, "roster").pop().expect("a roster");
-    let video = roster["participants"]
-        .as_array()
-        .and_then(|ps| ps.iter().find(|p| p["id"] == a_id.as_str()))
-        .and_then(|p| p["tracks"].as_array())
-        .and_then(|ts| ts.iter().find(|t| t["kind"] == "video"))
-        .expect("a's video in the roster")
-        .clone();
+    let video = roster_video(&s, b, a);
     assert_eq!(video["muted"], false);
     assert_eq!(video["paused"], false);
     let mid = video["mid"].as_str().expect("a mid").to_owned();
@@ -1942,30 +1951,12 @@ fn sim_mute_and_pause_reach_the_room_and_unmute_brings_a_keyframe() {
 /// muted browser sent all three layers for nobody).
 #[test]
 fn sim_a_muted_simulcast_camera_keeps_its_paused_layers_paused() {
-    let mut s = sim(34, 1);
-    let p = s.join("r", simulcast_publisher("p"), 0);
-    let v = s.join("r", viewer("v", 1), 0);
-    s.run_for(Duration::from_secs(1));
-    let slot = video_slots(&s, v).remove(0);
-    set_view(&mut s, v, &slot, 320, 180);
-    s.run_for(Duration::from_secs(8));
+    let (mut s, p, v) = small_viewer_on_q(34, 1, "v", 0);
     let active = |s: &Sim| s.events(p, "layers").last().map(|e| e["active"].clone());
-    assert_eq!(active(&s), Some(serde_json::json!(["q"])));
-    let p_id = s.id(p);
-    let mid = s
-        .events(v, "roster")
-        .pop()
-        .and_then(|r| {
-            r["participants"]
-                .as_array()?
-                .iter()
-                .find(|m| m["id"] == p_id.as_str())?["tracks"]
-                .as_array()?
-                .iter()
-                .find(|t| t["kind"] == "video")
-                .map(|t| t["mid"].as_str().unwrap_or_default().to_owned())
-        })
-        .expect("p's video mid");
+    let mid = roster_video(&s, v, p)["mid"]
+        .as_str()
+        .expect("a mid")
+        .to_owned();
     let notices = s.events(p, "layers").len();
     s.participant(p)
         .send_event(&serde_json::json!({"type": "mute", "mid": mid, "muted": true}).to_string());
