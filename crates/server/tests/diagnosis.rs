@@ -139,7 +139,7 @@ fn a_clean_call_reads_good_and_a_muted_camera_idle() {
     assert_eq!(status, 404, "{body}");
 }
 
-/// The shard sleeps 8 ms every 20 datagrams (the test fault): forwarding
+/// The shard sleeps 20 ms every 20 datagrams (the test fault): forwarding
 /// latency and socket dwell pass their bounds, and B's slots read `server`
 /// with those figures as evidence.
 #[test]
@@ -150,7 +150,7 @@ fn a_stalled_shard_reads_server() {
             "--test-stall-every",
             "20",
             "--test-stall-ms",
-            "8",
+            "20",
             "--log",
             "warn,corelay::control::diagnosis=info",
         ],
@@ -178,7 +178,7 @@ fn a_stalled_shard_reads_server() {
             >= 1
     );
     // Ten bad seconds in a row: one WARN, in words.
-    let deadline = Instant::now() + WAIT;
+    let deadline = Instant::now() + Duration::from_secs(30);
     let warned = loop {
         let found = server
             .log()
@@ -187,7 +187,11 @@ fn a_stalled_shard_reads_server() {
         if let Some(l) = found {
             break l;
         }
-        assert!(Instant::now() < deadline, "no WARN after 20 s");
+        assert!(
+            Instant::now() < deadline,
+            "no WARN after 30 s: {:#}",
+            diagnosis(&server, "dx", b.id())
+        );
         std::thread::sleep(Duration::from_millis(250));
     };
     println!("{warned}");
