@@ -418,7 +418,7 @@ describe('demo page', () => {
       if (button === '#mute-video' && want.cam) {
         // Muted: the server forwards nothing of bob's camera (a disabled
         // track still sends black frames).
-        await sleep(300);
+        await sleep(500); // what was on its way before the mute
         const a = await framesOf(pages.alice, ids.bob);
         await sleep(700);
         assert.equal(await framesOf(pages.alice, ids.bob), a, 'no frame of a muted camera is forwarded');

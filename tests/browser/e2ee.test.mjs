@@ -101,7 +101,7 @@ test('two pages with ?e2ee=secret decode each other through the server; a page w
     }, cmid);
     t.diagnostic(`carol, without the passphrase, after 8 s: ${JSON.stringify(carol)}`);
     assert.equal(carol.state, 'connected', 'carol survives');
-    assert.ok(carol.packets > 100, 'carol receives alice\'s (encrypted) video');
+    assert.ok(carol.packets > 30, 'carol receives alice\'s (encrypted) video');
     const after = await counts(a);
     assert.ok(after.decrypted > before.a.decrypted + 100, 'alice still opens bob\'s frames');
     assert.ok(after.failed > 0, 'carol\'s unencrypted frames do not open at alice: dropped, not shown');
