@@ -716,7 +716,12 @@ impl Engine {
         let events_before = self.io.events.len();
         let transmits_before = self.io.out.transmits.len();
         self.drain(now, kernel_rx, id);
+        // A DTLS datagram that is not whole records is refused whatever
+        // the drain brings: str0m gives nothing for it, and what came out
+        // (a data-channel event written this batch, a timer the input's
+        // clock reached) is someone else's, which silence cannot tell.
         let refused = srtcp_dropped
+            || not_dtls_records(data)
             || (self.io.events.len() == events_before
                 && self.io.out.transmits.len() == transmits_before
                 && silence_is_refusal(data));
@@ -1291,6 +1296,11 @@ fn silence_is_refusal(data: &[u8]) -> bool {
         Some(20..=63) => !dtls_records(data),
         _ => !is_rtcp(data),
     }
+}
+
+/// DTLS by its first byte (RFC 7983: 20-63) but not whole DTLS records.
+fn not_dtls_records(data: &[u8]) -> bool {
+    matches!(data.first(), Some(20..=63)) && !dtls_records(data)
 }
 
 /// Whether `data` is one or more whole DTLS records end to end (RFC 6347
