@@ -716,22 +716,13 @@ impl Engine {
         let events_before = self.io.events.len();
         let transmits_before = self.io.out.transmits.len();
         self.drain(now, kernel_rx, id);
-        // A DTLS datagram that is not whole records is refused whatever
-        // the drain brings: str0m gives nothing for it, and what came out
-        // (a data-channel event written this batch, a timer the input's
-        // clock reached) is someone else's, which silence cannot tell.
-        let refused = srtcp_dropped
-            || not_dtls_records(data)
-            || (self.io.events.len() == events_before
-                && self.io.out.transmits.len() == transmits_before
-                && silence_is_refusal(data));
+        let silent = self.io.events.len() == events_before
+            && self.io.out.transmits.len() == transmits_before;
+        let refused = srtcp_dropped || stack_refused(data, silent);
         if refused {
             // An SRTCP datagram that failed authentication (str0m patch 27),
-            // counted here once, or one str0m dropped without a word (an
-            // SRTP packet that fails authentication or replays, a STUN
-            // request with bad integrity, a datagram that is not DTLS
-            // records): it produced neither an event nor a datagram, and
-            // its silence means a refusal ([`silence_is_refusal`]).
+            // counted here once, or one str0m dropped without a word
+            // ([`stack_refused`]).
             self.io.counters.dropped_by_stack += 1;
         }
         self.settle(now);
@@ -1284,23 +1275,23 @@ fn is_rtcp(data: &[u8]) -> bool {
     matches!(data, [128..=191, 192..=223, ..])
 }
 
-/// Whether a datagram str0m took without an event or a datagram of its own
-/// was refused. A valid STUN request is answered and a valid SRTP packet
-/// gives an event at once, so their silence is a refusal. A valid RTCP
-/// report may give nothing at once, nor may valid DTLS records: a fragment of
-/// a data-channel message (SCTP acknowledges every other packet, or on a
-/// timer; a 200 KB message is ~170 datagrams), a retransmitted handshake
-/// flight. A DTLS datagram counts only when it is not whole DTLS records.
-fn silence_is_refusal(data: &[u8]) -> bool {
+/// Whether str0m dropped a datagram it took, `silent` when the drain after
+/// it gave neither an event nor a datagram. DTLS by its first byte (RFC
+/// 7983: 20-63) is judged by its form alone: one that is not whole DTLS
+/// records is always dropped, and whole records may give nothing at once
+/// (a fragment of a data-channel message: SCTP acknowledges every other
+/// packet, or on a timer; a retransmitted handshake flight). Its silence
+/// would say nothing anyway: the drain also carries what is not its own (a
+/// data-channel event written this batch, a timer its clock reached). A
+/// valid STUN request is answered and a valid SRTP packet gives an event at
+/// once, so their silence is a refusal (one that fails authentication or
+/// replays, a STUN request with bad integrity); a valid RTCP report may
+/// give nothing at once.
+fn stack_refused(data: &[u8], silent: bool) -> bool {
     match data.first() {
         Some(20..=63) => !dtls_records(data),
-        _ => !is_rtcp(data),
+        _ => silent && !is_rtcp(data),
     }
-}
-
-/// DTLS by its first byte (RFC 7983: 20-63) but not whole DTLS records.
-fn not_dtls_records(data: &[u8]) -> bool {
-    matches!(data.first(), Some(20..=63)) && !dtls_records(data)
 }
 
 /// Whether `data` is one or more whole DTLS records end to end (RFC 6347
