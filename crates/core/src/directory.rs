@@ -32,7 +32,7 @@ use str0m::media::Mid;
 
 use crate::ids::{ParticipantId, RoomId, ShardId};
 use crate::offer::{MediaLine, OfferError, VideoCodec};
-use crate::room::{MemberInfo, RoomUpdate, TrackState};
+use crate::room::{MemberInfo, RoomUpdate, TrackState, state_of};
 
 /// How a participant joined: the API it must be addressed through.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -235,6 +235,13 @@ pub struct Member {
     codecs: Vec<VideoCodec>,
     version: u64,
     pub joined: Instant,
+}
+
+impl Member {
+    /// The state of its track `mid` (muted, paused).
+    pub fn state(&self, mid: Mid) -> TrackState {
+        state_of(&self.states, mid)
+    }
 }
 
 pub struct Room {

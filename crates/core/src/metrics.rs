@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use crate::ids::ParticipantId;
+use crate::ids::{ParticipantId, TrackKey};
 
 /// Cumulative counters of one shard. Every field only grows.
 #[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
@@ -318,8 +318,8 @@ pub struct ParticipantStats {
 pub struct SlotStats {
     pub mid: String,
     pub video: bool,
-    /// The participant and the mid of the track it shows.
-    pub source: Option<(ParticipantId, String)>,
+    /// The track it shows.
+    pub source: Option<TrackKey>,
     /// Shown (a video slot sized 0x0 is hidden; audio always is).
     pub shown: bool,
     pub wanted: Option<u8>,

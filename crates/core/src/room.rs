@@ -41,11 +41,17 @@ pub struct MemberInfo {
 impl MemberInfo {
     /// The state of its track `mid`.
     pub fn state(&self, mid: Mid) -> TrackState {
-        self.states
-            .iter()
-            .find(|(m, _)| *m == mid)
-            .map_or(TrackState::default(), |(_, s)| *s)
+        state_of(&self.states, mid)
     }
+}
+
+/// The state of track `mid` in a list of the tracks that are muted or
+/// paused (the default when it is not listed).
+pub fn state_of(states: &[(Mid, TrackState)], mid: Mid) -> TrackState {
+    states
+        .iter()
+        .find(|(m, _)| *m == mid)
+        .map_or(TrackState::default(), |(_, s)| *s)
 }
 
 /// A published track's state as its publisher's shard knows it.

@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use super::{Evidence, Figures, Judgement, SETTLE, Verdict, judge};
 use crate::directory::Directory;
-use crate::ids::{ParticipantId, ShardId};
+use crate::ids::{ParticipantId, ShardId, TrackKey};
 use crate::metrics::ParticipantStats;
 
 /// Seconds of verdicts a slot keeps for the API.
@@ -31,12 +31,29 @@ pub struct ShardSecond {
     pub drops: u64,
 }
 
+impl ShardSecond {
+    /// Two shards' seconds as one hop sees them: the worse of each figure,
+    /// the drops of both.
+    fn both(self, other: ShardSecond) -> ShardSecond {
+        let worse = |a: Option<f64>, b: Option<f64>| match (a, b) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        ShardSecond {
+            busy: self.busy.max(other.busy),
+            dwell_p99_us: worse(self.dwell_p99_us, other.dwell_p99_us),
+            forward_p99_us: worse(self.forward_p99_us, other.forward_p99_us),
+            drops: self.drops + other.drops,
+        }
+    }
+}
+
 /// One slot of a subscriber, as judged.
 struct Slot {
     mid: String,
     video: bool,
     /// The participant and track it showed at the last verdict.
-    source: Option<(ParticipantId, String)>,
+    source: Option<TrackKey>,
     judgement: Judgement,
     history: VecDeque<Verdict>,
     seconds: [u64; Verdict::ALL.len()],
@@ -110,7 +127,6 @@ fn index(v: Verdict) -> usize {
 
 /// A participant whose slots are judged.
 struct Subject {
-    shard: ShardId,
     /// The lowest RTT it had: what a rise is measured from.
     rtt_floor: Option<f64>,
     slots: Vec<Slot>,
@@ -169,64 +185,51 @@ impl Board {
         let (_, me) = rooms.member(st.id)?;
         let second = |s: ShardId| seconds.get(s.0).copied().unwrap_or_default();
         let here = second(shard);
+        let settled = now.saturating_duration_since(me.joined) >= SETTLE;
+        let rtt_floor = self
+            .subjects
+            .get(&st.id)
+            .and_then(|s| s.rtt_floor)
+            .into_iter()
+            .chain(st.rtt_ms)
+            .reduce(f64::min);
         let mut judgements = Vec::with_capacity(st.slots.len());
         for slot in &st.slots {
             let publisher = slot
                 .source
-                .as_ref()
-                .and_then(|(pid, mid)| rooms.member(*pid).map(|(_, m)| (m, mid)));
-            let state = publisher.map(|(m, mid)| {
-                m.states
-                    .iter()
-                    .find(|(x, _)| x.to_string() == *mid)
-                    .map(|(_, s)| *s)
-                    .unwrap_or_default()
-            });
+                .and_then(|t| rooms.member(t.participant).map(|(_, m)| (m, t.mid)));
             let up = publisher.and_then(|(m, _)| detail.get(&m.id));
-            // The publisher's shard, when it is another: its second too.
-            let there = publisher
+            // The publisher's shard too, when it is another.
+            let server = publisher
                 .map(|(m, _)| m.shard)
                 .filter(|s| *s != shard)
-                .map(second);
-            let rtt_floor = self
-                .subjects
-                .get(&st.id)
-                .and_then(|s| s.rtt_floor)
-                .into_iter()
-                .chain(st.rtt_ms)
-                .reduce(f64::min);
+                .map_or(here, |s| here.both(second(s)));
             let f = Figures {
                 video: slot.video,
-                source: state,
+                source: publisher.map(|(m, mid)| m.state(mid)),
                 shown: slot.shown,
                 wanted: slot.wanted,
                 target: slot.target,
-                settled: now.saturating_duration_since(me.joined) >= SETTLE,
+                settled,
                 ingress_loss: up.and_then(|u| u.ingress_loss).map(f64::from),
                 ingress_jitter_ms: up.and_then(|u| u.ingress_jitter_ms),
                 egress_loss: st.egress_loss.map(f64::from),
                 rtt_ms: st.rtt_ms,
                 rtt_floor_ms: rtt_floor,
                 estimate_bps: st.estimate_bps,
-                busy: here.busy.max(there.map_or(0.0, |t| t.busy)),
-                dwell_p99_us: max_opt(here.dwell_p99_us, there.and_then(|t| t.dwell_p99_us)),
-                forward_p99_us: max_opt(here.forward_p99_us, there.and_then(|t| t.forward_p99_us)),
-                server_drops: here.drops + there.map_or(0, |t| t.drops),
+                busy: server.busy,
+                dwell_p99_us: server.dwell_p99_us,
+                forward_p99_us: server.forward_p99_us,
+                server_drops: server.drops,
             };
             judgements.push((slot, judge(&f), publisher.map(|(m, _)| m.name.clone())));
         }
         let subject = self.subjects.entry(st.id).or_insert_with(|| Subject {
-            shard,
             rtt_floor: None,
             slots: Vec::new(),
             last_warn: None,
         });
-        subject.shard = shard;
-        subject.rtt_floor = subject
-            .rtt_floor
-            .into_iter()
-            .chain(st.rtt_ms)
-            .reduce(f64::min);
+        subject.rtt_floor = rtt_floor;
         let mut counts = self.per_shard.get_mut(shard.0);
         let mut warn = None;
         for (slot, j, publisher_name) in judgements {
@@ -244,7 +247,7 @@ impl Board {
             let Some(s) = subject.slots.get_mut(i) else {
                 continue;
             };
-            s.source = slot.source.clone();
+            s.source = slot.source;
             s.record(j);
             if s.bad_run == WARN_AFTER && warn.is_none() {
                 warn = Some(describe(&me.name, publisher_name.as_deref(), s));
@@ -289,7 +292,7 @@ impl Board {
                 .map(|s| SlotOut {
                     mid: s.mid.clone(),
                     kind: if s.video { "video" } else { "audio" },
-                    participant: s.source.as_ref().map(|(p, _)| p.to_string()),
+                    participant: s.source.map(|t| t.participant.to_string()),
                     verdict: s.judgement.verdict,
                     evidence: s.judgement.evidence.clone(),
                     history: s.history.iter().map(|v| v.letter()).collect(),
@@ -316,13 +319,6 @@ fn seconds(s: &Slot) -> HashMap<&'static str, u64> {
         .zip(s.seconds)
         .map(|(v, n)| (v.as_str(), n))
         .collect()
-}
-
-fn max_opt(a: Option<f64>, b: Option<f64>) -> Option<f64> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.max(b)),
-        (a, b) => a.or(b),
-    }
 }
 
 /// A bad slot in words, for the WARN line.

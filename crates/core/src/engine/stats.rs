@@ -31,7 +31,7 @@ impl Engine {
                         SlotStats {
                             mid: s.mid.to_string(),
                             video,
-                            source: s.source.map(|t| (t.participant, t.mid.to_string())),
+                            source: s.source,
                             shown: !video || (s.view.width > 0 && s.view.height > 0),
                             wanted: s.layer.wanted,
                             target: s.layer.target,

@@ -139,12 +139,7 @@ fn tracks_out(m: &super::rooms::Member) -> Vec<TrackOut> {
     m.tracks
         .iter()
         .map(|l| {
-            let state = m
-                .states
-                .iter()
-                .find(|(mid, _)| *mid == l.mid)
-                .map(|(_, s)| *s)
-                .unwrap_or_default();
+            let state = m.state(l.mid);
             TrackOut {
                 mid: l.mid.to_string(),
                 kind: corelay_core::events::kind_str(l.kind),
