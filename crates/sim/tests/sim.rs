@@ -1991,47 +1991,44 @@ fn sim_verdicts_follow_the_link_that_is_at_fault() {
         })
         .unwrap_or_default()
     };
+    // Every slot of `who`, for a failure's message.
+    let all = |s: &Sim, who: C| -> String {
+        s.diagnosis(who)
+            .iter()
+            .map(|x| format!("{} {} {:?}", x.mid, x.history, x.evidence))
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
     s.run_for(Duration::from_secs(8));
     for v in [v1, v2] {
-        assert_eq!(
-            recent(&s, v, 3),
-            "ggg",
-            "clean: {:?}",
-            s.diagnosis(v).first().map(|x| &x.history)
-        );
+        assert_eq!(recent(&s, v, 3), "ggg", "clean: {}", all(&s, v));
     }
 
     s.link(p).up.params.loss = 0.10;
     s.run_for(Duration::from_secs(6));
     for v in [v1, v2] {
-        let d = s.diagnosis(v);
-        assert_eq!(
-            recent(&s, v, 2),
-            "uu",
-            "lossy uplink: {:?}",
-            d.iter()
-                .map(|x| (&x.mid, &x.history, &x.evidence))
-                .collect::<Vec<_>>()
-        );
+        assert_eq!(recent(&s, v, 2), "uu", "lossy uplink: {}", all(&s, v));
     }
 
     s.link(p).up.params.loss = 0.0;
     s.run_for(Duration::from_secs(8));
     for v in [v1, v2] {
-        assert_eq!(recent(&s, v, 2), "gg", "clean again");
+        assert_eq!(recent(&s, v, 2), "gg", "clean again: {}", all(&s, v));
     }
 
     s.link(v1).down.params.rate_bps = Some(200_000);
     s.link(v1).down.params.queue_bytes = 20_000;
     s.run_for(Duration::from_secs(8));
-    let d = s.diagnosis(v1);
     assert_eq!(
         recent(&s, v1, 2),
         "dd",
-        "constrained downlink: {:?}",
-        d.iter()
-            .map(|x| (&x.mid, &x.history, &x.evidence))
-            .collect::<Vec<_>>()
+        "constrained downlink: {}",
+        all(&s, v1)
     );
-    assert_eq!(recent(&s, v2, 2), "gg", "the other viewer is fine");
+    assert_eq!(
+        recent(&s, v2, 2),
+        "gg",
+        "the other viewer is fine: {}",
+        all(&s, v2)
+    );
 }
