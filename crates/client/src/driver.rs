@@ -88,6 +88,12 @@ pub enum Command {
     /// receive slots) and send back its SDP answer or why it was rejected
     /// (the sender is dropped unanswered if the participant is gone).
     Offer(u64, String, SyncSender<Result<String, String>>),
+    /// Start an ICE restart ([`Participant::restart_ice`]) and send back
+    /// the new SDP offer or why there is none.
+    RestartIce(u64, SyncSender<Result<String, String>>),
+    /// Apply the server's SDP answer to the participant's pending offer
+    /// ([`Participant::accept_answer`]).
+    Answer(u64, String, SyncSender<Result<(), String>>),
     /// Stop the thread (drops every participant).
     Shutdown,
 }
@@ -900,6 +906,12 @@ impl Loop {
                 }
                 Command::Offer(id, sdp, reply) => self.with(id, |e, _| {
                     let _ = reply.try_send(e.p.accept_offer(&sdp));
+                }),
+                Command::RestartIce(id, reply) => self.with(id, |e, _| {
+                    let _ = reply.try_send(e.p.restart_ice());
+                }),
+                Command::Answer(id, sdp, reply) => self.with(id, |e, _| {
+                    let _ = reply.try_send(e.p.accept_answer(&sdp));
                 }),
             }
         }

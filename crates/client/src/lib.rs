@@ -183,6 +183,7 @@ static NEXT_KEY: AtomicU64 = AtomicU64::new(1);
 pub struct ParticipantHandle {
     id: String,
     offer: String,
+    answer: String,
     location: String,
     etag: String,
     url: String,
@@ -222,6 +223,7 @@ pub fn join_on(driver: &Arc<Driver>, spec: JoinSpec) -> Result<ParticipantHandle
     Ok(ParticipantHandle {
         id: c.joined.id,
         offer: c.offer,
+        answer: c.joined.answer,
         location: c.joined.location,
         etag: c.joined.etag,
         url: spec.url,
@@ -242,6 +244,35 @@ impl ParticipantHandle {
     /// The SDP offer it joined with.
     pub fn offer(&self) -> &str {
         &self.offer
+    }
+
+    /// The SDP answer it joined with.
+    pub fn answer(&self) -> &str {
+        &self.answer
+    }
+
+    /// Start an ICE restart: the new SDP offer (new ICE credentials) to
+    /// send to the server ([`Participant::restart_ice`]).
+    pub fn restart_ice(&self) -> Result<String, String> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        if !self.driver.send(Command::RestartIce(self.key, tx)) {
+            return Err("the driver thread is gone".into());
+        }
+        rx.recv_timeout(Duration::from_secs(5))
+            .map_err(|_| "the participant is gone".to_string())?
+    }
+
+    /// Apply the server's answer to the offer of [`Self::restart_ice`].
+    pub fn accept_answer(&self, sdp: &str) -> Result<(), String> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        if !self
+            .driver
+            .send(Command::Answer(self.key, sdp.to_string(), tx))
+        {
+            return Err("the driver thread is gone".into());
+        }
+        rx.recv_timeout(Duration::from_secs(5))
+            .map_err(|_| "the participant is gone".to_string())?
     }
 
     /// `Location` as the server sent it (made absolute when the join was

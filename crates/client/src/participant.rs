@@ -724,6 +724,24 @@ impl Participant {
         Ok(offer.to_sdp_string())
     }
 
+    /// Start an ICE restart: new local ICE credentials (the candidates
+    /// kept), in a new SDP offer returned to send to the server; apply the
+    /// server's answer with [`accept_answer`](Self::accept_answer). Media
+    /// goes on over the current path meanwhile.
+    pub fn restart_ice(&mut self) -> Result<String, String> {
+        self.rtc_idle_until = None;
+        if self.pending.is_some() {
+            return Err("an offer is already pending".into());
+        }
+        let mut api = self.rtc.sdp_api();
+        api.ice_restart(true);
+        let Some((offer, pending)) = api.apply() else {
+            return Err("nothing to offer".into());
+        };
+        self.pending = Some(pending);
+        Ok(offer.to_sdp_string())
+    }
+
     /// Give up on the participant: `why` goes into its snapshot's
     /// `failed`, it is closed, and the snapshot is published.
     pub fn fail(&mut self, why: impl Into<String>) {
