@@ -238,6 +238,16 @@ pub struct Member {
 }
 
 impl Member {
+    /// The offer in force (its ICE credentials are the client's current ones).
+    pub fn offer(&self) -> &str {
+        &self.offer
+    }
+
+    /// Its current ETag.
+    pub fn etag(&self) -> String {
+        etag(self.id, self.version)
+    }
+
     /// The state of its track `mid` (muted, paused).
     pub fn state(&self, mid: Mid) -> TrackState {
         state_of(&self.states, mid)
@@ -748,7 +758,19 @@ impl Directory {
         resource: &str,
         if_match: Option<&str>,
     ) -> Result<&Member, RoomError> {
-        let m = self.find(room, resource, Flavor::Participant)?;
+        self.check_patch_as(room, resource, Flavor::Participant, if_match)
+    }
+
+    /// [`Directory::check_patch`] for a member of `flavor` (a WHIP/WHEP ICE
+    /// restart by fragment renegotiates too).
+    pub fn check_patch_as(
+        &self,
+        room: &str,
+        resource: &str,
+        flavor: Flavor,
+        if_match: Option<&str>,
+    ) -> Result<&Member, RoomError> {
+        let m = self.find(room, resource, flavor)?;
         let current = etag(m.id, m.version);
         match if_match.map(str::trim) {
             None | Some("*") => Err(RoomError::PreconditionRequired),
@@ -767,7 +789,18 @@ impl Directory {
         resource: &str,
         if_match: Option<&str>,
     ) -> Result<Renegotiation, RoomError> {
-        let m = self.check_patch(room, resource, if_match)?;
+        self.begin_renegotiate_as(room, resource, Flavor::Participant, if_match)
+    }
+
+    /// [`Directory::begin_renegotiate`] for a member of `flavor`.
+    pub fn begin_renegotiate_as(
+        &mut self,
+        room: &str,
+        resource: &str,
+        flavor: Flavor,
+        if_match: Option<&str>,
+    ) -> Result<Renegotiation, RoomError> {
+        let m = self.check_patch_as(room, resource, flavor, if_match)?;
         if m.renegotiating {
             return Err(RoomError::RenegotiationInProgress);
         }

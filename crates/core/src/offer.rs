@@ -482,8 +482,53 @@ pub fn check_renegotiation(
 /// Applies an offer prepared by [`check_renegotiation`] to the participant's
 /// own `Rtc` (on its shard) and returns the answer. The caller runs it under
 /// [`guard::isolate`] and drains the `Rtc` afterwards.
+///
+/// An offer with new ICE credentials restarts ICE (str0m resets its agent
+/// and draws new local credentials): those come from str0m's fastrand, so
+/// they are replaced here by unguessable ones ([`ice_credentials`]), as a
+/// join's are. Every answer's ufrag, password and candidates' `ufrag` then
+/// name the credentials in force.
 pub fn apply_prepared(rtc: &mut Rtc, offer: SdpOffer) -> Result<String, OfferError> {
-    apply_offer(rtc, offer).map(|a| candidates_everywhere(&a))
+    let before = rtc.direct_api().local_ice_credentials();
+    let answer = apply_offer(rtc, offer)?;
+    let mut ice = rtc.direct_api().local_ice_credentials();
+    if ice != before {
+        ice = ice_credentials()?;
+        rtc.direct_api().set_local_ice_credentials(ice.clone());
+    }
+    Ok(with_ice_credentials(&candidates_everywhere(&answer), &ice))
+}
+
+/// `sdp` with every `a=ice-ufrag`/`a=ice-pwd` line naming `ice`, and every
+/// candidate's `ufrag` extension too (a client drops a candidate whose
+/// ufrag is not the one in force).
+fn with_ice_credentials(sdp: &str, ice: &IceCreds) -> String {
+    let mut out = String::with_capacity(sdp.len() + 64);
+    for line in sdp.lines() {
+        let line = line.trim_end_matches('\r');
+        if line.starts_with("a=ice-ufrag:") {
+            out.push_str("a=ice-ufrag:");
+            out.push_str(&ice.ufrag);
+        } else if line.starts_with("a=ice-pwd:") {
+            out.push_str("a=ice-pwd:");
+            out.push_str(&ice.pass);
+        } else if line.starts_with("a=candidate:") {
+            // Extensions are name/value pairs after the 8 fixed fields.
+            let mut words: Vec<&str> = line.split(' ').collect();
+            for pair in words.get_mut(8..).unwrap_or_default().chunks_mut(2) {
+                if let [name, value] = pair
+                    && *name == "ufrag"
+                {
+                    *value = &ice.ufrag;
+                }
+            }
+            out.push_str(&words.join(" "));
+        } else {
+            out.push_str(line);
+        }
+        out.push_str("\r\n");
+    }
+    out
 }
 
 /// A panic inside str0m while it handled an offer: the offer is refused.
@@ -1060,6 +1105,70 @@ mod tests {
         // The rid extensions are answered (simulcast); the engine bounds
         // the receive streams they can open (engine/streams.rs).
         assert!(acc.answer.contains("rtp-stream-id"), "{}", acc.answer);
+    }
+
+    #[test]
+    fn an_ice_restart_by_offer_gets_new_unguessable_credentials() {
+        let addr = "127.0.0.1:3478".parse().unwrap();
+        let offer = client_offer(VideoCodec::H264);
+        let mut acc = accept_offer(&settings(), Instant::now(), &offer, addr, None).unwrap();
+        let ice_of = |sdp: &str, what: &str| {
+            sdp.lines()
+                .find_map(|l| l.strip_prefix(what))
+                .unwrap()
+                .to_string()
+        };
+        let (ufrag0, pwd0) = (acc.ufrag.clone(), ice_of(&acc.answer, "a=ice-pwd:"));
+        // The same offer again: no restart, the same credentials.
+        let again =
+            check_renegotiation(&settings(), Instant::now(), &offer, &offer, &acc.codecs).unwrap();
+        let answer = apply_prepared(&mut acc.rtc, again).unwrap();
+        assert_eq!(ice_of(&answer, "a=ice-ufrag:"), ufrag0);
+        assert_eq!(ice_of(&answer, "a=ice-pwd:"), pwd0);
+        // New client credentials: an ICE restart, with new server ones
+        // from the CSPRNG (str0m's would repeat after the same seed).
+        let client_ufrag = ice_of(&offer, "a=ice-ufrag:");
+        let restart = offer.replace(&client_ufrag, "NewClientUfrag");
+        let mut seen = Vec::new();
+        for _ in 0..2 {
+            let mut acc = accept_offer(&settings(), Instant::now(), &offer, addr, None).unwrap();
+            let prepared =
+                check_renegotiation(&settings(), Instant::now(), &offer, &restart, &acc.codecs)
+                    .unwrap();
+            fastrand::seed(7);
+            let answer = apply_prepared(&mut acc.rtc, prepared).unwrap();
+            let (ufrag, pwd) = (
+                ice_of(&answer, "a=ice-ufrag:"),
+                ice_of(&answer, "a=ice-pwd:"),
+            );
+            assert_ne!(ufrag, acc.ufrag);
+            assert_eq!((ufrag.len(), pwd.len()), (16, 24));
+            // What the answer says is what the agent now answers checks with.
+            let live = acc.rtc.direct_api().local_ice_credentials();
+            assert_eq!((&live.ufrag, &live.pass), (&ufrag, &pwd));
+            // Every candidate names the ufrag in force, or none.
+            for c in answer.lines().filter(|l| l.starts_with("a=candidate:")) {
+                let words: Vec<&str> = c.split(' ').collect();
+                if let Some(i) = words.iter().position(|w| *w == "ufrag") {
+                    assert_eq!(words.get(i + 1), Some(&ufrag.as_str()), "{c}");
+                }
+            }
+            seen.push(ufrag);
+        }
+        assert_ne!(seen[0], seen[1], "the same seed gave the same credentials");
+    }
+
+    #[test]
+    fn candidates_name_the_ufrag_in_force() {
+        let ice = IceCreds {
+            ufrag: "NEW".into(),
+            pass: "PWD".into(),
+        };
+        let sdp = "v=0\r\na=ice-ufrag:old\r\na=ice-pwd:oldpwd\r\na=candidate:1 1 udp 2130706175 127.0.0.1 5000 typ host ufrag old\r\na=candidate:ufrag 1 udp 1 127.0.0.1 5000 typ host generation 0\r\n";
+        assert_eq!(
+            with_ice_credentials(sdp, &ice),
+            "v=0\r\na=ice-ufrag:NEW\r\na=ice-pwd:PWD\r\na=candidate:1 1 udp 2130706175 127.0.0.1 5000 typ host ufrag NEW\r\na=candidate:ufrag 1 udp 1 127.0.0.1 5000 typ host generation 0\r\n"
+        );
     }
 
     #[test]
