@@ -289,6 +289,23 @@ pub struct Config {
     #[arg(long, env = "CORELAY_ADVERTISE_HTTP")]
     pub advertise_http: Option<String>,
 
+    /// A TURN server the clients may relay through (coturn with
+    /// use-auth-secret), as a `turn:` or `turns:` URI:
+    /// `turn:HOST:3478?transport=udp`, `turns:HOST:443?transport=tcp`.
+    /// Repeat for each. Handed out with per-participant credentials (WHIP/WHEP
+    /// `Link` headers, `GET /api/v1/ice-servers`); needs --turn-secret-file.
+    #[arg(long = "turn-url", env = "CORELAY_TURN_URL", value_delimiter = ',')]
+    pub turn_urls: Vec<String>,
+
+    /// The file holding coturn's static-auth-secret (one trailing newline
+    /// trimmed). Never logged.
+    #[arg(long, env = "CORELAY_TURN_SECRET_FILE")]
+    pub turn_secret_file: Option<PathBuf>,
+
+    /// How long minted TURN credentials are valid: s, m, h or d.
+    #[arg(long, env = "CORELAY_TURN_TTL", default_value = "1h", value_parser = parse_ttl)]
+    pub turn_ttl: Duration,
+
     #[command(subcommand)]
     pub command: Option<Cmd>,
 }

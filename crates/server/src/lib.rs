@@ -44,6 +44,14 @@ pub fn run(cfg: Config) -> Result<(), Box<dyn std::error::Error>> {
     let identity =
         corelay_dtls::server_certificate().ok_or("could not make the server's DTLS certificate")?;
     let access = Arc::new(control::auth::Access::from_config(&cfg)?);
+    let ice_servers = Arc::new(control::turn::IceServers::new(
+        &cfg.turn_urls,
+        cfg.turn_secret_file.as_deref(),
+        cfg.turn_ttl,
+    )?);
+    if ice_servers.enabled() {
+        tracing::info!(urls = ?cfg.turn_urls, ttl_s = cfg.turn_ttl.as_secs(), "TURN servers handed out");
+    }
     // Checked before anything binds: a bad combination is a startup error.
     let cluster = cfg.cluster_settings()?;
     if !access.enabled() {
@@ -91,6 +99,7 @@ pub fn run(cfg: Config) -> Result<(), Box<dyn std::error::Error>> {
     let started = Started {
         settings,
         access,
+        ice_servers,
         cluster,
         from_shards,
         ip,
@@ -123,6 +132,8 @@ pub fn run(cfg: Config) -> Result<(), Box<dyn std::error::Error>> {
 struct Started {
     settings: RtcSettings,
     access: Arc<control::auth::Access>,
+    /// The TURN servers handed out (`--turn-url`), checked.
+    ice_servers: Arc<control::turn::IceServers>,
     /// `--cluster` and its flags, checked.
     cluster: Option<config::ClusterSettings>,
     from_shards: mpsc::UnboundedReceiver<ToControl>,
@@ -142,6 +153,7 @@ fn serve<P: DataPlane>(
     let Started {
         settings,
         access,
+        ice_servers,
         cluster,
         from_shards,
         ip,
@@ -251,7 +263,8 @@ fn serve<P: DataPlane>(
                 max_bytes: cfg.max_sdp_bytes,
                 timeout: cfg.http_body_timeout,
             },
-        ));
+        ))
+        .layer(axum::Extension(ice_servers));
         // The deadline counts from the signal: HTTP connections and shards
         // share it, and the process exits when it passes whatever is left.
         let closed = control::serve::serve(listener, app, limits, async {

@@ -423,7 +423,7 @@ fn only_the_owner_or_an_admin_may_change_a_participant() {
     assert_eq!(st, 201, "{body}");
     let whip = header(&h, "location").unwrap().to_string();
     let frag = [("content-type", "application/trickle-ice-sdpfrag")];
-    let ice = "a=ice-ufrag:abcd\r\na=ice-pwd:0123456789abcdef01234567\r\n";
+    let ice = "a=candidate:1 1 udp 2130706431 127.0.0.1 9 typ host\r\n";
     assert_error(
         call(&server, "PATCH", &whip, Some(&bob), &frag, ice),
         403,

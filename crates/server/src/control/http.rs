@@ -23,7 +23,8 @@ use axum::routing::{get, patch, post};
 use serde::Deserialize;
 
 use super::auth::{Access, Claims, Needs, sdp_needs};
-use super::{Flavor, RoomError, Shared, assets, lock, renegotiate, views};
+use super::turn::IceServers;
+use super::{Flavor, RoomError, Shared, assets, lock, renegotiate, sdpfrag, turn, views};
 use corelay_core::{OfferError, ParticipantId, ShardId};
 
 /// Seconds a refused client is asked to wait before retrying.
@@ -128,6 +129,7 @@ pub fn router(state: Shared, access: Arc<Access>) -> Router {
         .route("/api/v1/stats", get(stats))
         .route("/api/v1/cluster", get(cluster_view))
         .route("/api/v1/cluster/drain", post(cluster_drain))
+        .route("/api/v1/ice-servers", get(ice_servers))
         .route("/api/v1/rooms", get(rooms))
         .route("/api/v1/rooms/{room}", get(room))
         .route(
@@ -147,13 +149,13 @@ pub fn router(state: Shared, access: Arc<Access>) -> Router {
         )
         .merge(
             Router::new()
-                .route("/whip/{room}", post(join))
+                .route("/whip/{room}", post(join).options(endpoint_options))
                 .route("/whip/{room}/{id}", patch(trickle).delete(leave))
                 .layer(Extension(Flavor::Whip)),
         )
         .merge(
             Router::new()
-                .route("/whep/{room}", post(join))
+                .route("/whep/{room}", post(join).options(endpoint_options))
                 .route("/whep/{room}/{id}", patch(trickle).delete(leave))
                 .layer(Extension(Flavor::Whep)),
         )
@@ -553,6 +555,7 @@ fn redirect_or(state: &Shared, room: &str, uri: &Uri, refusal: ApiError) -> Resp
 async fn join(
     State(state): State<Shared>,
     Extension(access): Extension<Arc<Access>>,
+    Extension(ice): Extension<Arc<IceServers>>,
     Extension(flavor): Extension<Flavor>,
     Path(room): Path<String>,
     Query(q): Query<JoinQuery>,
@@ -606,7 +609,87 @@ async fn join(
         Flavor::Whip => format!("/whip/{room}/{}", joined.resource),
         Flavor::Whep => format!("/whep/{room}/{}", joined.resource),
     };
-    Ok(created(location, joined.id, joined.etag, joined.answer))
+    let mut res = created(location, joined.id, joined.etag, joined.answer);
+    if flavor != Flavor::Participant {
+        // The token's identity, else the name, else the participant's id.
+        let who = identity
+            .or(name)
+            .map_or_else(|| joined.id.to_string(), str::to_owned);
+        add_ice_links(&mut res, &ice, &who);
+    }
+    Ok(res)
+}
+
+/// RFC 9725 §4.6: one `Link: <turn:…>; rel="ice-server"; …` header per
+/// TURN URL, with credentials minted for `identity` (none without
+/// `--turn-url`). They are secret to the client: not cacheable.
+fn add_ice_links(res: &mut Response, ice: &IceServers, identity: &str) {
+    let Some(minted) = ice.mint(identity) else {
+        return;
+    };
+    let h = res.headers_mut();
+    for link in turn::link_headers(&minted) {
+        if let Ok(v) = HeaderValue::from_str(&link) {
+            h.append(header::LINK, v);
+        }
+    }
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+}
+
+/// OPTIONS of a WHIP/WHEP endpoint: 204 with the ICE servers as `Link`
+/// headers (RFC 9725 §4.6) for a caller that may join the room (any caller
+/// without authentication; with it, a token for the room). A CORS preflight
+/// carries no token: it gets 204 without them.
+async fn endpoint_options(
+    Extension(access): Extension<Arc<Access>>,
+    Extension(ice): Extension<Arc<IceServers>>,
+    Path(room): Path<String>,
+    Query(q): Query<JoinQuery>,
+    headers: HeaderMap,
+) -> Response {
+    let mut res = StatusCode::NO_CONTENT.into_response();
+    res.headers_mut().insert(
+        header::HeaderName::from_static("accept-post"),
+        HeaderValue::from_static("application/sdp"),
+    );
+    let identity = match access.verify(&headers) {
+        Ok(None) => Some(q.name.unwrap_or_else(|| "guest".into())),
+        Ok(Some(c)) if c.grants_room(&room) => Some(c.sub),
+        _ => None,
+    };
+    if let Some(identity) = identity {
+        add_ice_links(&mut res, &ice, &identity);
+    }
+    res
+}
+
+#[derive(Deserialize)]
+struct IceServersQuery {
+    room: Option<String>,
+    name: Option<String>,
+}
+
+/// `GET /api/v1/ice-servers[?room=R]`: `{"iceServers":[{urls,username,credential}]}`
+/// for `RTCPeerConnection`, credentials minted for the token's identity
+/// (without authentication: `?name=`, else "guest"); an empty list without
+/// `--turn-url`. Authorized like a join: with authentication a valid token
+/// (401), that grants `room` when one is named (403).
+async fn ice_servers(
+    Extension(access): Extension<Arc<Access>>,
+    Extension(ice): Extension<Arc<IceServers>>,
+    Query(q): Query<IceServersQuery>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let claims = access.verify(&headers)?;
+    if let (Some(c), Some(room)) = (&claims, &q.room) {
+        c.may_join(room)?;
+    }
+    let identity = claims
+        .map(|c| c.sub)
+        .or(q.name)
+        .unwrap_or_else(|| "guest".into());
+    let body = turn::json(ice.mint(&identity).as_ref());
+    Ok(([(header::CACHE_CONTROL, "no-store")], axum::Json(body)).into_response())
 }
 
 /// DELETE of a session's Location.
@@ -652,9 +735,19 @@ async fn patch_participant(
     Ok(res)
 }
 
-/// WHIP/WHEP PATCH (RFC 9725 §4.3): trickled candidates are accepted and not
-/// needed (the server is ICE-lite and learns the client's address from its
-/// connectivity checks).
+/// WHIP/WHEP PATCH (RFC 9725 §4.3) of an `application/trickle-ice-sdpfrag`
+/// ([`sdpfrag`]), bounded like an offer:
+/// - new `ice-ufrag`/`ice-pwd`: an ICE restart (§4.3.3). It needs
+///   `If-Match: *` or the current ETag (428 without, 412 for another);
+///   200 with the server's new credentials and candidates as a fragment and
+///   a new ETag. Media goes on over the old path until the client's checks
+///   with the new credentials move it.
+/// - candidates only (or the credentials in force): 204 without an ETag
+///   (§4.3.2). The server is ICE-lite and learns the client's addresses
+///   from its connectivity checks, so the candidates are checked, not
+///   used. An `If-Match` other than `*` must be the current ETag (412).
+/// - a malformed fragment: 400 `bad_sdpfrag`.
+#[allow(clippy::too_many_arguments, reason = "axum extractors")]
 async fn trickle(
     State(state): State<Shared>,
     Extension(access): Extension<Arc<Access>>,
@@ -663,11 +756,59 @@ async fn trickle(
     Extension(limits): Extension<BodyLimits>,
     headers: HeaderMap,
     body: Body,
-) -> Result<StatusCode, ApiError> {
+) -> Result<Response, ApiError> {
     authorize_owner(&state, &access, &headers, &room, &id, flavor)?;
     // Only for a session that exists (404 otherwise, with or without auth).
-    lock(&state).owner(&room, &id, flavor)?;
+    let (client_ice, etag, max_mlines) = lock(&state).session_ice(&room, &id, flavor)?;
     expect_type(&headers, "application/trickle-ice-sdpfrag")?;
-    read_body(&limits, &headers, body).await?;
-    Ok(StatusCode::NO_CONTENT)
+    let bytes = read_body(&limits, &headers, body).await?;
+    let bad = |m: String| ApiError::new(StatusCode::BAD_REQUEST, "bad_sdpfrag", m);
+    let text = std::str::from_utf8(&bytes).map_err(|_| bad("the fragment is not UTF-8".into()))?;
+    let frag = sdpfrag::parse(text, max_mlines).map_err(|e| bad(e.0))?;
+    // An If-Match that is not text matches nothing.
+    let if_match = headers
+        .get(header::IF_MATCH)
+        .map(|v| v.to_str().map_or("", str::trim));
+    let restart = frag
+        .ice
+        .as_ref()
+        .filter(|ice| client_ice.as_ref() != Some(*ice));
+    let Some(ice) = restart else {
+        return match if_match {
+            Some(v) if v != "*" && v != etag => {
+                Err(RoomError::EtagMismatch { current: etag }.into())
+            }
+            _ => Ok(StatusCode::NO_CONTENT.into_response()),
+        };
+    };
+    let if_match = match if_match {
+        None => {
+            return Err(ApiError::new(
+                StatusCode::PRECONDITION_REQUIRED,
+                "precondition_required",
+                "an ICE restart needs If-Match: * or the session's current ETag (RFC 9725 §4.3.3)",
+            ));
+        }
+        Some("*") => etag,
+        Some(v) => v.to_owned(),
+    };
+    let (answer, etag) = super::ice_restart(&state, &room, &id, flavor, &if_match, ice).await?;
+    let Some(fragment) = sdpfrag::answer_fragment(&answer) else {
+        return Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "renegotiation_failed",
+            "the ICE restart's answer has no ICE credentials",
+        ));
+    };
+    tracing::info!(room, ?flavor, "ICE restart by fragment");
+    let mut res = (StatusCode::OK, fragment).into_response();
+    let h = res.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/trickle-ice-sdpfrag"),
+    );
+    if let Ok(v) = HeaderValue::from_str(&etag) {
+        h.insert(header::ETAG, v);
+    }
+    Ok(res)
 }

@@ -46,7 +46,9 @@ pub mod diagnosis;
 pub mod http;
 pub mod metrics;
 pub mod rooms;
+pub mod sdpfrag;
 pub mod serve;
+pub mod turn;
 pub mod views;
 
 use std::collections::HashMap;
@@ -174,6 +176,23 @@ impl State {
     ) -> Result<(ParticipantId, String), RoomError> {
         let m = self.rooms.find(room, resource, flavor)?;
         Ok((m.id, m.identity.clone()))
+    }
+
+    /// What a WHIP/WHEP PATCH needs of a session (404 like every other
+    /// lookup): the client's ICE credentials in force, the current ETag, and
+    /// the most m-lines an offer, so a fragment, may have.
+    pub fn session_ice(
+        &self,
+        room: &str,
+        resource: &str,
+        flavor: Flavor,
+    ) -> Result<(Option<sdpfrag::IceCredentials>, String, usize), RoomError> {
+        let m = self.rooms.find(room, resource, flavor)?;
+        Ok((
+            sdpfrag::ice_of(m.offer()),
+            m.etag(),
+            self.settings.offer.max_mlines,
+        ))
     }
 
     /// The preconditions of a PATCH (see [`Directory::check_patch`]).
@@ -499,12 +518,50 @@ pub async fn renegotiate(
     if_match: Option<&str>,
     sdp: String,
 ) -> Result<(String, String), RoomError> {
+    renegotiate_with(
+        state,
+        |rooms| rooms.begin_renegotiate(room, resource, if_match),
+        |_| sdp,
+    )
+    .await
+}
+
+/// A WHIP/WHEP ICE restart by fragment (RFC 9725 §4.3.3): the offer in
+/// force with the client's new credentials `ice` (nothing else changes)
+/// goes the way of a renegotiation, so str0m restarts ICE and the answer
+/// carries the server's new credentials. `if_match`: the ETag it builds on
+/// (the caller resolves `*` to the current one). Returns the full SDP
+/// answer and the new ETag.
+pub async fn ice_restart(
+    state: &Shared,
+    room: &str,
+    resource: &str,
+    flavor: Flavor,
+    if_match: &str,
+    ice: &sdpfrag::IceCredentials,
+) -> Result<(String, String), RoomError> {
+    renegotiate_with(
+        state,
+        |rooms| rooms.begin_renegotiate_as(room, resource, flavor, Some(if_match)),
+        |previous| sdpfrag::restart_offer(previous, ice),
+    )
+    .await
+}
+
+/// [`renegotiate`] whose renegotiation `begin` marks in flight, and whose
+/// offer `offer` makes from the offer in force.
+async fn renegotiate_with(
+    state: &Shared,
+    begin: impl FnOnce(&mut Directory) -> Result<rooms::Renegotiation, RoomError>,
+    offer: impl FnOnce(&str) -> String,
+) -> Result<(String, String), RoomError> {
     let (r, handle, settings) = {
         let mut st = lock(state);
-        let r = st.rooms.begin_renegotiate(room, resource, if_match)?;
+        let r = begin(&mut st.rooms)?;
         let handle = st.link(r.shard).map(|s| s.handle.clone());
         (r, handle, st.settings.clone())
     };
+    let sdp = offer(&r.previous);
     let pid = r.id;
     // If this request is dropped midway (the client went away), or refused
     // before it reaches the shard, the participant must not stay marked as
