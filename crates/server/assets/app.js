@@ -173,6 +173,10 @@ onrtctransform = (ev) => {
       this.audioSlots = opts.audioSlots ?? 3;
       this.absCaptureTime = opts.absCaptureTime ?? true;
       this.simulcast = opts.simulcast ?? false;
+      // 'relay' sends all media through the TURN servers the server hands
+      // out (GET /api/v1/ice-servers); default 'all' (page address: ?ice=relay).
+      this.iceTransportPolicy = opts.iceTransportPolicy ?? (params.get('ice') === 'relay' ? 'relay' : 'all');
+      this.iceServers = [];
       // e2ee: a CryptoKey (e2eeKey): every frame sent is encrypted with it
       // and every frame received decrypted (frames it does not open are
       // dropped). Counts in `e2eeCounts`.
@@ -221,9 +225,39 @@ onrtctransform = (ev) => {
       return p ? p.name : '';
     }
 
+    // The TURN servers the server hands out (coturn credentials minted
+    // for this participant; an empty list without --turn-url), asked for
+    // like a join: the room of the endpoint, the token, the name. Without
+    // them (an older server, an error) the session goes on direct.
+    async fetchIceServers() {
+      try {
+        const url = new URL('/api/v1/ice-servers', location.href);
+        const endpoint = new URL(this.endpoint, location.href);
+        const m = /^\/(?:api\/v1\/rooms\/([^/]+)\/participants|whep\/([^/]+)|whip\/([^/]+))/.exec(endpoint.pathname);
+        const room = m && (m[1] || m[2] || m[3]);
+        if (room) url.searchParams.set('room', decodeURIComponent(room));
+        const name = this.name || endpoint.searchParams.get('name');
+        if (name) url.searchParams.set('name', name);
+        const res = await fetch(url, { headers: this.headers() });
+        if (!res.ok) return [];
+        const j = await res.json();
+        return Array.isArray(j.iceServers) ? j.iceServers : [];
+      } catch (err) {
+        console.warn('corelay: no ICE servers', err);
+        return [];
+      }
+    }
+
     async start() {
       this.setState('connecting');
-      const pc = new RTCPeerConnection({ bundlePolicy: 'max-bundle', rtcpMuxPolicy: 'require' });
+      // Before the offer, so that its relay candidates are in it.
+      this.iceServers = await this.fetchIceServers();
+      const pc = new RTCPeerConnection({
+        bundlePolicy: 'max-bundle',
+        rtcpMuxPolicy: 'require',
+        iceServers: this.iceServers,
+        iceTransportPolicy: this.iceTransportPolicy,
+      });
       this.pc = pc;
       pc.addEventListener('connectionstatechange', () => {
         this.dispatchEvent(new CustomEvent('connection', { detail: pc.connectionState }));
