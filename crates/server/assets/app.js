@@ -889,6 +889,8 @@ onrtctransform = (ev) => {
       get events() { return session.events; },
       get offer() { return session.offer; },
       get answer() { return session.answer; },
+      // The ICE servers the session was given (GET /api/v1/ice-servers).
+      get iceServers() { return session.iceServers; },
       // Frames the E2EE transforms encrypted, decrypted and could not open
       // (null without ?e2ee).
       get e2ee() { return session.e2ee ? { ...session.e2eeCounts } : null; },
