@@ -7,7 +7,9 @@
 // selected candidate pair is then one of the new ICE generation (the
 // server answered checks with the new credentials), and a /watch viewer
 // keeps decoding it throughout. A stale If-Match is 412 and a restart
-// without one 428, both leaving the call alone.
+// without one 428, both leaving the call alone. Then the /watch page
+// restarts its own WHEP session the way it does when its connection is
+// down (CorelaySession.restartIce: a fragment PATCH) and keeps decoding.
 
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
@@ -136,6 +138,29 @@ test('a browser WHIP publisher restarts ICE by PATCH and stays decoded', async (
       assert.ok(now > before + 20, `the viewer stopped decoding after the restart (${before} -> ${now})`);
     }
     assert.equal(await pub.evaluate(() => window.pc.connectionState), 'connected');
+
+    // The /watch page's own restart (what it does when its connection is
+    // down): a WHEP session, so a fragment PATCH with If-Match *.
+    const viewerRestart = await viewer.evaluate(async () => {
+      const s = window.corelay.session;
+      const etag = s.etag;
+      await s.restartIce('test');
+      const ufrag = /a=ice-ufrag:(.*)/.exec(s.pc.localDescription.sdp)[1].trim();
+      return { etag, after: s.etag, restarts: s.restarts, ufrag, state: s.pc.signalingState };
+    });
+    assert.equal(viewerRestart.restarts, 1, JSON.stringify(viewerRestart));
+    assert.equal(viewerRestart.state, 'stable', JSON.stringify(viewerRestart));
+    assert.notEqual(viewerRestart.after, viewerRestart.etag, 'the viewer has the new ETag');
+    await waitInPage(viewer, async (ufrag) => {
+      const stats = [...(await window.corelay.pc.getStats()).values()];
+      const transport = stats.find((s) => s.type === 'transport' && s.selectedCandidatePairId);
+      const pair = stats.find((s) => s.id === transport?.selectedCandidatePairId);
+      const local = stats.find((s) => s.id === pair?.localCandidateId);
+      return window.corelay.pc.connectionState === 'connected' && local?.usernameFragment === ufrag;
+    }, viewerRestart.ufrag, { timeout: 15000, what: 'the viewer on its new ICE generation' });
+    const before = await decoded(viewer, mid);
+    await sleep(3000);
+    assert.ok(await decoded(viewer, mid) > before + 20, 'the viewer decodes after its own restart');
   } catch (e) {
     await snapshotAll(pages, 'restart-failure');
     throw e;

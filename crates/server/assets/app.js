@@ -12,6 +12,11 @@
 (() => {
   const ABS_CAPTURE_TIME = 'http://www.webrtc.org/experiments/rtp-hdrext/abs-capture-time';
   const ICE_GATHER_TIMEOUT_MS = 5000;
+  // Reconnection (issue 50.3): a connection `disconnected` this long, or
+  // `failed`, restarts ICE; a restart that could not be made is tried again
+  // after RESTART_RETRY_MS while the connection is still down.
+  const RESTART_AFTER_MS = 2000;
+  const RESTART_RETRY_MS = 2000;
   // Simulcast encodings, lowest first (docs/api.md, "Simulcast").
   const SIMULCAST_ENCODINGS = [
     { rid: 'q', scaleResolutionDownBy: 4, maxBitrate: 150000 },
@@ -49,6 +54,38 @@
     } catch (err) {
       console.warn('corelay: could not enable abs-capture-time', err);
     }
+  }
+
+  // The ICE lines of an SDP offer as a trickle-ice-sdpfrag (RFC 8840): the
+  // credentials and candidates, under the first m-line's mid.
+  function iceFragment(sdp) {
+    const lines = sdp.split(/\r?\n/);
+    const value = (prefix) => (lines.find((l) => l.startsWith(prefix)) || '').slice(prefix.length);
+    const mids = lines.filter((l) => l.startsWith('a=mid:')).map((l) => l.slice(6));
+    return [
+      'a=ice-options:trickle',
+      ...(mids.length ? [`a=group:BUNDLE ${mids.join(' ')}`] : []),
+      'm=audio 9 UDP/TLS/RTP/SAVPF 0',
+      `a=mid:${mids[0] ?? '0'}`,
+      `a=ice-ufrag:${value('a=ice-ufrag:')}`,
+      `a=ice-pwd:${value('a=ice-pwd:')}`,
+      ...[...new Set(lines.filter((l) => l.startsWith('a=candidate:')))],
+      'a=end-of-candidates',
+      '',
+    ].join('\r\n');
+  }
+
+  // `answer` with the ICE credentials and candidates of the fragment `frag`
+  // (the server's answer to an ICE restart by fragment).
+  function withIce(answer, frag) {
+    const lines = frag.split(/\r?\n/);
+    const value = (prefix) => (lines.find((l) => l.startsWith(prefix)) || '').slice(prefix.length);
+    const cands = lines.filter((l) => l.startsWith('a=candidate:'));
+    return answer
+      .replace(/a=ice-ufrag:.*\r?\n/g, `a=ice-ufrag:${value('a=ice-ufrag:')}\r\n`)
+      .replace(/a=ice-pwd:.*\r?\n/g, `a=ice-pwd:${value('a=ice-pwd:')}\r\n`)
+      .replace(/a=candidate:.*\r?\n/g, '')
+      .replace(/a=end-of-candidates\r?\n/g, cands.map((c) => `${c}\r\n`).join('') + 'a=end-of-candidates\r\n');
   }
 
   function waitForIceGathering(pc, timeoutMs) {
@@ -259,10 +296,16 @@ onrtctransform = (ev) => {
         iceTransportPolicy: this.iceTransportPolicy,
       });
       this.pc = pc;
+      let downTimer = null;
       pc.addEventListener('connectionstatechange', () => {
         this.dispatchEvent(new CustomEvent('connection', { detail: pc.connectionState }));
         if (pc.connectionState === 'connected') this.setState('connected');
         if (pc.connectionState === 'failed') this.setState('failed', 'ICE/DTLS failed');
+        // The network went away or changed: restart ICE (new credentials,
+        // candidates gathered on the network the device has now).
+        clearTimeout(downTimer);
+        if (pc.connectionState === 'disconnected') downTimer = setTimeout(() => this.restartIce('disconnected'), RESTART_AFTER_MS);
+        if (pc.connectionState === 'failed') this.restartIce('failed');
       });
 
       const transceivers = [];
@@ -316,6 +359,55 @@ onrtctransform = (ev) => {
       await pc.setRemoteDescription({ type: 'answer', sdp: this.answer });
       this.setState('negotiated');
       return this;
+    }
+
+    // ICE restart by PATCH: the participant keeps its id, tracks, slots and
+    // place in the room; media moves to whatever path the new checks find.
+    // The participant API takes the whole new offer (If-Match: the ETag); a
+    // WHIP/WHEP session only its ICE lines as a trickle-ice-sdpfrag
+    // (If-Match: *, RFC 9725 §4.3.3), the answer then being the old one
+    // with the new credentials and candidates. A server that no longer
+    // knows the participant (404) ends the session with a `gone` event (the
+    // pages rejoin); any other failure is tried again while the connection
+    // is down.
+    async restartIce(why) {
+      const pc = this.pc;
+      if (this.restarting || !pc || !this.location || this.state === 'left' || pc.signalingState !== 'stable') return;
+      this.restarting = true;
+      this.restarts = (this.restarts ?? 0) + 1;
+      this.dispatchEvent(new CustomEvent('restart', { detail: { why, n: this.restarts } }));
+      try {
+        pc.restartIce();
+        await pc.setLocalDescription(await pc.createOffer());
+        await waitForIceGathering(pc, ICE_GATHER_TIMEOUT_MS);
+        const offer = pc.localDescription.sdp;
+        const frag = /\/(whip|whep)\/[^/]+\/[^/]+$/.test(new URL(this.location).pathname);
+        const res = await fetch(this.location, frag
+          ? { method: 'PATCH', headers: this.headers({ 'Content-Type': 'application/trickle-ice-sdpfrag', 'If-Match': '*' }), body: iceFragment(offer) }
+          : { method: 'PATCH', headers: this.headers({ 'Content-Type': 'application/sdp', 'If-Match': this.etag }), body: offer });
+        if (res.status === 404) {
+          await pc.setLocalDescription({ type: 'rollback' }).catch(() => {});
+          this.location = null;
+          this.setState('failed', 'the server no longer knows this participant');
+          this.dispatchEvent(new Event('gone'));
+          return;
+        }
+        if (!res.ok) throw new Error(await errorText(res));
+        const body = await res.text();
+        const answer = frag ? withIce(this.answer, body) : body;
+        this.etag = res.headers.get('ETag') ?? this.etag;
+        await pc.setRemoteDescription({ type: 'answer', sdp: answer });
+        this.offer = offer;
+        this.answer = answer;
+      } catch (err) {
+        console.warn(`corelay: ICE restart (${why}) failed`, err);
+        if (pc.signalingState === 'have-local-offer') await pc.setLocalDescription({ type: 'rollback' }).catch(() => {});
+        setTimeout(() => {
+          if (this.pc === pc && ['disconnected', 'failed'].includes(pc.connectionState)) this.restartIce('retry');
+        }, RESTART_RETRY_MS);
+      } finally {
+        this.restarting = false;
+      }
     }
 
     // A transform per sender (encrypt) and per receiver (decrypt), in two
@@ -891,6 +983,8 @@ onrtctransform = (ev) => {
       get answer() { return session.answer; },
       // The ICE servers the session was given (GET /api/v1/ice-servers).
       get iceServers() { return session.iceServers; },
+      // ICE restarts the session made by itself (reconnection).
+      get restarts() { return session.restarts ?? 0; },
       // Frames the E2EE transforms encrypted, decrypted and could not open
       // (null without ?e2ee).
       get e2ee() { return session.e2ee ? { ...session.e2eeCounts } : null; },
@@ -1050,6 +1144,13 @@ onrtctransform = (ev) => {
     session.addEventListener('message', onChatMessage);
     session.addEventListener('error', onServerError);
     $('chat').hidden = false;
+    // The server no longer knows this participant (a restart got 404):
+    // join again, with the same name and token (so the same identity).
+    session.addEventListener('gone', async () => {
+      await leave();
+      setStatus('the connection was lost; joining again…');
+      join();
+    });
     session.addEventListener('bye', async (e) => {
       const reason = e.detail.reason;
       await leave();

@@ -40,6 +40,14 @@
       const n = grid.tiles().length;
       if (session.state === 'connected') setStatus(n ? `watching ${n} stream${n === 1 ? '' : 's'}` : 'nobody is publishing', 'ok');
     };
+    // The server no longer knows this viewer (an ICE restart got 404):
+    // watch again.
+    session.addEventListener('gone', async () => {
+      const old = session;
+      grid.clear();
+      await old.leave();
+      watch();
+    });
     session.addEventListener('slots', updateEmpty);
     session.addEventListener('state', updateEmpty);
     try {
