@@ -94,6 +94,12 @@ pub enum Command {
     /// Apply the server's SDP answer to the participant's pending offer
     /// ([`Participant::accept_answer`]).
     Answer(u64, String, SyncSender<Result<(), String>>),
+    /// Move a participant with its own socket to this new socket, as a NAT
+    /// rebinding does: what it sends leaves from the new address, its
+    /// str0m session is not told (its candidate stays the old address), so
+    /// the server sees the same ICE session from a new address. The reply
+    /// says whether it was moved.
+    Rebind(u64, UdpSocket, SyncSender<bool>),
     /// Stop the thread (drops every participant).
     Shutdown,
 }
@@ -913,6 +919,9 @@ impl Loop {
                 Command::Answer(id, sdp, reply) => self.with(id, |e, _| {
                     let _ = reply.try_send(e.p.accept_answer(&sdp));
                 }),
+                Command::Rebind(id, sock, reply) => {
+                    let _ = reply.try_send(self.rebind(id, sock));
+                }
             }
         }
         true
@@ -931,6 +940,32 @@ impl Loop {
         e.p.handle_timeout(now, &mut *self.out.obs);
         flush(e, now, idx, &mut self.out);
         self.out.send_shared();
+    }
+
+    /// [`Command::Rebind`]: the entry's own socket replaced by `sock`.
+    fn rebind(&mut self, id: u64, sock: UdpSocket) -> bool {
+        let Some(&idx) = self.by_id.get(&id) else {
+            return false;
+        };
+        let Some(Some(e)) = self.entries.get_mut(idx) else {
+            return false;
+        };
+        let Some(old) = &e.sock else {
+            return false;
+        };
+        if sock.set_nonblocking(true).is_err() {
+            return false;
+        }
+        let _ = udp::enable_rx_timestamps(&sock);
+        if self.gro {
+            let _ = udp::enable_gro(&sock);
+        }
+        if self.epoll.add(sock.as_raw_fd(), idx as u64).is_err() {
+            return false;
+        }
+        self.epoll.del(old.as_raw_fd());
+        e.sock = Some(sock);
+        true
     }
 
     fn add(&mut self, id: u64, mut p: Box<Participant>, sock: Option<UdpSocket>) {

@@ -262,6 +262,23 @@ impl ParticipantHandle {
             .map_err(|_| "the participant is gone".to_string())?
     }
 
+    /// Send from a new UDP port from now on (same IP), as a NAT rebinding
+    /// does ([`Command::Rebind`]); the participant's ICE session does not
+    /// change. Returns the new address.
+    pub fn rebind(&self) -> Result<SocketAddr, String> {
+        let sock = std::net::UdpSocket::bind(SocketAddr::new(self.local.ip(), 0))
+            .map_err(|e| format!("bind: {e}"))?;
+        let addr = sock.local_addr().map_err(|e| format!("local_addr: {e}"))?;
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        if !self.driver.send(Command::Rebind(self.key, sock, tx)) {
+            return Err("the driver thread is gone".into());
+        }
+        match rx.recv_timeout(Duration::from_secs(5)) {
+            Ok(true) => Ok(addr),
+            _ => Err("the participant could not be moved (gone, or on a shared socket)".into()),
+        }
+    }
+
     /// Apply the server's answer to the offer of [`Self::restart_ice`].
     pub fn accept_answer(&self, sdp: &str) -> Result<(), String> {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);

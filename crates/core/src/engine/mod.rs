@@ -59,6 +59,7 @@ mod layers;
 mod participant;
 mod policy;
 mod publisher;
+mod rebind;
 mod session;
 mod simulcast;
 mod slot;
@@ -550,6 +551,10 @@ impl Engine {
         };
         match self.hand_to_rtc(now, id, known, receive, data) {
             Fed::Taken { srtcp_dropped } => {
+                if proto == Protocol::Udp {
+                    // A client's new address: the send path follows (rebind.rs).
+                    self.follow_nomination(id, source, data);
+                }
                 self.after_input(now, kernel_rx, id, (source, known), data, srtcp_dropped)
             }
             Fed::Refused(counter) => {
