@@ -483,6 +483,44 @@ fn a_participant_api_ice_restart_gets_new_server_credentials() {
     assert_eq!(room["participants"].as_array().unwrap().len(), 2, "{room}");
 }
 
+#[test]
+fn a_nat_rebinding_moves_the_media_path_without_an_ice_restart() {
+    let server = start_server(1, &[]);
+    let (a, b) = two_in_a_call(&server, "rebind");
+    let (ok, _) = b.wait_until(Duration::from_secs(20), |s| {
+        video_sources(s, 20) == names(&["a"])
+    });
+    assert!(ok);
+    // b's NAT gives it a new source port: the server hears the same ICE
+    // session from a new address, and moves both directions there at b's
+    // next connectivity check (str0m sends one every few seconds).
+    let before = b.local_addr();
+    let moved = b.rebind().unwrap();
+    assert_ne!(moved, before);
+    let t0 = Instant::now();
+    assert!(
+        keeps_flowing(&a, 30, Duration::from_secs(10)),
+        "a stopped receiving b after b's address changed"
+    );
+    assert!(
+        keeps_flowing(&b, 30, Duration::from_secs(10)),
+        "b stopped receiving after its address changed"
+    );
+    corelay_testkit::say(&format!(
+        "media flows both ways {} ms after the rebinding",
+        t0.elapsed().as_millis()
+    ));
+    // And keeps flowing past the old address's consent timeout: the old
+    // address is no longer what the server sends to.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        assert!(keeps_flowing(&a, 15, Duration::from_secs(3)));
+        assert!(keeps_flowing(&b, 15, Duration::from_secs(3)));
+    }
+    let room = server.get_json("/api/v1/rooms/rebind");
+    assert_eq!(room["participants"].as_array().unwrap().len(), 2, "{room}");
+}
+
 fn now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
