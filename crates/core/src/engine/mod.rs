@@ -278,7 +278,9 @@ pub struct Engine {
     /// Dynacast: what this shard last told each remote publisher's shard it
     /// needs, and what peer shards need of the publishers here.
     demand_sent: IdMap<TrackKey, u32>,
-    demand_remote: IdMap<(TrackKey, ShardId), u32>,
+    demand_remote: IdMap<(TrackKey, ShardId), simulcast::Demand>,
+    /// When demand was last sent again in full to other nodes' shards.
+    demand_refreshed: Option<Instant>,
     io: Io,
     /// Reused by [`Engine::answer_nacks`].
     nack_scratch: Vec<str0m::rtp::SeqNo>,
@@ -298,6 +300,7 @@ impl Engine {
             sources: layers::Sources::default(),
             demand_sent: IdMap::default(),
             demand_remote: IdMap::default(),
+            demand_refreshed: None,
             io: Io::default(),
             nack_scratch: Vec::new(),
             recent: egress::Recent::default(),
@@ -778,7 +781,8 @@ impl Engine {
                 if mask == 0 {
                     self.demand_remote.remove(&(track, from));
                 } else if self.participants.contains_key(&track.participant) {
-                    self.demand_remote.insert((track, from), mask);
+                    self.demand_remote
+                        .insert((track, from), simulcast::Demand { mask, at: now });
                 }
             }
             PeerMsg::Message {
