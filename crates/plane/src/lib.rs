@@ -68,6 +68,23 @@ pub enum ShardCommand {
     Shutdown {
         done: oneshot::Sender<()>,
     },
+    /// The other nodes of the cluster, whole (`--cluster`): where their
+    /// shards' relay sockets are. The shard loop's, not the engine's.
+    Relay(Vec<RelayNode>),
+}
+
+/// Another node of the cluster, as a shard's relay reaches it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RelayNode {
+    /// The slot this node's control thread gave it: its shards are
+    /// `ShardId::remote(slot, i)`.
+    pub slot: usize,
+    pub node_id: String,
+    /// Its process's epoch (its relay keys').
+    pub epoch: u64,
+    /// Its shard 0's relay socket; shard `i`'s is at the port + `i`.
+    pub relay_addr: SocketAddr,
+    pub shards: usize,
 }
 
 /// A shard's figures, copied out as a value.
@@ -155,6 +172,8 @@ pub enum Applied {
     /// The engine closed every connection (`Shutdown`): the caller stops
     /// and then says so on `done`.
     Shutdown(oneshot::Sender<()>),
+    /// The cluster's other nodes: the caller's relay takes them.
+    Relay(Vec<RelayNode>),
 }
 
 /// A renegotiation's outcome, not sent yet.
@@ -202,6 +221,7 @@ pub fn apply(engine: &mut Engine, now: Instant, cmd: ShardCommand) -> Applied {
             engine.close_all(now);
             Applied::Shutdown(done)
         }
+        ShardCommand::Relay(nodes) => Applied::Relay(nodes),
     }
 }
 

@@ -17,7 +17,7 @@ use std::process::Command;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::*;
-use corelay_client::JoinSpec;
+use corelay_client::{JoinSpec, Snapshot};
 use corelay_testkit::free_tcp_port;
 use corelay_testkit::nats::Nats;
 use serde_json::{Value, json};
@@ -423,4 +423,117 @@ fn bad_cluster_flags_stop_the_start() {
     let (status, err) = run(&["--node-id", "a"]);
     assert!(!status.success());
     assert!(err.contains("--cluster"), "{err}");
+}
+
+/// The names in the latest roster event `p` got.
+fn roster_names(s: &Snapshot) -> Vec<String> {
+    let mut names: Vec<String> = s
+        .events
+        .iter()
+        .rev()
+        .find(|e| e["type"] == "roster")
+        .and_then(|e| e["participants"].as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|m| m["name"].as_str().map(str::to_owned))
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn a_room_spans_two_nodes_and_a_killed_node_leaves_it() {
+    let Some(nats) = Cluster::start("span") else {
+        return;
+    };
+    let a = nats.node("a", &[]);
+    let b = nats.node("b", &[]);
+    all_see(&[&a, &b], &["a", "b"]);
+
+    // alice on a, bob and carol on b: one room.
+    let alice = join(&a, "x", "alice");
+    let bob = join(&b, "x", "bob");
+    let carol = join(&b, "x", "carol");
+    let wait = Duration::from_secs(20);
+    for (who, p, want) in [
+        ("alice", &alice, names(&["bob", "carol"])),
+        ("bob", &bob, names(&["alice", "carol"])),
+        ("carol", &carol, names(&["alice", "bob"])),
+    ] {
+        let (ok, s) = p.wait_until(wait, |s| {
+            video_sources(s, 30) == want && audio_sources(s, 30) == want
+        });
+        assert!(
+            ok,
+            "{who} did not get video+audio from {want:?}: {:#?}",
+            s.slots
+        );
+        assert_clean(who, &s);
+        assert_eq!(
+            roster_names(&s),
+            ["alice", "bob", "carol"],
+            "{who}'s roster"
+        );
+    }
+    // alice's media crossed to b once, for two subscribers there.
+    let sa = a.get_json("/api/v1/stats");
+    let sb = b.get_json("/api/v1/stats");
+    for (node, s) in [("a", &sa), ("b", &sb)] {
+        for f in ["relay_tx_packets", "relay_rx_packets"] {
+            assert!(s["total"][f].as_u64() > Some(0), "{node}: no {f}: {s}");
+        }
+        for f in [
+            "relay_dropped_unknown",
+            "relay_dropped_bad",
+            "relay_dropped_replayed",
+        ] {
+            assert_eq!(s["total"][f].as_u64(), Some(0), "{node}: {f}: {s}");
+        }
+    }
+    let (a_tx, b_rx) = (
+        sa["total"]["relay_tx_packets"].as_u64().unwrap_or(0),
+        sb["total"]["forwarded"].as_u64().unwrap_or(0),
+    );
+    eprintln!("a relayed {a_tx} datagrams; b forwarded {b_rx} packets");
+
+    // A forged relay datagram (another secret) is counted and changes nothing.
+    let relay_b = b_relay_addr(&a, "b");
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let mut forged = vec![1u8; 200];
+    forged[0] = corelay_cluster::relay::VERSION;
+    sock.send_to(&forged, relay_b).expect("send");
+    let counted = within(Duration::from_secs(3), || {
+        let s = b.get_json("/api/v1/stats");
+        s["total"]["relay_dropped_unknown"].as_u64().unwrap_or(0)
+            + s["total"]["relay_dropped_bad"].as_u64().unwrap_or(0)
+            >= 1
+    });
+    assert!(counted.is_some(), "the forged datagram was not counted");
+
+    // b is killed: within 4 s alice's roster is hers alone.
+    let mut b = b;
+    b.child.kill().expect("SIGKILL b");
+    let killed = Instant::now();
+    let (ok, s) = alice.wait_until(Duration::from_secs(4), |s| roster_names(s) == ["alice"]);
+    eprintln!(
+        "b's members left alice's roster {:?} after SIGKILL",
+        killed.elapsed()
+    );
+    assert!(
+        ok,
+        "alice still sees b's members 4 s after SIGKILL: {:?}",
+        roster_names(&s)
+    );
+    drop(bob);
+    drop(carol);
+    alice.leave().expect("leave");
+}
+
+/// The relay address of shard 0 of node `id`, as `server`'s view shows it.
+fn b_relay_addr(server: &Server, id: &str) -> std::net::SocketAddr {
+    node_in(server, id).expect("node in view")["relay_addr"]
+        .as_str()
+        .expect("relay_addr")
+        .parse()
+        .expect("an address")
 }

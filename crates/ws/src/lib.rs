@@ -725,6 +725,8 @@ impl Task {
                 false
             }
             Applied::Shutdown(_) => true,
+            // The baseline is one node (`--cluster` is refused with it).
+            Applied::Relay(_) => false,
         }
     }
 
@@ -937,6 +939,8 @@ impl Hub {
             ShardCommand::Shutdown { done } => {
                 let _ = done.send(());
             }
+            // The baseline is one node (`--cluster` is refused with it).
+            ShardCommand::Relay(_) => {}
         }
     }
 

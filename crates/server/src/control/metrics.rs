@@ -221,6 +221,10 @@ impl Collector for MetricsSnapshot {
                     ("by_stack", c.dropped_by_stack),
                     ("address_limit", c.dropped_addr_limit),
                     ("unknown_stream", c.dropped_unknown_stream),
+                    ("relay_unknown_source", c.relay_dropped_unknown),
+                    ("relay_bad", c.relay_dropped_bad),
+                    ("relay_replayed", c.relay_dropped_replayed),
+                    ("relay_send", c.relay_dropped_send),
                 ] {
                     m.encode_family(&[("shard", shard.as_str()), ("reason", reason)])?
                         .encode_counter::<NoLabelSet, _, u64>(&v, None)?;
@@ -253,6 +257,30 @@ impl Collector for MetricsSnapshot {
             "corelay_cross_shard_in",
             "Media packets received from a peer shard.",
             &|r| r.counters.cross_shard_in,
+        )?;
+        c(
+            &mut enc,
+            "corelay_relay_tx_packets",
+            "Relay datagrams sent to other nodes' shards (--cluster).",
+            &|r| r.counters.relay_tx_packets,
+        )?;
+        c(
+            &mut enc,
+            "corelay_relay_tx_bytes",
+            "Bytes of relay datagrams sent to other nodes' shards, sealed.",
+            &|r| r.counters.relay_tx_bytes,
+        )?;
+        c(
+            &mut enc,
+            "corelay_relay_rx_packets",
+            "Relay datagrams from other nodes' shards, opened and read.",
+            &|r| r.counters.relay_rx_packets,
+        )?;
+        c(
+            &mut enc,
+            "corelay_relay_rx_bytes",
+            "Bytes of relay datagrams from other nodes' shards.",
+            &|r| r.counters.relay_rx_bytes,
         )?;
         c(
             &mut enc,

@@ -110,9 +110,18 @@ pub struct Joined {
 impl State {
     pub fn new(settings: RtcSettings, limits: Limits, shards: Vec<ShardHandle>) -> Self {
         let shard_count = shards.len();
+        let mut rooms = Directory::new(limits.clone(), shards.len());
+        // A lone node's own key for room ids (a cluster's comes from its
+        // secret: set_cluster).
+        let mut key = [0u8; 16];
+        if getrandom::fill(&mut key).is_ok() {
+            let (a, b) = key.split_at(8);
+            let word = |x: &[u8]| x.iter().fold(0u64, |w, byte| (w << 8) | u64::from(*byte));
+            rooms.set_room_key((word(a), word(b)));
+        }
         State {
             settings: Arc::new(settings),
-            rooms: Directory::new(limits.clone(), shards.len()),
+            rooms,
             limits,
             cluster: None,
             shards: shards
@@ -135,8 +144,10 @@ impl State {
         self.shards.len()
     }
 
-    /// Makes this node a cluster node (`--cluster`).
+    /// Makes this node a cluster node (`--cluster`): its rooms are named
+    /// as every node of the cluster names them.
     pub fn set_cluster(&mut self, node: cluster::Node) {
+        self.rooms.set_room_key(node.room_key());
         self.cluster = Some(node);
     }
 
