@@ -475,6 +475,29 @@ fn a_room_spans_two_nodes_and_a_killed_node_leaves_it() {
             "{who}'s roster"
         );
     }
+    // The room, as either node shows it, has all three, each with its node.
+    let room = a.get_json("/api/v1/rooms/x");
+    let mut seen_from_a: Vec<(String, Option<String>)> = room["participants"]
+        .as_array()
+        .expect("participants")
+        .iter()
+        .map(|m| {
+            (
+                m["name"].as_str().unwrap_or("").to_owned(),
+                m["node"].as_str().map(str::to_owned),
+            )
+        })
+        .collect();
+    seen_from_a.sort();
+    assert_eq!(
+        seen_from_a,
+        [
+            ("alice".to_owned(), None),
+            ("bob".to_owned(), Some("b".to_owned())),
+            ("carol".to_owned(), Some("b".to_owned()))
+        ],
+        "{room}"
+    );
     // alice's media crossed to b once, for two subscribers there.
     let sa = a.get_json("/api/v1/stats");
     let sb = b.get_json("/api/v1/stats");

@@ -62,6 +62,8 @@ pub struct Node {
     heard: HashMap<String, (u64, u64)>,
     /// This node's snapshots, counted.
     seq: u64,
+    /// Wakes the member exchange to publish at once (a join, a leave).
+    members_wake: Arc<Notify>,
     draining: bool,
     /// Wakes [`run`] to announce at once (drain).
     wake: Arc<Notify>,
@@ -84,6 +86,7 @@ impl Node {
             relay_nodes: Vec::new(),
             heard: HashMap::new(),
             seq: 0,
+            members_wake: Arc::new(Notify::new()),
             draining: false,
             wake,
         }
@@ -189,6 +192,27 @@ impl State {
                 .collect(),
             shards: u32::try_from(self.shards.len()).unwrap_or(u32::MAX),
         })
+    }
+
+    /// This node's members changed: the others hear of it now, not at
+    /// the next second.
+    pub(super) fn members_changed(&self) {
+        if let Some(node) = &self.cluster {
+            node.members_wake.notify_one();
+        }
+    }
+
+    /// The node id of slot `slot` and a member's shard on its node, for
+    /// the API (the shard of a member here is [`ShardId::remote`]).
+    pub(super) fn remote_shard_of(&self, slot: usize, shard: ShardId) -> (Option<String>, ShardId) {
+        let node = self.cluster.as_ref().and_then(|n| {
+            n.slots
+                .iter()
+                .find(|(_, s)| **s == slot)
+                .map(|(id, _)| id.clone())
+        });
+        let index = shard.remote_parts().map_or(shard, |(_, i)| ShardId(i));
+        (node, index)
     }
 
     /// This node's members for the others ([`members`]).
@@ -484,6 +508,9 @@ async fn exchange_members(state: Shared, directory: Arc<Directory>, node_id: Str
             }
         }
     };
+    let Some(wake) = lock(&state).cluster.as_ref().map(|n| n.members_wake.clone()) else {
+        return;
+    };
     let mut tick = tokio::time::interval(MEMBERS_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -493,6 +520,14 @@ async fn exchange_members(state: Shared, directory: Arc<Directory>, node_id: Str
                 Some(s) => lock(&state).on_snapshot(s),
                 None => return,
             },
+            () = wake.notified() => {
+                let snapshot = lock(&state).member_snapshot();
+                if let Some(s) = snapshot
+                    && let Err(e) = members::publish(&client, &s).await
+                {
+                    tracing::debug!("cluster: publishing this node's members: {e}");
+                }
+            }
             _ = tick.tick() => {
                 let snapshot = lock(&state).member_snapshot();
                 if let Some(s) = snapshot

@@ -223,6 +223,7 @@ impl State {
 
     /// Tells the shards of a departure's room, and forgets its figures.
     fn departed(&mut self, d: Departure) {
+        self.members_changed();
         self.detail.remove(&d.id);
         self.diagnoses.left(d.id, &d.room);
         let Departure {
@@ -313,11 +314,13 @@ impl State {
                 tracing::debug!(participant = %id, %mid, muted = state.muted, paused = state.paused, "track state");
                 if let Some((roster, shards)) = self.rooms.track_state(id, mid, state) {
                     self.broadcast(&roster, &shards);
+                    self.members_changed();
                 }
             }
             ToControl::Event(ShardEvent::LinesChanged { id, tracks, slots }) => {
                 if let Some((roster, shards)) = self.rooms.lines_changed(id, tracks, slots) {
                     self.broadcast(&roster, &shards);
+                    self.members_changed();
                 }
             }
         }
@@ -483,6 +486,7 @@ pub async fn join(
             roster: a.roster.clone(),
         });
         st.broadcast(&a.roster, &a.notify);
+        st.members_changed();
         drop(st);
         tracing::info!(participant = %a.id, room, shard = shard.0, ?flavor, "joined");
         return Ok(Joined {
