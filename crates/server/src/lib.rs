@@ -265,8 +265,14 @@ fn serve<P: DataPlane>(
             stop.await;
             // Out of placement at once: the other nodes stop sending joins
             // here while this one closes.
-            if let Some(node) = control::lock(&state).cluster_mut() {
-                node.start_draining();
+            {
+                let mut st = control::lock(&state);
+                if let Some(node) = st.cluster_mut() {
+                    node.start_draining();
+                    // Those another node can take are sent there
+                    // (`node_draining`), before the rest close.
+                    st.drain_members();
+                }
             }
             tracing::info!(
                 "shutting down (deadline {:?}): closing every connection",

@@ -176,6 +176,9 @@ pub enum LeaveReason {
     Closed,
     /// A renegotiation that passed the rehearsal failed on the shard.
     RenegotiationFailed,
+    /// Its node drains (`--cluster`): it is to join again, through any
+    /// node, which sends it to another; the control thread already knows.
+    Draining,
 }
 
 impl LeaveReason {
@@ -191,6 +194,7 @@ impl LeaveReason {
             LeaveReason::Error => "error",
             LeaveReason::Closed => "closed",
             LeaveReason::RenegotiationFailed => "renegotiation_failed",
+            LeaveReason::Draining => "node_draining",
         }
     }
 
@@ -198,7 +202,10 @@ impl LeaveReason {
     pub fn requested(self) -> bool {
         matches!(
             self,
-            LeaveReason::Removed | LeaveReason::Shutdown | LeaveReason::Replaced
+            LeaveReason::Removed
+                | LeaveReason::Shutdown
+                | LeaveReason::Replaced
+                | LeaveReason::Draining
         )
     }
 }
@@ -1252,6 +1259,7 @@ fn leave_detail(
         LeaveReason::Removed => "removed through the API".to_string(),
         LeaveReason::Shutdown => "the server is shutting down".to_string(),
         LeaveReason::Replaced => "replaced by a new join of its identity".to_string(),
+        LeaveReason::Draining => "its node drains: sent to another node".to_string(),
     }
 }
 

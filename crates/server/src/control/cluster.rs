@@ -194,6 +194,38 @@ impl State {
         })
     }
 
+    /// A draining node's participants leave, with a `bye` saying
+    /// `node_draining`, where another node can take their room: they join
+    /// again and this node sends them there. Returns how many left.
+    pub fn drain_members(&mut self) -> usize {
+        let Some(node) = &self.cluster else {
+            return 0;
+        };
+        let mut leaving = Vec::new();
+        for (room, r) in self.rooms.rooms() {
+            if node.redirect_target(room).is_none() {
+                continue;
+            }
+            leaving.extend(r.members.iter().map(|m| (m.id, m.shard)));
+        }
+        let n = leaving.len();
+        for (id, shard) in leaving {
+            if let Ok(d) = self.rooms.leave(id) {
+                if let Some(s) = self.shards.get(shard.0) {
+                    let _ = s.handle.commands.send(ShardCommand::Remove {
+                        id,
+                        reason: corelay_core::LeaveReason::Draining,
+                    });
+                }
+                self.departed(d);
+            }
+        }
+        if n > 0 {
+            tracing::info!(participants = n, "draining: participants sent to other nodes");
+        }
+        n
+    }
+
     /// This node's members changed: the others hear of it now, not at
     /// the next second.
     pub(super) fn members_changed(&self) {

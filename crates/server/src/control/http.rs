@@ -324,8 +324,10 @@ async fn cluster_view(
 }
 
 /// Takes this node out of placement (admin): it announces itself draining
-/// at once, and redirects every new join to another node. Calls in progress
-/// stay. 404 `not_a_cluster` without `--cluster`.
+/// at once, and redirects every new join to another node. Its participants
+/// whose room another node can take get a `bye` with reason
+/// `node_draining` (they join again, and are sent there); the others'
+/// calls stay. 404 `not_a_cluster` without `--cluster`.
 async fn cluster_drain(
     State(state): State<Shared>,
     Extension(access): Extension<Arc<Access>>,
@@ -335,7 +337,9 @@ async fn cluster_drain(
     let mut st = lock(&state);
     let node = st.cluster_mut().ok_or_else(not_a_cluster)?;
     node.start_draining();
-    let body = serde_json::json!({"node_id": node.node_id, "draining": true});
+    let node_id = node.node_id.clone();
+    let moved = st.drain_members();
+    let body = serde_json::json!({"node_id": node_id, "draining": true, "moved": moved});
     Ok(axum::Json(body).into_response())
 }
 
