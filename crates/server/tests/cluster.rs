@@ -244,7 +244,10 @@ fn a_drained_node_is_shown_draining_and_redirects_new_joins() {
     all_see(&[&a, &b], &["a", "b"]);
     let (st, _, body) = b.request("POST", "/api/v1/cluster/drain", &[], "");
     assert_eq!(st, 200, "{body}");
-    assert_eq!(json_of(&body), json!({"node_id": "b", "draining": true}));
+    assert_eq!(
+        json_of(&body),
+        json!({"node_id": "b", "draining": true, "moved": 0})
+    );
     assert_eq!(b.get_json("/api/v1/cluster")["draining"], true);
     assert!(b.scrape().contains("corelay_cluster_draining 1"));
     let took = within(SEE, || {
@@ -559,4 +562,50 @@ fn b_relay_addr(server: &Server, id: &str) -> std::net::SocketAddr {
         .expect("relay_addr")
         .parse()
         .expect("an address")
+}
+
+#[test]
+fn a_draining_node_sends_its_participants_to_another_and_the_call_goes_on() {
+    let Some(nats) = Cluster::start("move") else {
+        return;
+    };
+    let a = nats.node("a", &[]);
+    let b = nats.node("b", &[]);
+    all_see(&[&a, &b], &["a", "b"]);
+    let alice = join(&a, "y", "alice");
+    let bob = join(&b, "y", "bob");
+    let wait = Duration::from_secs(20);
+    let (ok, s) = alice.wait_until(wait, |s| video_sources(s, 30) == names(&["bob"]));
+    assert!(ok, "alice did not get bob: {:#?}", s.slots);
+
+    // a drains: alice is told to go (node_draining), joins again through
+    // a, is sent to b, and gets bob again there.
+    let drained = Instant::now();
+    let (st, _, body) = a.request("POST", "/api/v1/cluster/drain", &[], "");
+    assert_eq!(st, 200, "{body}");
+    assert_eq!(json_of(&body)["moved"], 1, "{body}");
+    let (ok, s) = alice.wait_until(Duration::from_secs(3), |s| {
+        s.events.iter().any(|e| e["type"] == "bye")
+    });
+    let bye = s.events.iter().find(|e| e["type"] == "bye").cloned();
+    assert!(ok, "alice got no bye");
+    assert_eq!(bye.map(|b| b["reason"].clone()), Some(json!("node_draining")));
+    drop(alice);
+    let again = join(&a, "y", "alice");
+    let (ok, s) = again.wait_until(wait, |s| video_sources(s, 10) == names(&["bob"]));
+    eprintln!("alice decodes bob again {:?} after the drain began", drained.elapsed());
+    assert!(ok, "alice, moved, did not get bob: {:#?}", s.slots);
+    let room = b.get_json("/api/v1/rooms/y");
+    let local: Vec<&str> = room["participants"]
+        .as_array()
+        .expect("participants")
+        .iter()
+        .filter(|m| m["node"].is_null())
+        .filter_map(|m| m["name"].as_str())
+        .collect();
+    assert_eq!(local.len(), 2, "alice is not on b now: {room}");
+    let (ok, s) = bob.wait_until(wait, |s| {
+        roster_names(s) == ["alice", "bob"] && video_sources(s, 10) == names(&["alice"])
+    });
+    assert!(ok, "bob does not get the moved alice: {:?} {:#?}", roster_names(&s), s.slots);
 }
