@@ -268,6 +268,17 @@ fn a_drained_node_is_shown_draining_and_redirects_new_joins() {
             Some(format!("{}{path}", a.base()).as_str())
         );
     }
+    // A page's fetch cannot read a redirect to another origin: with
+    // follow=0 the same answer is a 409 that says where.
+    let (st, _, body) = post_offer(&b, "/api/v1/rooms/r/participants?name=p&follow=0");
+    assert_eq!(st, 409, "{body}");
+    let v = json_of(&body);
+    assert_eq!(v["code"], "elsewhere", "{body}");
+    assert_eq!(v["node"], a.base(), "{body}");
+    assert_eq!(
+        v["location"],
+        format!("{}/api/v1/rooms/r/participants?name=p&follow=0", a.base())
+    );
     // A draining A too: nowhere to go, 503 node_draining.
     let (st, _, _) = a.request("POST", "/api/v1/cluster/drain", &[], "");
     assert_eq!(st, 200);

@@ -140,6 +140,21 @@ impl Node {
         pick_target(&nodes, &self.node_id, room).map(|n| n.http_addr.clone())
     }
 
+    /// The HTTP base URLs of the other nodes that take joins (not
+    /// draining), for a client that must find another node.
+    pub fn other_http_addrs(&self) -> Vec<String> {
+        let Some(d) = &self.directory else {
+            return Vec::new();
+        };
+        let mut nodes: Vec<NodeRecord> = d
+            .peers()
+            .into_iter()
+            .filter(|n| !n.draining)
+            .collect();
+        nodes.sort_by(|a, b| a.load().total_cmp(&b.load()));
+        nodes.into_iter().map(|n| n.http_addr).collect()
+    }
+
     /// Nodes in the view with the time since each was last heard of, and
     /// whether NATS is connected.
     pub fn view(&self) -> (Vec<(NodeRecord, Duration)>, bool) {

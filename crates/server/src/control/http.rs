@@ -214,7 +214,9 @@ async fn cors(State(access): State<Arc<Access>>, req: Request, next: Next) -> Re
         } else {
             h.insert(
                 header::ACCESS_CONTROL_EXPOSE_HEADERS,
-                HeaderValue::from_static("Location, ETag, Retry-After, Link, Participant-Id"),
+                HeaderValue::from_static(
+                    "Location, ETag, Retry-After, Link, Participant-Id, Corelay-Nodes",
+                ),
             );
         }
     }
@@ -417,6 +419,10 @@ async fn diagnosis(
 #[derive(Deserialize)]
 struct JoinQuery {
     name: Option<String>,
+    /// `follow=0`: a join this node sends elsewhere is answered 409
+    /// `elsewhere` with the `location` in the body, not a 307 (a page's
+    /// `fetch` cannot read a redirect to another origin).
+    follow: Option<String>,
 }
 
 /// What a request body may be: at most `max_bytes`, sent within `timeout`.
@@ -531,7 +537,13 @@ fn capacity_refusal(e: &RoomError) -> bool {
 /// that has room (the same path and query on its base URL, the refusal's
 /// JSON as the body), or as it is when this node is alone or no other has
 /// room.
-fn redirect_or(state: &Shared, room: &str, uri: &Uri, refusal: ApiError) -> Response {
+fn redirect_or(
+    state: &Shared,
+    room: &str,
+    uri: &Uri,
+    refusal: ApiError,
+    follow: bool,
+) -> Response {
     let target = lock(state)
         .cluster()
         .and_then(|node| node.redirect_target(room));
@@ -544,6 +556,15 @@ fn redirect_or(state: &Shared, room: &str, uri: &Uri, refusal: ApiError) -> Resp
         return refusal.into_response();
     };
     tracing::info!(room, code = refusal.code, to = %location, "join redirected to another node");
+    if !follow {
+        let body = serde_json::json!({
+            "code": "elsewhere",
+            "message": format!("{}; join through {base}", refusal.message),
+            "location": location,
+            "node": base,
+        });
+        return (StatusCode::CONFLICT, axum::Json(body)).into_response();
+    }
     let body = serde_json::json!({"code": refusal.code, "message": refusal.message});
     let mut res = (StatusCode::TEMPORARY_REDIRECT, axum::Json(body)).into_response();
     res.headers_mut().insert(header::LOCATION, value);
@@ -584,6 +605,7 @@ async fn join(
         .and_then(|c| c.name.as_deref())
         .or(q.name.as_deref());
     let identity = claims.as_ref().map(|c| c.sub.as_str());
+    let follow = q.follow.as_deref() != Some("0");
     let draining = lock(&state).cluster().is_some_and(|n| n.draining());
     if draining {
         let refusal = ApiError {
@@ -594,14 +616,14 @@ async fn join(
                 "this node is draining and takes no new participants",
             )
         };
-        return Ok(redirect_or(&state, &room, &uri, refusal));
+        return Ok(redirect_or(&state, &room, &uri, refusal, follow));
     }
     let publish_data = claims.as_ref().is_none_or(|c| c.publish_data);
     let joined = match super::join(&state, &room, name, identity, &sdp, flavor, publish_data).await
     {
         Ok(joined) => joined,
         Err(e) if capacity_refusal(&e) => {
-            return Ok(redirect_or(&state, &room, &uri, e.into()));
+            return Ok(redirect_or(&state, &room, &uri, e.into(), follow));
         }
         Err(e) => return Err(e.into()),
     };
@@ -610,8 +632,23 @@ async fn join(
         Flavor::Whip => format!("/whip/{room}/{}", joined.resource),
         Flavor::Whep => format!("/whep/{room}/{}", joined.resource),
     };
-    Ok(created(location, joined.id, joined.etag, joined.answer))
+    let mut res = created(location, joined.id, joined.etag, joined.answer);
+    // A cluster node names the others a client may join through if this
+    // one goes away (the demo page tries them in turn).
+    let others = lock(&state)
+        .cluster()
+        .map(|n| n.other_http_addrs())
+        .unwrap_or_default();
+    if !others.is_empty()
+        && let Ok(v) = HeaderValue::from_str(&others.join(", "))
+    {
+        res.headers_mut().insert(CORELAY_NODES, v);
+    }
+    Ok(res)
 }
+
+/// The other nodes' HTTP base URLs (a join's answer in a cluster).
+const CORELAY_NODES: header::HeaderName = header::HeaderName::from_static("corelay-nodes");
 
 /// DELETE of a session's Location.
 async fn leave(
