@@ -109,6 +109,23 @@ pub struct ShardReport {
     pub iteration: LatencyHistogram,
     /// Per-participant figures, sent once a second (None in between).
     pub participants_detail: Option<Vec<ParticipantStats>>,
+    /// Each relay link of the shard (`--cluster`): to another node's shard.
+    pub relay_links: Vec<RelayLink>,
+}
+
+/// One relay link's figures: this shard to a shard of another node.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RelayLink {
+    /// The other node's shard (`ShardId::remote`).
+    pub peer: ShardId,
+    pub tx_packets: u64,
+    pub rx_packets: u64,
+    /// Datagrams found missing on arrival (gaps in the peer's sequence).
+    pub lost: u64,
+    /// Datagrams sent again because the peer asked.
+    pub resent: u64,
+    /// The last ping's round trip, microseconds (0: none yet).
+    pub rtt_us: u64,
 }
 
 /// What a shard sends to the control thread.

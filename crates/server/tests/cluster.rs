@@ -1,9 +1,11 @@
-//! Several corelay nodes on one NATS (`--cluster`, issue 49, first slice):
+//! Several corelay nodes on one NATS (`--cluster`, issue 49):
 //! each sees the others in `GET /api/v1/cluster`, a join a full node
 //! refuses is redirected (307) to one with room and works there, a drained
 //! node redirects every new join, a killed node leaves the others' view
 //! within the directory's TTL, a stopped one at once, and the view is for
-//! admins. Media does not cross nodes yet: nothing here expects it to.
+//! admins; a room spans nodes (its members on two nodes decode each other,
+//! a killed node's members leave it), and a draining node sends its
+//! participants to another.
 //!
 //! Each test starts its own nats-server (Debian's 2.9, JetStream on, a free
 //! port, a temporary store; killed when the test ends). Without
@@ -207,10 +209,26 @@ fn nodes_see_each_other_and_a_full_node_redirects_to_one_with_room() {
     );
     let (up, _) = second.wait_until(Duration::from_secs(20), |s| s.connected);
     assert!(up, "the redirected participant did not connect to b");
+    // One room across both nodes: "second" on b, "first" on a.
     let room = b.get_json("/api/v1/rooms/r");
+    let mut members: Vec<(String, Option<String>)> = room["participants"]
+        .as_array()
+        .expect("participants")
+        .iter()
+        .map(|m| {
+            (
+                m["name"].as_str().unwrap_or("").to_owned(),
+                m["node"].as_str().map(str::to_owned),
+            )
+        })
+        .collect();
+    members.sort();
     assert_eq!(
-        room["participants"].as_array().map(Vec::len),
-        Some(1),
+        members,
+        [
+            ("first".to_owned(), Some("a".to_owned())),
+            ("second".to_owned(), None)
+        ],
         "{room}"
     );
     // B announces it; A sees it.
@@ -527,6 +545,23 @@ fn a_room_spans_two_nodes_and_a_killed_node_leaves_it() {
             assert_eq!(s["total"][f].as_u64(), Some(0), "{node}: {f}: {s}");
         }
     }
+    // a's view of its link to b: packets both ways and a round trip.
+    let links = a.get_json("/api/v1/cluster")["links"].clone();
+    let link = links
+        .as_array()
+        .and_then(|l| l.iter().find(|l| l["node_id"] == "b"))
+        .cloned()
+        .unwrap_or_else(|| panic!("no link to b: {links}"));
+    assert!(link["tx_packets"].as_u64() > Some(0), "{link}");
+    assert!(link["rx_packets"].as_u64() > Some(0), "{link}");
+    let rtt = within(Duration::from_secs(3), || {
+        a.get_json("/api/v1/cluster")["links"][0]["rtt_ms"].as_f64() > Some(0.0)
+    });
+    assert!(rtt.is_some(), "no RTT on a's link to b");
+    assert!(
+        a.scrape()
+            .contains("corelay_relay_link_tx_packets_total{node=\"b\"}")
+    );
     let (a_tx, b_rx) = (
         sa["total"]["relay_tx_packets"].as_u64().unwrap_or(0),
         sb["total"]["forwarded"].as_u64().unwrap_or(0),
@@ -600,11 +635,17 @@ fn a_draining_node_sends_its_participants_to_another_and_the_call_goes_on() {
     });
     let bye = s.events.iter().find(|e| e["type"] == "bye").cloned();
     assert!(ok, "alice got no bye");
-    assert_eq!(bye.map(|b| b["reason"].clone()), Some(json!("node_draining")));
+    assert_eq!(
+        bye.map(|b| b["reason"].clone()),
+        Some(json!("node_draining"))
+    );
     drop(alice);
     let again = join(&a, "y", "alice");
     let (ok, s) = again.wait_until(wait, |s| video_sources(s, 10) == names(&["bob"]));
-    eprintln!("alice decodes bob again {:?} after the drain began", drained.elapsed());
+    eprintln!(
+        "alice decodes bob again {:?} after the drain began",
+        drained.elapsed()
+    );
     assert!(ok, "alice, moved, did not get bob: {:#?}", s.slots);
     let room = b.get_json("/api/v1/rooms/y");
     let local: Vec<&str> = room["participants"]
@@ -618,5 +659,10 @@ fn a_draining_node_sends_its_participants_to_another_and_the_call_goes_on() {
     let (ok, s) = bob.wait_until(wait, |s| {
         roster_names(s) == ["alice", "bob"] && video_sources(s, 10) == names(&["alice"])
     });
-    assert!(ok, "bob does not get the moved alice: {:?} {:#?}", roster_names(&s), s.slots);
+    assert!(
+        ok,
+        "bob does not get the moved alice: {:?} {:#?}",
+        roster_names(&s),
+        s.slots
+    );
 }

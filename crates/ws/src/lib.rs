@@ -1168,6 +1168,7 @@ impl Hub {
             forward_cross: sum.forward_cross,
             iteration: sum.iteration,
             participants_detail: detail,
+            relay_links: Vec::new(),
         };
         self.reports += 1;
         let _ = self.to_control.send(ToControl::Report(Box::new(report)));

@@ -146,11 +146,7 @@ impl Node {
         let Some(d) = &self.directory else {
             return Vec::new();
         };
-        let mut nodes: Vec<NodeRecord> = d
-            .peers()
-            .into_iter()
-            .filter(|n| !n.draining)
-            .collect();
+        let mut nodes: Vec<NodeRecord> = d.peers().into_iter().filter(|n| !n.draining).collect();
         nodes.sort_by(|a, b| a.load().total_cmp(&b.load()));
         nodes.into_iter().map(|n| n.http_addr).collect()
     }
@@ -236,7 +232,10 @@ impl State {
             }
         }
         if n > 0 {
-            tracing::info!(participants = n, "draining: participants sent to other nodes");
+            tracing::info!(
+                participants = n,
+                "draining: participants sent to other nodes"
+            );
         }
         n
     }
@@ -260,6 +259,34 @@ impl State {
         });
         let index = shard.remote_parts().map_or(shard, |(_, i)| ShardId(i));
         (node, index)
+    }
+
+    /// Each relay link to another node, the shards' links summed: packets
+    /// each way, losses found, resends, and the worst RTT of the last
+    /// pings. By node id.
+    pub fn relay_links(&self) -> Vec<LinkOut> {
+        let mut by_node: std::collections::BTreeMap<String, LinkOut> =
+            std::collections::BTreeMap::new();
+        for s in &self.shards {
+            for l in &s.last.relay_links {
+                let Some((slot, _)) = l.peer.remote_parts() else {
+                    continue;
+                };
+                let (Some(node), _) = self.remote_shard_of(slot, l.peer) else {
+                    continue;
+                };
+                let e = by_node.entry(node.clone()).or_insert_with(|| LinkOut {
+                    node_id: node,
+                    ..LinkOut::default()
+                });
+                e.tx_packets += l.tx_packets;
+                e.rx_packets += l.rx_packets;
+                e.lost += l.lost;
+                e.resent += l.resent;
+                e.rtt_ms = e.rtt_ms.max(l.rtt_us as f64 / 1000.0);
+            }
+        }
+        by_node.into_values().collect()
     }
 
     /// This node's members for the others ([`members`]).
@@ -373,6 +400,22 @@ impl State {
             let _ = s.handle.commands.send(ShardCommand::Relay(table.clone()));
         }
     }
+}
+
+/// The relay link to one other node, as `GET /api/v1/cluster` and the
+/// metrics show it.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct LinkOut {
+    pub node_id: String,
+    /// Relay datagrams sent to it and received from it.
+    pub tx_packets: u64,
+    pub rx_packets: u64,
+    /// Its datagrams found missing here (gaps), and ours it asked for
+    /// again and got.
+    pub lost: u64,
+    pub resent: u64,
+    /// The worst round trip of the last pings over the shards' links.
+    pub rtt_ms: f64,
 }
 
 /// A member of this node as a snapshot carries it.
@@ -555,7 +598,11 @@ async fn exchange_members(state: Shared, directory: Arc<Directory>, node_id: Str
             }
         }
     };
-    let Some(wake) = lock(&state).cluster.as_ref().map(|n| n.members_wake.clone()) else {
+    let Some(wake) = lock(&state)
+        .cluster
+        .as_ref()
+        .map(|n| n.members_wake.clone())
+    else {
         return;
     };
     let mut tick = tokio::time::interval(MEMBERS_EVERY);

@@ -537,13 +537,7 @@ fn capacity_refusal(e: &RoomError) -> bool {
 /// that has room (the same path and query on its base URL, the refusal's
 /// JSON as the body), or as it is when this node is alone or no other has
 /// room.
-fn redirect_or(
-    state: &Shared,
-    room: &str,
-    uri: &Uri,
-    refusal: ApiError,
-    follow: bool,
-) -> Response {
+fn redirect_or(state: &Shared, room: &str, uri: &Uri, refusal: ApiError, follow: bool) -> Response {
     let target = lock(state)
         .cluster()
         .and_then(|node| node.redirect_target(room));

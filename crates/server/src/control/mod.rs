@@ -370,6 +370,7 @@ impl State {
                     draining: node.draining(),
                 }
             }),
+            links: self.relay_links(),
         }
     }
 

@@ -318,6 +318,8 @@ pub struct ClusterOut {
     /// Every node in the view, this one included once its own announcement
     /// came back, by node id.
     pub nodes: Vec<NodeOut>,
+    /// The relay link to each other node this one exchanged media with.
+    pub links: Vec<super::cluster::LinkOut>,
 }
 
 pub fn cluster(st: &State) -> Option<ClusterOut> {
@@ -342,5 +344,6 @@ pub fn cluster(st: &State) -> Option<ClusterOut> {
                 last_seen_ms: u64::try_from(age.as_millis()).unwrap_or(u64::MAX),
             })
             .collect(),
+        links: st.relay_links(),
     })
 }

@@ -424,6 +424,7 @@ async fn run(
                 if let (Some(relay), Some(rs)) = (d.relay.as_mut(), sockets.relay.as_ref()) {
                     let engine = &mut d.engine;
                     relay.receive(rs, start, |m| engine.handle_peer(start, m));
+                    relay.ping(rs, start);
                 }
                 d.flush(&sockets);
                 d.worked(start);
@@ -438,6 +439,9 @@ async fn run(
         d.iterations += 1;
         if Instant::now() >= next_report {
             d.tcp.sweep(Instant::now());
+            if let (Some(relay), Some(rs)) = (d.relay.as_mut(), sockets.relay.as_ref()) {
+                relay.ping(rs, Instant::now());
+            }
             d.report();
         }
     }
@@ -615,6 +619,7 @@ impl ShardLoop {
                 .reports
                 .is_multiple_of(4)
                 .then(|| self.engine.participant_stats()),
+            relay_links: self.relay.as_ref().map(Relay::links).unwrap_or_default(),
         };
         self.reports += 1;
         let _ = self.to_control.send(ToControl::Report(Box::new(report)));
