@@ -666,3 +666,48 @@ fn a_draining_node_sends_its_participants_to_another_and_the_call_goes_on() {
         s.slots
     );
 }
+
+/// Video frames from `from` on any of `s`'s slots.
+fn frames_from(s: &Snapshot, from: &str) -> u64 {
+    s.slots
+        .values()
+        .filter(|st| st.kind == "video")
+        .map(|st| st.frames_by_source.get(from).copied().unwrap_or(0))
+        .sum()
+}
+
+#[test]
+fn calls_across_nodes_outlive_a_lost_nats_and_the_view_heals() {
+    let Some(mut nats) = Cluster::start("nats-gone") else {
+        return;
+    };
+    let a = nats.node("a", &[]);
+    let b = nats.node("b", &[]);
+    all_see(&[&a, &b], &["a", "b"]);
+    let alice = join(&a, "z", "alice");
+    let bob = join(&b, "z", "bob");
+    let (ok, s) = alice.wait_until(Duration::from_secs(20), |s| {
+        video_sources(s, 30) == names(&["bob"])
+    });
+    assert!(ok, "alice did not get bob: {:#?}", s.slots);
+
+    // NATS gone for longer than the directory's TTL: nobody leaves, media
+    // goes on.
+    nats.nats.stop();
+    let before = frames_from(&alice.snapshot(), "bob");
+    std::thread::sleep(Duration::from_secs(5));
+    let s = alice.snapshot();
+    assert_eq!(roster_names(&s), ["alice", "bob"], "a member left with NATS");
+    let after = frames_from(&s, "bob");
+    assert!(
+        after > before + 60,
+        "bob's video to alice stalled without NATS: {before} → {after} frames in 5 s"
+    );
+    let (ok, s) = bob.wait_until(Duration::from_secs(2), |s| frames_from(s, "alice") > 0);
+    assert!(ok, "bob gets nothing of alice: {:#?}", s.slots);
+
+    // NATS back: every node's view is whole again.
+    nats.nats.run();
+    all_see(&[&a, &b], &["a", "b"]);
+    assert_eq!(roster_names(&alice.snapshot()), ["alice", "bob"]);
+}
