@@ -697,7 +697,11 @@ fn calls_across_nodes_outlive_a_lost_nats_and_the_view_heals() {
     let before = frames_from(&alice.snapshot(), "bob");
     std::thread::sleep(Duration::from_secs(5));
     let s = alice.snapshot();
-    assert_eq!(roster_names(&s), ["alice", "bob"], "a member left with NATS");
+    assert_eq!(
+        roster_names(&s),
+        ["alice", "bob"],
+        "a member left with NATS"
+    );
     let after = frames_from(&s, "bob");
     assert!(
         after > before + 60,

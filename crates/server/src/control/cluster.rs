@@ -1,21 +1,25 @@
 //! This node in a cluster (`--cluster`, issue 49): its announcement in the
 //! node directory (`corelay_cluster::directory`, on NATS JetStream KV), the
-//! redirect target of a join it refuses, draining, and the view
-//! `GET /api/v1/cluster` shows.
+//! redirect target of a join it refuses, draining, the member exchange that
+//! makes a room span nodes, and the view `GET /api/v1/cluster` shows.
 //!
 //! **What it owns.** [`Node`], kept in the control thread's [`State`]: this
-//! node's id, epoch and addresses, whether it drains, and its
-//! [`Directory`] once connected; [`run`], the control thread's task that
-//! connects (retrying in the background while NATS cannot be reached: the
-//! node serves calls meanwhile) and announces this node every
-//! [`HEARTBEAT`], and at once when it starts draining.
+//! node's id, epoch and addresses, whether it drains, its [`Directory`]
+//! once connected, the slot it gave each other node (whose shards are
+//! `ShardId::remote(slot, i)` here) and the relay table last sent to the
+//! shards. [`run`], the control thread's task that connects (retrying in
+//! the background while NATS cannot be reached: the node serves calls
+//! meanwhile) and announces this node every [`HEARTBEAT`], and at once when
+//! it starts draining; `exchange_members`, which publishes this node's
+//! members ([`members`]) and puts the others' into the room directory, and
+//! takes a node's members out when the directory's view loses it (never
+//! because NATS went quiet).
 //!
 //! **What it must not touch.** It runs on the control thread only and is
-//! never on the packet path (docs/design.md): no shard knows it exists. It
-//! decides where a refused join goes; whether a join is refused is the
-//! room directory's admission control. Media does not cross nodes yet: a
-//! redirected join lands in the other node's room of that name, which is a
-//! room of its own (docs/operations.md, "Running a cluster").
+//! never on the packet path (docs/design.md): the shards learn of other
+//! nodes only as rosters (members on remote shards) and a relay table
+//! ([`ShardCommand::Relay`]). It decides where a refused join goes; whether
+//! a join is refused is the room directory's admission control.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

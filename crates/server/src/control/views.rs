@@ -305,6 +305,8 @@ pub struct NodeOut {
     pub rooms: Vec<String>,
     /// Milliseconds since this node last heard of it.
     pub last_seen_ms: u64,
+    /// Its shards (shard `i`'s relay socket: `relay_addr`'s port + `i`).
+    pub shards: u32,
 }
 
 /// `/api/v1/cluster`: this node and its view of the cluster. None without
@@ -342,6 +344,7 @@ pub fn cluster(st: &State) -> Option<ClusterOut> {
                 draining: r.draining,
                 rooms: r.rooms,
                 last_seen_ms: u64::try_from(age.as_millis()).unwrap_or(u64::MAX),
+                shards: r.shards,
             })
             .collect(),
         links: st.relay_links(),
