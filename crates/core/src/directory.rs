@@ -32,7 +32,7 @@ use str0m::media::Mid;
 
 use crate::ids::{ParticipantId, RoomId, ShardId};
 use crate::offer::{MediaLine, OfferError, VideoCodec};
-use crate::room::{MemberInfo, RoomUpdate, TrackState, state_of};
+use crate::room::{Departed, MemberInfo, RoomUpdate, TrackState, state_of};
 
 /// How a participant joined: the API it must be addressed through.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -327,6 +327,8 @@ pub enum Admission {
 #[derive(Debug)]
 pub struct Departure {
     pub id: ParticipantId,
+    /// Its display name (the `left` event names it).
+    pub name: String,
     pub room: String,
     /// The shard that hosted it.
     pub shard: ShardId,
@@ -424,7 +426,25 @@ impl Directory {
         &mut self,
         node: usize,
         rooms: Vec<(String, Vec<MemberInfo>)>,
+        reason: &'static str,
     ) -> Vec<(RoomUpdate, Vec<ShardId>)> {
+        // Who is gone, per room (the `left` events of the rosters below).
+        let mut gone: BTreeMap<String, Vec<Departed>> = BTreeMap::new();
+        for (room, nodes) in &self.remote {
+            let Some(before) = nodes.get(&node) else {
+                continue;
+            };
+            let after = rooms.iter().find(|(r, _)| r == room).map(|(_, m)| m);
+            for m in before {
+                if after.is_none_or(|a| a.iter().all(|x| x.id != m.id)) {
+                    gone.entry(room.clone()).or_default().push(Departed {
+                        id: m.id,
+                        name: m.name.clone(),
+                        reason,
+                    });
+                }
+            }
+        }
         let mut changed: Vec<String> = Vec::new();
         let mut incoming: BTreeMap<String, Vec<MemberInfo>> = BTreeMap::new();
         for (room, members) in rooms {
@@ -450,7 +470,9 @@ impl Directory {
             .into_iter()
             .filter_map(|room| {
                 let shards = self.rooms.get(&room)?.shards();
-                Some((self.roster(&room)?, shards))
+                let mut roster = self.roster(&room)?;
+                roster.departed = gone.remove(&room).unwrap_or_default();
+                Some((roster, shards))
             })
             .collect()
     }
@@ -824,6 +846,7 @@ impl Directory {
         };
         Ok(Departure {
             id,
+            name: m.name.clone(),
             room,
             shard: m.shard,
             roster,
@@ -994,6 +1017,7 @@ impl Directory {
                 // common clock to order by).
                 .chain(self.remote_members(room).map(|(_, m)| m.clone()))
                 .collect(),
+            departed: Vec::new(),
         })
     }
 
@@ -1100,7 +1124,7 @@ mod tests {
             viewer: false,
             states: Vec::new(),
         };
-        let updates = rooms.set_remote_node(4, vec![("r".into(), vec![bob.clone()])]);
+        let updates = rooms.set_remote_node(4, vec![("r".into(), vec![bob.clone()])], "left");
         assert_eq!(updates.len(), 1);
         let (roster, shards) = &updates[0];
         assert_eq!(shards, &vec![ShardId(shard_of(&rooms, a.id))]);
@@ -1110,7 +1134,7 @@ mod tests {
         // is kept for a later join, with no roster to send.
         assert!(
             rooms
-                .set_remote_node(4, vec![("r".into(), vec![bob.clone()])])
+                .set_remote_node(4, vec![("r".into(), vec![bob.clone()])], "left")
                 .is_empty()
         );
         assert!(
@@ -1120,7 +1144,8 @@ mod tests {
                     vec![
                         ("r".into(), vec![bob.clone()]),
                         ("s".into(), vec![bob.clone()])
-                    ]
+                    ],
+                    "left"
                 )
                 .is_empty()
         );
@@ -1132,9 +1157,17 @@ mod tests {
             vec![a.id]
         );
         // The node is gone: its members leave the roster.
-        let updates = rooms.set_remote_node(4, Vec::new());
+        let updates = rooms.set_remote_node(4, Vec::new(), "node_lost");
         assert_eq!(updates.len(), 1);
         assert_eq!(updates[0].0.members.len(), 1);
+        assert_eq!(
+            updates[0].0.departed,
+            vec![Departed {
+                id: bob.id,
+                name: "bob".into(),
+                reason: "node_lost"
+            }]
+        );
         assert_eq!(rooms.remote_members("s").count(), 0);
     }
 

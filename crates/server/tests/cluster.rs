@@ -596,6 +596,26 @@ fn a_room_spans_two_nodes_and_a_killed_node_leaves_it() {
         "alice still sees b's members 4 s after SIGKILL: {:?}",
         roster_names(&s)
     );
+    // Each of them left with a reason: their node is lost.
+    let mut left: Vec<(String, String)> = s
+        .events
+        .iter()
+        .filter(|e| e["type"] == "left")
+        .map(|e| {
+            (
+                e["name"].as_str().unwrap_or("").to_owned(),
+                e["reason"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect();
+    left.sort();
+    assert_eq!(
+        left,
+        [
+            ("bob".to_owned(), "node_lost".to_owned()),
+            ("carol".to_owned(), "node_lost".to_owned())
+        ]
+    );
     drop(bob);
     drop(carol);
     alice.leave().expect("leave");

@@ -429,10 +429,27 @@ impl Engine {
             .entry(id)
             .or_insert_with(|| RoomView::new(id, update.name.clone()));
         let before = view.track_states();
+        // Who left, and why.
+        let left: Vec<RoomEvent> = update
+            .departed
+            .iter()
+            .map(|d| RoomEvent::Left {
+                participant: d.id.to_string(),
+                name: d.name.clone(),
+                reason: d.reason,
+            })
+            .collect();
         let changed = view.apply(update, shard);
         if view.local.is_empty() {
             self.rooms.remove(&id);
             return;
+        }
+        if !left.is_empty() {
+            for to in view.local.clone() {
+                for ev in &left {
+                    self.send_event(now, to, ev);
+                }
+            }
         }
         if changed {
             self.room_changed(now, id);

@@ -232,7 +232,7 @@ impl State {
                         reason: corelay_core::LeaveReason::Draining,
                     });
                 }
-                self.departed(d);
+                self.departed(d, "node_draining");
             }
         }
         if n > 0 {
@@ -348,7 +348,7 @@ impl State {
                 (r.room, ms)
             })
             .collect();
-        let updates = self.rooms.set_remote_node(slot, rooms);
+        let updates = self.rooms.set_remote_node(slot, rooms, "left");
         self.refresh_relay();
         for (roster, shards) in updates {
             self.broadcast(&roster, &shards);
@@ -365,7 +365,7 @@ impl State {
             node.heard.remove(node_id);
             if let Some(slot) = node.slots.get(node_id).copied() {
                 tracing::info!(node = %node_id, ?reason, "cluster: node gone, its members leave their rooms");
-                let updates = self.rooms.set_remote_node(slot, Vec::new());
+                let updates = self.rooms.set_remote_node(slot, Vec::new(), "node_lost");
                 for (roster, shards) in updates {
                     self.broadcast(&roster, &shards);
                 }

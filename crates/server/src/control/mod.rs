@@ -217,21 +217,26 @@ impl State {
                 reason: LeaveReason::Removed,
             });
         }
-        self.departed(d);
+        self.departed(d, "left");
         Ok(())
     }
 
     /// Tells the shards of a departure's room, and forgets its figures.
-    fn departed(&mut self, d: Departure) {
+    fn departed(&mut self, d: Departure, reason: &'static str) {
         self.members_changed();
         self.detail.remove(&d.id);
         self.diagnoses.left(d.id, &d.room);
         let Departure {
-            id, room, roster, ..
+            id,
+            name,
+            room,
+            roster,
+            ..
         } = d;
         match roster {
             None => tracing::info!(participant = %id, room, "left; room closed"),
-            Some((roster, shards)) => {
+            Some((mut roster, shards)) => {
+                roster.departed = vec![corelay_core::room::Departed { id, name, reason }];
                 self.broadcast(&roster, &shards);
                 tracing::info!(participant = %id, room, "left");
             }
@@ -258,7 +263,7 @@ impl State {
                 // Its participants' calls ended with it: they leave their
                 // rooms (their shard is not told, it is gone).
                 for d in self.rooms.shard_failed(shard, reason) {
-                    self.departed(d);
+                    self.departed(d, "shard_failed");
                 }
             }
             ToControl::Report(mut r) => {
@@ -305,7 +310,7 @@ impl State {
                 } else {
                     tracing::warn!(participant = %id, room, reason = reason.as_str(), "removed by its shard: {detail}");
                 }
-                self.departed(d);
+                self.departed(d, reason.as_str());
             }
             ToControl::Event(ShardEvent::Connected { id }) => {
                 tracing::debug!(participant = %id, "connected");
