@@ -55,6 +55,10 @@ pub struct Member {
     /// A receive-only viewer.
     #[serde(default)]
     pub viewer: bool,
+    /// Who it is (its token's `sub`; its id without authentication): one
+    /// seat per identity holds across nodes.
+    #[serde(default)]
+    pub identity: String,
 }
 
 /// One of its published tracks.
@@ -140,6 +144,7 @@ mod tests {
                         paused: false,
                     }],
                     viewer: false,
+                    identity: "alice".into(),
                 }],
             }],
         };

@@ -379,6 +379,8 @@ pub struct Directory {
     /// slot (as the node last said: [`Directory::set_remote_node`]). Their
     /// shards are [`ShardId::remote`] ids.
     remote: BTreeMap<String, BTreeMap<usize, Vec<MemberInfo>>>,
+    /// The identity of each member on another node, when its node said.
+    remote_identity: HashMap<ParticipantId, String>,
     admission_refusals: u64,
 }
 
@@ -391,6 +393,7 @@ impl Directory {
             where_is: HashMap::new(),
             room_key: (0, 0),
             remote: BTreeMap::new(),
+            remote_identity: HashMap::new(),
             admission_refusals: 0,
         }
     }
@@ -459,6 +462,13 @@ impl Directory {
             }
         }
         self.remote.retain(|_, nodes| !nodes.is_empty());
+        let listed: std::collections::HashSet<ParticipantId> = self
+            .remote
+            .values()
+            .flat_map(|nodes| nodes.values().flatten().map(|m| m.id))
+            .chain(incoming.values().flatten().map(|m| m.id))
+            .collect();
+        self.remote_identity.retain(|id, _| listed.contains(id));
         for (room, members) in incoming {
             let nodes = self.remote.entry(room.clone()).or_default();
             if nodes.get(&node) != Some(&members) {
@@ -477,14 +487,37 @@ impl Directory {
             .collect()
     }
 
+    /// The identities (token `sub`s) of members on other nodes, as their
+    /// nodes said; a member whose identity holds a seat here too is not
+    /// listed (it moved here, and its old node has not let it go yet).
+    pub fn set_remote_identities(&mut self, node: usize, ids: Vec<(ParticipantId, String)>) {
+        let mine: std::collections::HashSet<ParticipantId> = self
+            .remote
+            .values()
+            .filter_map(|nodes| nodes.get(&node))
+            .flatten()
+            .map(|m| m.id)
+            .collect();
+        self.remote_identity.retain(|id, _| !mine.contains(id));
+        self.remote_identity.extend(ids);
+    }
+
     /// The members of rooms here that are on other nodes, with the slot of
-    /// their node.
+    /// their node; but one whose identity a member here holds (one seat
+    /// per identity: the one here is the newer).
     pub fn remote_members(&self, room: &str) -> impl Iterator<Item = (usize, &MemberInfo)> {
+        let here = self.rooms.get(room);
         self.remote
             .get(room)
             .into_iter()
             .flat_map(|nodes| nodes.iter())
             .flat_map(|(node, members)| members.iter().map(move |m| (*node, m)))
+            .filter(move |(_, m)| {
+                let Some(identity) = self.remote_identity.get(&m.id) else {
+                    return true;
+                };
+                here.is_none_or(|r| r.members.iter().all(|l| l.identity != *identity))
+            })
     }
 
     /// This node's members, by room, as another node's directory takes
@@ -1149,6 +1182,25 @@ mod tests {
                 )
                 .is_empty()
         );
+        // bob moves here (same identity): the one on the other node, not
+        // let go yet, is not listed twice.
+        rooms.set_remote_identities(4, vec![(bob.id, "bob-sub".into())]);
+        let mut new = new_member("bob");
+        new.identity = Some("bob-sub");
+        let (shard, codec) = rooms.prepare_join("r").unwrap();
+        let new = NewMember {
+            accepted_under: codec,
+            ..new
+        };
+        let Admission::Admitted(b2) = rooms.admit("r", shard, true, new, &mut TestIds).unwrap()
+        else {
+            panic!("not admitted");
+        };
+        let ids: Vec<_> = b2.roster.members.iter().map(|m| m.id).collect();
+        assert_eq!(ids, vec![a.id, b2.id]);
+        assert_eq!(rooms.remote_members("r").count(), 0);
+        rooms.leave(b2.id).unwrap();
+        assert_eq!(rooms.remote_members("r").count(), 1);
         // Its own members only, for the other nodes.
         let mine = rooms.local_members();
         assert_eq!(mine.len(), 1);

@@ -735,3 +735,51 @@ fn calls_across_nodes_outlive_a_lost_nats_and_the_view_heals() {
     all_see(&[&a, &b], &["a", "b"]);
     assert_eq!(roster_names(&alice.snapshot()), ["alice", "bob"]);
 }
+
+#[test]
+fn one_seat_per_identity_holds_across_nodes_when_a_participant_moves() {
+    let Some(nats) = Cluster::start("identity") else {
+        return;
+    };
+    let a = nats.node("a", &["--auth-secret", AUTH_SECRET]);
+    let b = nats.node("b", &["--auth-secret", AUTH_SECRET]);
+    let admin = format!("Bearer {}", token(json!({"sub": "ops", "admin": true})));
+    for s in [&a, &b] {
+        let took = within(SEE, || {
+            let (_, _, body) =
+                s.request("GET", "/api/v1/cluster", &[("authorization", &admin)], "");
+            serde_json::from_str::<Value>(&body)
+                .ok()
+                .and_then(|v| v["nodes"].as_array().map(Vec::len))
+                == Some(2)
+        });
+        assert!(took.is_some(), "{} does not see both nodes", s.base());
+    }
+    let as_who = |server: &Server, sub: &str| {
+        join_with(server, "w", sub, |spec| {
+            spec.token = Some(token(json!({"sub": sub, "room": "w"})));
+        })
+    };
+    let alice = as_who(&a, "alice");
+    let bob = as_who(&b, "bob");
+    let (ok, s) = bob.wait_until(Duration::from_secs(20), |s| {
+        video_sources(s, 10) == names(&["alice"])
+    });
+    assert!(ok, "bob did not get alice: {:#?}", s.slots);
+    // alice moves to b with the same token while a still lists her (as a
+    // client does whose node it believes gone): b's room has one alice.
+    let again = as_who(&b, "alice");
+    let (ok, s) = bob.wait_until(Duration::from_secs(10), |s| {
+        video_sources(s, 10).contains(&"alice".to_owned()) && roster_names(s) == ["alice", "bob"]
+    });
+    assert!(ok, "bob's roster after the move: {:?}", roster_names(&s));
+    let (_, _, body) = b.request("GET", "/api/v1/rooms/w", &[("authorization", &admin)], "");
+    let room = json_of(&body);
+    assert_eq!(
+        room["participants"].as_array().map(Vec::len),
+        Some(2),
+        "{room}"
+    );
+    drop(alice);
+    drop(again);
+}

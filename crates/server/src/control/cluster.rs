@@ -296,6 +296,12 @@ impl State {
     /// This node's members for the others ([`members`]).
     fn member_snapshot(&mut self) -> Option<Snapshot> {
         let rooms = self.rooms.local_members();
+        let identities: HashMap<corelay_core::ParticipantId, String> = self
+            .rooms
+            .rooms()
+            .flat_map(|(_, r)| r.members.iter())
+            .map(|m| (m.id, m.identity.clone()))
+            .collect();
         let node = self.cluster.as_mut()?;
         node.seq += 1;
         Some(Snapshot {
@@ -306,7 +312,16 @@ impl State {
                 .into_iter()
                 .map(|(room, ms)| members::RoomMembers {
                     room,
-                    members: ms.into_iter().map(member_out).collect(),
+                    members: ms
+                        .into_iter()
+                        .map(|m| {
+                            let identity = identities.get(&m.id).cloned().unwrap_or_default();
+                            members::Member {
+                                identity,
+                                ..member_out(m)
+                            }
+                        })
+                        .collect(),
                 })
                 .collect(),
         })
@@ -336,6 +351,15 @@ impl State {
         let Some(slot) = node.slot(&snapshot.node_id) else {
             return;
         };
+        let identities = snapshot
+            .rooms
+            .iter()
+            .flat_map(|r| r.members.iter())
+            .filter(|m| !m.identity.is_empty())
+            .take(MAX_REMOTE_MEMBERS)
+            .map(|m| (corelay_core::ParticipantId(m.id), m.identity.clone()))
+            .collect();
+        self.rooms.set_remote_identities(slot, identities);
         let rooms = snapshot
             .rooms
             .into_iter()
@@ -446,6 +470,7 @@ fn member_out(m: MemberInfo) -> members::Member {
             })
             .collect(),
         viewer: m.viewer,
+        identity: String::new(),
     }
 }
 
@@ -580,6 +605,8 @@ pub async fn run(state: Shared, url: String, node_id: String, wake: Arc<Notify>)
 /// The most tracks taken of one member of another node (an offer has at
 /// most `--max-mlines` m-lines; this bounds what a snapshot makes us hold).
 const MAX_REMOTE_TRACKS: usize = 64;
+/// The most identities taken from one snapshot (a node's members).
+const MAX_REMOTE_MEMBERS: usize = 1 << 20;
 
 /// How often this node's members are published whole, changed or not.
 const MEMBERS_EVERY: Duration = Duration::from_secs(1);
