@@ -507,6 +507,27 @@ fn a_room_spans_two_nodes_and_a_killed_node_leaves_it() {
             "{who}'s roster"
         );
     }
+    // A message from alice reaches bob and carol on the other node, in
+    // order, with her identity.
+    for i in 0..5 {
+        alice.send_event(&format!(
+            r#"{{"type":"message","to":null,"topic":"chat","payload":{{"n":{i}}}}}"#
+        ));
+    }
+    for (who, p) in [("bob", &bob), ("carol", &carol)] {
+        let (ok, s) = p.wait_until(Duration::from_secs(5), |s| {
+            s.events.iter().filter(|e| e["type"] == "message").count() >= 5
+        });
+        assert!(ok, "{who} did not get alice's 5 messages");
+        let got: Vec<(Value, Value)> = s
+            .events
+            .iter()
+            .filter(|e| e["type"] == "message")
+            .map(|e| (e["name"].clone(), e["payload"]["n"].clone()))
+            .collect();
+        let want: Vec<(Value, Value)> = (0..5).map(|i| (json!("alice"), json!(i))).collect();
+        assert_eq!(got, want, "{who}'s messages");
+    }
     // The room, as either node shows it, has all three, each with its node.
     let room = a.get_json("/api/v1/rooms/x");
     let mut seen_from_a: Vec<(String, Option<String>)> = room["participants"]
