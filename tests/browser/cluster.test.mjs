@@ -49,7 +49,7 @@ import {
 // on two shared cores, so the heal is asserted at HEAL_LIMIT_MS and the
 // measured time printed, to compare with the 5 s.
 const ROSTER_LIMIT_MS = 3000;
-const HEAL_LIMIT_MS = Number(process.env.CORELAY_HEAL_LIMIT_MS || 15000);
+const HEAL_LIMIT_MS = Number(process.env.CORELAY_HEAL_LIMIT_MS || 8000);
 const NATS_DOWN_MS = 10000;
 
 const P = process.pid;
