@@ -541,10 +541,20 @@ describe('cluster: three nodes in namespaces of their own, one room across them,
     const whole = await allSee(['a', 'b', 'c'], 20000);
     timings.nats_reconciled_ms = whole;
     console.log(`NATS restarted: every node lists a, b, c (connected) after ${whole} ms`);
-    // The room is whole too: every node's room view lists the two once.
+    // The room is whole too, nothing duplicated, no one orphaned: every
+    // node's room view lists Alice and Bob once each.
     for (const n of NODES) {
-      const r = await getJson(`${n.base}/api/v1/rooms/${encodeURIComponent(room)}`).catch(() => null);
-      if (r) console.log(`node ${n.id}'s room view: ${r.participants.map((p) => p.name).sort().join(', ')}`);
+      const t1 = Date.now();
+      let names = null;
+      while (Date.now() - t1 < 5000) {
+        const r = await getJson(`${n.base}/api/v1/rooms/${encodeURIComponent(room)}`).catch(() => null);
+        names = r ? r.participants.map((p) => `${p.name}@${p.node ?? n.id}`).sort() : null;
+        if (names && names.length === 2 && names[0].startsWith('Alice@') && names[1].startsWith('Bob@')) break;
+        await sleep(200);
+      }
+      console.log(`node ${n.id}'s room view: ${JSON.stringify(names)}`);
+      assert.ok(names && names.length === 2 && names[0].startsWith('Alice@') && names[1].startsWith('Bob@'),
+        `node ${n.id}'s room view is not Alice and Bob once each: ${JSON.stringify(names)}`);
     }
     await bothDecode('after NATS came back');
   });
