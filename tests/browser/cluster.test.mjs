@@ -12,7 +12,8 @@
 //      cluster; then nats-server is stopped for 10 s: the call goes on
 //      (frames and audio packets keep arriving every second) and, once it is
 //      restarted on the same port and store, every node's GET
-//      /api/v1/cluster lists the three nodes again, connected.
+//      /api/v1/cluster lists the three nodes again, connected, and every
+//      node's room view lists Alice and Bob once each.
 //
 // The network: every node runs in a network namespace of its own, made by
 // `unshare -n` around the node's process (not `ip netns add`): the
