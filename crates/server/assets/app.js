@@ -455,12 +455,17 @@ onrtctransform = (ev) => {
       }
     }
 
-    async leave() {
+    // `server: false`: the node is known to be gone; do not wait on a
+    // DELETE it cannot answer. Otherwise the DELETE waits at most 2 s (a
+    // node that dies as the page leaves must not hold the page).
+    async leave({ server = true } = {}) {
       const loc = this.location;
       this.setState('left');
       this.location = null;
-      if (loc) {
-        try { await fetch(loc, { method: 'DELETE', headers: this.headers() }); } catch (err) { console.warn('corelay: DELETE failed', err); }
+      if (loc && server) {
+        try {
+          await fetch(loc, { method: 'DELETE', headers: this.headers(), signal: AbortSignal.timeout(2000) });
+        } catch (err) { console.warn('corelay: DELETE failed', err); }
       }
       if (this.dc) try { this.dc.close(); } catch { /* ignore */ }
       if (this.pc) this.pc.close();
@@ -1051,16 +1056,42 @@ onrtctransform = (ev) => {
     });
     // In a cluster: a connection that stops answering may be a node that
     // died. If the node does not answer HTTP either, move to the next one
-    // at once (not after ICE's failure timeout, tens of seconds).
-    session.addEventListener('connection', async (e) => {
-      const s = session;
-      if (e.detail !== 'disconnected' || !s?.nodes?.length) return;
+    // at once (not after ICE's failure timeout, tens of seconds), without
+    // waiting on a DELETE the dead node cannot answer.
+    let probing = false;
+    const probeNode = async (s) => {
+      if (probing || !s?.nodes?.length) return;
+      probing = true;
       const alive = await fetch('/healthz', { signal: AbortSignal.timeout(1000) }).then(() => true, () => false);
+      probing = false;
       if (alive || session !== s) return;
       setStatus('this node is not answering: moving to another…');
-      await leave();
+      await leave({ server: false });
       moveTo(s.nodes[0], s.nodes);
+    };
+    session.addEventListener('connection', (e) => {
+      if (e.detail === 'disconnected') probeNode(session);
     });
+    // Chromium calls a connection `disconnected` only ~5 s after its node
+    // went silent. A connected node sends something many times a second
+    // (media, RTCP feedback to a publisher), so 1.5 s without a byte is
+    // reason enough to ask the node's HTTP whether it is still there.
+    const watched = session;
+    let lastBytes = -1;
+    let quietSince = Date.now();
+    const watchdog = setInterval(async () => {
+      if (session !== watched) { clearInterval(watchdog); return; }
+      if (!watched.nodes?.length || watched.pc?.connectionState !== 'connected') return;
+      let bytes = 0;
+      try {
+        (await watched.pc.getStats()).forEach((r) => { if (r.type === 'candidate-pair') bytes += r.bytesReceived || 0; });
+      } catch { return; } // closed meanwhile
+      if (bytes !== lastBytes) { lastBytes = bytes; quietSince = Date.now(); return; }
+      if (Date.now() - quietSince >= 1500) {
+        quietSince = Date.now(); // one probe per 1.5 s of silence
+        probeNode(watched);
+      }
+    }, 250);
     session.addEventListener('roster', renderRoster);
     session.addEventListener('message', onChatMessage);
     session.addEventListener('error', onServerError);
@@ -1119,12 +1150,12 @@ onrtctransform = (ev) => {
     }
   }
 
-  async function leave() {
+  async function leave(opts) {
     if (!session) return;
     const s = session;
     session = null;
     grid.clear();
-    await s.leave();
+    await s.leave(opts);
     $('roster').hidden = true;
     $('chat').hidden = true;
     $('chat-log').replaceChildren();
@@ -1151,7 +1182,7 @@ onrtctransform = (ev) => {
 
   form.addEventListener('submit', join);
   $('chat-form').addEventListener('submit', sendChat);
-  $('leave').addEventListener('click', leave);
+  $('leave').addEventListener('click', () => leave());
   $('mute-audio').addEventListener('click', (e) => toggleMute(e.currentTarget, 'audio', 'Mute mic', 'Unmute mic'));
   $('mute-video').addEventListener('click', (e) => toggleMute(e.currentTarget, 'video', 'Stop camera', 'Start camera'));
   $('toggle-stats').addEventListener('click', (e) => {
