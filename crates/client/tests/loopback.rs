@@ -154,6 +154,7 @@ fn media_loop(udp: UdpSocket, rx: Receiver<Msg>, stop: Arc<AtomicBool>) {
         room,
         name: "r".into(),
         members: members.to_vec(),
+        departed: Vec::new(),
     };
     let mut buf = vec![0u8; 2000];
     while !stop.load(Ordering::Relaxed) {

@@ -77,6 +77,13 @@ pub struct NodeRecord {
     /// The rooms it holds members of.
     #[serde(default)]
     pub rooms: Vec<String>,
+    /// Its shards: shard `i`'s relay socket is at `relay_addr`'s port + `i`.
+    #[serde(default = "one")]
+    pub shards: u32,
+}
+
+fn one() -> u32 {
+    1
 }
 
 impl NodeRecord {
@@ -417,6 +424,7 @@ impl Shared {
 /// [`Directory::leave`] removes it at once).
 pub struct Directory {
     node_id: String,
+    client: async_nats::Client,
     config: Config,
     shared: Arc<Shared>,
     task: JoinHandle<()>,
@@ -503,7 +511,7 @@ impl Directory {
         });
         let task = tokio::spawn(run(
             Arc::clone(&shared),
-            client,
+            client.clone(),
             js,
             store,
             config.clone(),
@@ -511,10 +519,17 @@ impl Directory {
         ));
         Ok(Self {
             node_id: node_id.to_owned(),
+            client: client.clone(),
             config,
             shared,
             task,
         })
+    }
+
+    /// The connection to NATS, for the cluster's subjects
+    /// ([`crate::members`]).
+    pub fn client(&self) -> &async_nats::Client {
+        &self.client
     }
 
     /// This node's id.
@@ -890,6 +905,7 @@ mod tests {
             capacity_left,
             draining: false,
             rooms: vec!["r".to_owned()],
+            shards: 1,
         }
     }
 

@@ -71,6 +71,7 @@ const WINDOW_WORDS: usize = (REPLAY_WINDOW / 64) as usize;
 const HKDF_SALT: &[u8] = b"corelay relay v1";
 const HKDF_LABEL: &[u8] = b"corelay relay key";
 const TAG_LABEL: &[u8] = b"corelay relay sender tag v1\0";
+const ROOM_KEY_LABEL: &[u8] = b"corelay room id key v1";
 
 /// The secret every node of a cluster shares (read from
 /// `--cluster-secret-file`). Its bytes never appear in `Debug` or in an
@@ -129,6 +130,30 @@ impl ClusterSecret {
         }
         bytes.truncate(kept);
         Self::from_bytes(bytes)
+    }
+
+    /// The key every node of the cluster names rooms with (a room's id is
+    /// a keyed hash of its name, the same on every node): HKDF of the
+    /// secret under its own label, so it says nothing of the relay keys.
+    pub fn room_key(&self) -> (u64, u64) {
+        struct Len16;
+        impl hkdf::KeyType for Len16 {
+            fn len(&self) -> usize {
+                16
+            }
+        }
+        let mut out = [0u8; 16];
+        let filled = self
+            .prk()
+            .expand(&[ROOM_KEY_LABEL], Len16)
+            .and_then(|okm| okm.fill(&mut out));
+        if filled.is_err() {
+            // HKDF-SHA256 gives 16 bytes for any label; never reached.
+            return (0, 0);
+        }
+        let (a, b) = out.split_at(8);
+        let word = |x: &[u8]| x.iter().fold(0u64, |w, byte| (w << 8) | u64::from(*byte));
+        (word(a), word(b))
     }
 
     fn prk(&self) -> hkdf::Prk {

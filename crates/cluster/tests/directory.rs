@@ -23,6 +23,7 @@ fn record(node_id: &str, participants: u32) -> NodeRecord {
         capacity_left: 100,
         draining: false,
         rooms: vec!["room-1".to_owned()],
+        shards: 1,
     }
 }
 

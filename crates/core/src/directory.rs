@@ -32,7 +32,7 @@ use str0m::media::Mid;
 
 use crate::ids::{ParticipantId, RoomId, ShardId};
 use crate::offer::{MediaLine, OfferError, VideoCodec};
-use crate::room::{MemberInfo, RoomUpdate, TrackState, state_of};
+use crate::room::{Departed, MemberInfo, RoomUpdate, TrackState, state_of};
 
 /// How a participant joined: the API it must be addressed through.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -337,6 +337,8 @@ pub enum Admission {
 #[derive(Debug)]
 pub struct Departure {
     pub id: ParticipantId,
+    /// Its display name (the `left` event names it).
+    pub name: String,
     pub room: String,
     /// The shard that hosted it.
     pub shard: ShardId,
@@ -381,7 +383,14 @@ pub struct Directory {
     shards: Vec<ShardLoad>,
     rooms: BTreeMap<String, Room>,
     where_is: HashMap<ParticipantId, String>,
-    next_room: u64,
+    /// The key of the hash that names rooms ([`Directory::room_id`]).
+    room_key: (u64, u64),
+    /// Members on other nodes of the cluster, by room, then by the node's
+    /// slot (as the node last said: [`Directory::set_remote_node`]). Their
+    /// shards are [`ShardId::remote`] ids.
+    remote: BTreeMap<String, BTreeMap<usize, Vec<MemberInfo>>>,
+    /// The identity of each member on another node, when its node said.
+    remote_identity: HashMap<ParticipantId, String>,
     admission_refusals: u64,
 }
 
@@ -392,9 +401,147 @@ impl Directory {
             shards: vec![ShardLoad::default(); shards],
             rooms: BTreeMap::new(),
             where_is: HashMap::new(),
-            next_room: 0,
+            room_key: (0, 0),
+            remote: BTreeMap::new(),
+            remote_identity: HashMap::new(),
             admission_refusals: 0,
         }
+    }
+
+    /// Sets the key rooms are named with. Every node of a cluster uses the
+    /// same (from the cluster secret), so that a room has one id on all of
+    /// them and a packet of it crosses nodes under that id; a lone server
+    /// draws one. Set it before the first join.
+    pub fn set_room_key(&mut self, key: (u64, u64)) {
+        self.room_key = key;
+    }
+
+    /// The id of the room `name`: a keyed 64-bit hash of its name (SipHash,
+    /// so that nobody without the key can make two names collide; a
+    /// collision with an open room is refused anyway, in
+    /// [`Directory::admit`]).
+    pub fn room_id(&self, name: &str) -> RoomId {
+        use std::hash::Hasher;
+        #[allow(
+            deprecated,
+            reason = "std's SipHash-2-4 with our keys; the deprecation points at a crate for the same function"
+        )]
+        let mut h = std::hash::SipHasher::new_with_keys(self.room_key.0, self.room_key.1);
+        h.write(name.as_bytes());
+        RoomId(h.finish())
+    }
+
+    /// Replaces what this directory knows of the node in slot `node`: its
+    /// members, by room (an empty list: it has none, or it is gone). Returns
+    /// the new roster of each room here whose members it changed, with the
+    /// shards to send it to.
+    pub fn set_remote_node(
+        &mut self,
+        node: usize,
+        rooms: Vec<(String, Vec<MemberInfo>)>,
+        reason: &'static str,
+    ) -> Vec<(RoomUpdate, Vec<ShardId>)> {
+        // Who is gone, per room (the `left` events of the rosters below).
+        let mut gone: BTreeMap<String, Vec<Departed>> = BTreeMap::new();
+        for (room, nodes) in &self.remote {
+            let Some(before) = nodes.get(&node) else {
+                continue;
+            };
+            let after = rooms.iter().find(|(r, _)| r == room).map(|(_, m)| m);
+            for m in before {
+                if after.is_none_or(|a| a.iter().all(|x| x.id != m.id)) {
+                    gone.entry(room.clone()).or_default().push(Departed {
+                        id: m.id,
+                        name: m.name.clone(),
+                        reason,
+                    });
+                }
+            }
+        }
+        let mut changed: Vec<String> = Vec::new();
+        let mut incoming: BTreeMap<String, Vec<MemberInfo>> = BTreeMap::new();
+        for (room, members) in rooms {
+            if !members.is_empty() {
+                incoming.entry(room).or_default().extend(members);
+            }
+        }
+        // Rooms it left.
+        for (room, nodes) in self.remote.iter_mut() {
+            if !incoming.contains_key(room) && nodes.remove(&node).is_some() {
+                changed.push(room.clone());
+            }
+        }
+        self.remote.retain(|_, nodes| !nodes.is_empty());
+        let listed: std::collections::HashSet<ParticipantId> = self
+            .remote
+            .values()
+            .flat_map(|nodes| nodes.values().flatten().map(|m| m.id))
+            .chain(incoming.values().flatten().map(|m| m.id))
+            .collect();
+        self.remote_identity.retain(|id, _| listed.contains(id));
+        for (room, members) in incoming {
+            let nodes = self.remote.entry(room.clone()).or_default();
+            if nodes.get(&node) != Some(&members) {
+                nodes.insert(node, members);
+                changed.push(room);
+            }
+        }
+        changed
+            .into_iter()
+            .filter_map(|room| {
+                let shards = self.rooms.get(&room)?.shards();
+                let mut roster = self.roster(&room)?;
+                roster.departed = gone.remove(&room).unwrap_or_default();
+                Some((roster, shards))
+            })
+            .collect()
+    }
+
+    /// The identities (token `sub`s) of members on other nodes, as their
+    /// nodes said; a member whose identity holds a seat here too is not
+    /// listed (it moved here, and its old node has not let it go yet).
+    pub fn set_remote_identities(&mut self, node: usize, ids: Vec<(ParticipantId, String)>) {
+        let mine: std::collections::HashSet<ParticipantId> = self
+            .remote
+            .values()
+            .filter_map(|nodes| nodes.get(&node))
+            .flatten()
+            .map(|m| m.id)
+            .collect();
+        self.remote_identity.retain(|id, _| !mine.contains(id));
+        self.remote_identity.extend(ids);
+    }
+
+    /// The members of rooms here that are on other nodes, with the slot of
+    /// their node; but one whose identity a member here holds (one seat
+    /// per identity: the one here is the newer).
+    pub fn remote_members(&self, room: &str) -> impl Iterator<Item = (usize, &MemberInfo)> {
+        let here = self.rooms.get(room);
+        self.remote
+            .get(room)
+            .into_iter()
+            .flat_map(|nodes| nodes.iter())
+            .flat_map(|(node, members)| members.iter().map(move |m| (*node, m)))
+            .filter(move |(_, m)| {
+                let Some(identity) = self.remote_identity.get(&m.id) else {
+                    return true;
+                };
+                here.is_none_or(|r| r.members.iter().all(|l| l.identity != *identity))
+            })
+    }
+
+    /// This node's members, by room, as another node's directory takes
+    /// them ([`Directory::set_remote_node`], their shards made remote ids
+    /// there).
+    pub fn local_members(&self) -> Vec<(String, Vec<MemberInfo>)> {
+        self.rooms
+            .keys()
+            .filter_map(|name| {
+                let mut update = self.roster(name)?;
+                update.members.retain(|m| !m.shard.is_remote());
+                Some((name.clone(), update.members))
+            })
+            .collect()
     }
 
     pub fn shard_count(&self) -> usize {
@@ -654,15 +801,25 @@ impl Directory {
             })
             .filter(|n| !n.is_empty())
             .unwrap_or_else(|| format!("guest-{:04x}", id.0 & 0xffff));
-        let next_room = &mut self.next_room;
-        let r = self.rooms.entry(room.to_string()).or_insert_with(|| {
-            *next_room += 1;
-            Room {
-                id: RoomId(*next_room),
-                members: Vec::new(),
-                codec: None,
+        if !self.rooms.contains_key(room) {
+            let id = self.room_id(room);
+            if self.rooms.values().any(|r| r.id == id) {
+                // Two names, one hash: never seen, but never merged either.
+                return Err(RoomError::PlacementUnsettled);
             }
-        });
+            self.rooms.insert(
+                room.to_string(),
+                Room {
+                    id,
+                    members: Vec::new(),
+                    codec: None,
+                },
+            );
+        }
+        let r = self
+            .rooms
+            .get_mut(room)
+            .ok_or(RoomError::PlacementUnsettled)?;
         if r.codec.is_none() {
             r.codec = new.room_codec;
         }
@@ -732,6 +889,7 @@ impl Directory {
         };
         Ok(Departure {
             id,
+            name: m.name.clone(),
             room,
             shard: m.shard,
             roster,
@@ -920,7 +1078,12 @@ impl Directory {
                     viewer: m.flavor == Flavor::Whep,
                     states: m.states.clone(),
                 })
+                // Members on other nodes after this node's own (a node
+                // orders its own by join time; across nodes there is no
+                // common clock to order by).
+                .chain(self.remote_members(room).map(|(_, m)| m.clone()))
                 .collect(),
+            departed: Vec::new(),
         })
     }
 
@@ -1005,6 +1168,92 @@ mod tests {
                 Admission::CodecChanged(c) => codec = c,
             }
         }
+    }
+
+    #[test]
+    fn members_on_other_nodes_join_the_roster_and_leave_it_with_their_node() {
+        let mut rooms = Directory::new(limits(), 2);
+        rooms.set_room_key((1, 2));
+        let a = join(&mut rooms, "r", "alice").unwrap();
+        // A room's id is its keyed name: the same on every node with the key.
+        assert_eq!(a.room, rooms.room_id("r"));
+        let mut other = Directory::new(limits(), 2);
+        other.set_room_key((1, 2));
+        assert_eq!(other.room_id("r"), a.room);
+        assert_ne!(rooms.room_id("s"), a.room);
+
+        let bob = MemberInfo {
+            id: ParticipantId(77),
+            name: "bob".into(),
+            shard: ShardId::remote(4, 1).unwrap(),
+            tracks: Vec::new(),
+            viewer: false,
+            states: Vec::new(),
+        };
+        let updates = rooms.set_remote_node(4, vec![("r".into(), vec![bob.clone()])], "left");
+        assert_eq!(updates.len(), 1);
+        let (roster, shards) = &updates[0];
+        assert_eq!(shards, &vec![ShardId(shard_of(&rooms, a.id))]);
+        let ids: Vec<_> = roster.members.iter().map(|m| m.id).collect();
+        assert_eq!(ids, vec![a.id, bob.id]);
+        // The same snapshot again changes nothing; a room with nobody here
+        // is kept for a later join, with no roster to send.
+        assert!(
+            rooms
+                .set_remote_node(4, vec![("r".into(), vec![bob.clone()])], "left")
+                .is_empty()
+        );
+        assert!(
+            rooms
+                .set_remote_node(
+                    4,
+                    vec![
+                        ("r".into(), vec![bob.clone()]),
+                        ("s".into(), vec![bob.clone()])
+                    ],
+                    "left"
+                )
+                .is_empty()
+        );
+        // bob moves here (same identity): the one on the other node, not
+        // let go yet, is not listed twice.
+        rooms.set_remote_identities(4, vec![(bob.id, "bob-sub".into())]);
+        let mut new = new_member("bob");
+        new.identity = Some("bob-sub");
+        let (shard, codec) = rooms.prepare_join("r").unwrap();
+        let new = NewMember {
+            accepted_under: codec,
+            ..new
+        };
+        let Admission::Admitted(b2) = rooms.admit("r", shard, true, new, &mut TestIds).unwrap()
+        else {
+            panic!("not admitted");
+        };
+        let ids: Vec<_> = b2.roster.members.iter().map(|m| m.id).collect();
+        assert_eq!(ids, vec![a.id, b2.id]);
+        assert_eq!(rooms.remote_members("r").count(), 0);
+        rooms.leave(b2.id).unwrap();
+        assert_eq!(rooms.remote_members("r").count(), 1);
+        // Its own members only, for the other nodes.
+        let mine = rooms.local_members();
+        assert_eq!(mine.len(), 1);
+        assert_eq!(
+            mine[0].1.iter().map(|m| m.id).collect::<Vec<_>>(),
+            vec![a.id]
+        );
+        // The node is gone: its members leave the roster.
+        let updates = rooms.set_remote_node(4, Vec::new(), "node_lost");
+        assert_eq!(updates.len(), 1);
+        assert_eq!(updates[0].0.members.len(), 1);
+        assert_eq!(
+            updates[0].0.departed,
+            vec![Departed {
+                id: bob.id,
+                name: "bob".into(),
+                reason: "node_lost"
+            }]
+        );
+        assert_eq!(rooms.remote_members("s").count(), 0);
     }
 
     fn shard_of(rooms: &Directory, id: ParticipantId) -> usize {
@@ -1365,9 +1614,11 @@ mod tests {
         assert_eq!(rooms.room_count(), 0);
         assert_eq!(rooms.participant_count(), 0);
         assert_eq!(rooms.shard_loads()[0].participants, 0);
-        // A new room of that name is a new room.
+        // A new room of that name has the same id (its keyed name) and
+        // nothing of the old one.
         let b = join(&mut rooms, "r", "b").unwrap();
-        assert_ne!(b.room, a.room);
+        assert_eq!(b.room, a.room);
+        assert_eq!(rooms.room("r").map(|r| r.members.len()), Some(1));
     }
 
     #[test]

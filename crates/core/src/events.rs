@@ -53,6 +53,17 @@ pub enum RoomEvent {
     Bye {
         reason: &'static str,
     },
+    /// Another member left the room, and why: `left` (it left, or its
+    /// node's snapshot no longer has it), a leave reason of its shard
+    /// (`ice_disconnected`, `closed`, …), `replaced`, `node_draining` (it
+    /// is moving to another node), `node_lost` (its node left the
+    /// cluster), `shard_failed`. The roster that follows no longer lists
+    /// it.
+    Left {
+        participant: String,
+        name: String,
+        reason: &'static str,
+    },
     /// Dynacast, to a simulcast publisher: the rids of its track `mid` that
     /// some subscriber takes now; it may stop sending the others until a
     /// later `layers` names them again (then starting with a keyframe).

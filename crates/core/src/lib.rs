@@ -35,6 +35,7 @@ pub mod metrics;
 pub mod offer;
 pub mod room;
 pub mod rtp;
+pub mod wire;
 
 pub use engine::{Engine, LeaveReason, Outputs, PeerMsg, ShardEvent};
 pub use ids::{ParticipantId, RoomId, ShardId, TrackKey};

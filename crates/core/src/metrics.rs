@@ -86,6 +86,21 @@ pub struct Counters {
     /// `offer::MAX_DATA_CHANNELS` at a time, or a label and protocol over
     /// `offer::MAX_CHANNEL_LABEL_BYTES` (str0m patch 26). Reset, never kept.
     pub refused_channels: u64,
+    /// Relay datagrams to other nodes' shards (`--cluster`), and their bytes
+    /// (sealed, as sent).
+    pub relay_tx_packets: u64,
+    pub relay_tx_bytes: u64,
+    /// Relay datagrams from other nodes' shards, opened and read.
+    pub relay_rx_packets: u64,
+    pub relay_rx_bytes: u64,
+    /// Relay datagrams from no registered shard of the cluster.
+    pub relay_dropped_unknown: u64,
+    /// Relay datagrams with a bad tag or that do not read as a message.
+    pub relay_dropped_bad: u64,
+    /// Relay datagrams replayed, or older than the replay window.
+    pub relay_dropped_replayed: u64,
+    /// Relay datagrams the kernel refused to take, or for no known peer.
+    pub relay_dropped_send: u64,
 }
 
 impl Counters {
@@ -131,7 +146,15 @@ impl Counters {
             layer_pauses,
             dynacast_notices,
             temporal_skipped,
-            refused_channels
+            refused_channels,
+            relay_tx_packets,
+            relay_tx_bytes,
+            relay_rx_packets,
+            relay_rx_bytes,
+            relay_dropped_unknown,
+            relay_dropped_bad,
+            relay_dropped_replayed,
+            relay_dropped_send
         );
     }
 }

@@ -77,6 +77,18 @@ pub struct RoomUpdate {
     pub room: RoomId,
     pub name: String,
     pub members: Vec<MemberInfo>,
+    /// Who left the room with this update, and why (a `left` event to the
+    /// members who stay): `left`, a shard's leave reason, `node_lost` (its
+    /// node left the cluster), `node_draining`. Empty for other changes.
+    pub departed: Vec<Departed>,
+}
+
+/// A member who left with a roster update ([`RoomUpdate::departed`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Departed {
+    pub id: ParticipantId,
+    pub name: String,
+    pub reason: &'static str,
 }
 
 #[derive(Debug)]
@@ -302,6 +314,7 @@ mod tests {
                 room: RoomId(1),
                 name: "r".into(),
                 members: vec![info(1, 0), info(2, 1), info(3, 0)],
+                departed: Vec::new(),
             },
             ShardId(0),
         );

@@ -177,6 +177,7 @@ pub fn roster(room: RoomId, members: &[MemberInfo]) -> RoomUpdate {
         room,
         name: "fuzz".into(),
         members: members.to_vec(),
+        departed: Vec::new(),
     }
 }
 

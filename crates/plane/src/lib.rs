@@ -68,6 +68,23 @@ pub enum ShardCommand {
     Shutdown {
         done: oneshot::Sender<()>,
     },
+    /// The other nodes of the cluster, whole (`--cluster`): where their
+    /// shards' relay sockets are. The shard loop's, not the engine's.
+    Relay(Vec<RelayNode>),
+}
+
+/// Another node of the cluster, as a shard's relay reaches it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RelayNode {
+    /// The slot this node's control thread gave it: its shards are
+    /// `ShardId::remote(slot, i)`.
+    pub slot: usize,
+    pub node_id: String,
+    /// Its process's epoch (its relay keys').
+    pub epoch: u64,
+    /// Its shard 0's relay socket; shard `i`'s is at the port + `i`.
+    pub relay_addr: SocketAddr,
+    pub shards: usize,
 }
 
 /// A shard's figures, copied out as a value.
@@ -92,6 +109,23 @@ pub struct ShardReport {
     pub iteration: LatencyHistogram,
     /// Per-participant figures, sent once a second (None in between).
     pub participants_detail: Option<Vec<ParticipantStats>>,
+    /// Each relay link of the shard (`--cluster`): to another node's shard.
+    pub relay_links: Vec<RelayLink>,
+}
+
+/// One relay link's figures: this shard to a shard of another node.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RelayLink {
+    /// The other node's shard (`ShardId::remote`).
+    pub peer: ShardId,
+    pub tx_packets: u64,
+    pub rx_packets: u64,
+    /// Datagrams found missing on arrival (gaps in the peer's sequence).
+    pub lost: u64,
+    /// Datagrams sent again because the peer asked.
+    pub resent: u64,
+    /// The last ping's round trip, microseconds (0: none yet).
+    pub rtt_us: u64,
 }
 
 /// What a shard sends to the control thread.
@@ -155,6 +189,8 @@ pub enum Applied {
     /// The engine closed every connection (`Shutdown`): the caller stops
     /// and then says so on `done`.
     Shutdown(oneshot::Sender<()>),
+    /// The cluster's other nodes: the caller's relay takes them.
+    Relay(Vec<RelayNode>),
 }
 
 /// A renegotiation's outcome, not sent yet.
@@ -202,6 +238,7 @@ pub fn apply(engine: &mut Engine, now: Instant, cmd: ShardCommand) -> Applied {
             engine.close_all(now);
             Applied::Shutdown(done)
         }
+        ShardCommand::Relay(nodes) => Applied::Relay(nodes),
     }
 }
 

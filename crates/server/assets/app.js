@@ -224,6 +224,8 @@ onrtctransform = (ev) => {
       this.pc = null;
       this.dc = null;
       this.location = null;
+      this.nodes = [];
+      this.elsewhere = null;
       this.etag = null;
       this.participantId = null;
       this.room = null;
@@ -342,6 +344,14 @@ onrtctransform = (ev) => {
         headers: this.headers({ 'Content-Type': 'application/sdp' }),
         body: this.offer,
       });
+      if (res.status === 409) {
+        // A cluster node that sends this join to another (`follow=0`).
+        const body = await res.clone().json().catch(() => ({}));
+        if (body.code === 'elsewhere' && body.node) {
+          this.elsewhere = body.node;
+          throw new Error(body.message || 'elsewhere');
+        }
+      }
       if (!res.ok) {
         let msg = await errorText(res);
         const retry = res.headers.get('Retry-After');
@@ -351,7 +361,11 @@ onrtctransform = (ev) => {
         throw new Error(msg);
       }
       const loc = res.headers.get('Location');
+      // Relative to where the join landed: a cluster node may have sent it
+      // on to another (307).
       this.location = loc ? new URL(loc, location.href).href : null;
+      // The cluster's other nodes, to join through if this one goes away.
+      this.nodes = (res.headers.get('Corelay-Nodes') || '').split(',').map((n) => n.trim()).filter(Boolean);
       this.etag = res.headers.get('ETag');
       // The resource URL is a secret capability; the public id comes apart.
       this.participantId = res.headers.get('Participant-Id');
@@ -567,12 +581,17 @@ onrtctransform = (ev) => {
       }
     }
 
-    async leave() {
+    // `server: false`: the node is known to be gone; do not wait on a
+    // DELETE it cannot answer. Otherwise the DELETE waits at most 2 s (a
+    // node that dies as the page leaves must not hold the page).
+    async leave({ server = true } = {}) {
       const loc = this.location;
       this.setState('left');
       this.location = null;
-      if (loc) {
-        try { await fetch(loc, { method: 'DELETE', headers: this.headers() }); } catch (err) { console.warn('corelay: DELETE failed', err); }
+      if (loc && server) {
+        try {
+          await fetch(loc, { method: 'DELETE', headers: this.headers(), signal: AbortSignal.timeout(2000) });
+        } catch (err) { console.warn('corelay: DELETE failed', err); }
       }
       if (this.dc) try { this.dc.close(); } catch { /* ignore */ }
       if (this.pc) this.pc.close();
@@ -1077,6 +1096,22 @@ onrtctransform = (ev) => {
     input.value = '';
   }
 
+  // In a cluster: this page on node `base` (its origin), joining the same
+  // room as the same name at once; `nodes`, the ones to try after it (the
+  // page's `?nodes=`), so that a node that died is skipped.
+  function moveTo(base, nodes) {
+    const u = new URL('/', base);
+    for (const [k, v] of params) if (!['join', 'nodes'].includes(k)) u.searchParams.set(k, v);
+    u.searchParams.set('room', $('room').value.trim());
+    u.searchParams.set('name', $('name').value.trim());
+    u.searchParams.set('join', '1');
+    const rest = (nodes || []).filter((n) => n !== base);
+    if (rest.length) u.searchParams.set('nodes', rest.join(','));
+    location.href = u.href;
+  }
+  // The nodes this page was told to try next (after one that died).
+  const nextNodes = (params.get('nodes') || '').split(',').map((n) => n.trim()).filter(Boolean);
+
   async function join(ev) {
     if (ev) ev.preventDefault();
     if (session) return;
@@ -1120,7 +1155,9 @@ onrtctransform = (ev) => {
       }
     }
 
-    const q = new URLSearchParams({ name });
+    // follow=0: a node that sends the join elsewhere says where (409
+    // `elsewhere`), and this page moves there.
+    const q = new URLSearchParams({ name, follow: '0' });
     session = new CorelaySession({
       e2ee,
       endpoint: `/api/v1/rooms/${encodeURIComponent(room)}/participants?${q}`,
@@ -1137,9 +1174,54 @@ onrtctransform = (ev) => {
 
     session.addEventListener('state', (e) => {
       document.body.dataset.state = e.detail.state;
+      // In a cluster, a node that died takes its calls with it: join again
+      // through the next node it named.
+      if (e.detail.state === 'failed' && session?.nodes?.length) {
+        const was = session;
+        leave().then(() => moveTo(was.nodes[0], was.nodes));
+        return;
+      }
       if (e.detail.state === 'connected') setStatus(`connected as ${name || session.participantId}${e2ee ? ', end-to-end encrypted' : ''}`, 'ok');
       else if (e.detail.state === 'failed' || e.detail.state === 'error') setStatus(e.detail.detail || e.detail.state, 'error');
     });
+    // In a cluster: a connection that stops answering may be a node that
+    // died. If the node does not answer HTTP either, move to the next one
+    // at once (not after ICE's failure timeout, tens of seconds), without
+    // waiting on a DELETE the dead node cannot answer.
+    let probing = false;
+    const probeNode = async (s) => {
+      if (probing || !s?.nodes?.length) return;
+      probing = true;
+      const alive = await fetch('/healthz', { signal: AbortSignal.timeout(1000) }).then(() => true, () => false);
+      probing = false;
+      if (alive || session !== s) return;
+      setStatus('this node is not answering: moving to another…');
+      await leave({ server: false });
+      moveTo(s.nodes[0], s.nodes);
+    };
+    session.addEventListener('connection', (e) => {
+      if (e.detail === 'disconnected') probeNode(session);
+    });
+    // Chromium calls a connection `disconnected` only ~5 s after its node
+    // went silent. A connected node sends something many times a second
+    // (media, RTCP feedback to a publisher), so 1.5 s without a byte is
+    // reason enough to ask the node's HTTP whether it is still there.
+    const watched = session;
+    let lastBytes = -1;
+    let quietSince = Date.now();
+    const watchdog = setInterval(async () => {
+      if (session !== watched) { clearInterval(watchdog); return; }
+      if (!watched.nodes?.length || watched.pc?.connectionState !== 'connected') return;
+      let bytes = 0;
+      try {
+        (await watched.pc.getStats()).forEach((r) => { if (r.type === 'candidate-pair') bytes += r.bytesReceived || 0; });
+      } catch { return; } // closed meanwhile
+      if (bytes !== lastBytes) { lastBytes = bytes; quietSince = Date.now(); return; }
+      if (Date.now() - quietSince >= 1500) {
+        quietSince = Date.now(); // one probe per 1.5 s of silence
+        probeNode(watched);
+      }
+    }, 250);
     session.addEventListener('roster', renderRoster);
     session.addEventListener('message', onChatMessage);
     session.addEventListener('error', onServerError);
@@ -1153,7 +1235,14 @@ onrtctransform = (ev) => {
     });
     session.addEventListener('bye', async (e) => {
       const reason = e.detail.reason;
+      const was = session;
       await leave();
+      // Its node drains (a rolling upgrade): join again on another node.
+      if (reason === 'node_draining' && was?.nodes?.length) {
+        setStatus('this node is draining: moving to another…');
+        moveTo(was.nodes[0], was.nodes);
+        return;
+      }
       // `replaced`: the same identity (token) joined again, in another tab
       // or device; that session is the live one, so do not rejoin.
       setStatus(reason === 'replaced'
@@ -1178,6 +1267,18 @@ onrtctransform = (ev) => {
     } catch (err) {
       const failed = session;
       await leave();
+      // Sent elsewhere by this node (full, draining): join there.
+      if (failed.elsewhere) {
+        setStatus(`this node sends the room to ${failed.elsewhere}: moving…`);
+        moveTo(failed.elsewhere, nextNodes);
+        return;
+      }
+      // This node is not answering: the next one the cluster named.
+      if (nextNodes.length && err instanceof TypeError) {
+        setStatus(`cannot reach this node: trying ${nextNodes[0]}…`);
+        moveTo(nextNodes[0], nextNodes);
+        return;
+      }
       const msg = failed.error || err.message;
       setStatus(`join failed: ${msg}`, 'error');
       window.corelay.error = msg;
@@ -1186,12 +1287,12 @@ onrtctransform = (ev) => {
     }
   }
 
-  async function leave() {
+  async function leave(opts) {
     if (!session) return;
     const s = session;
     session = null;
     grid.clear();
-    await s.leave();
+    await s.leave(opts);
     $('roster').hidden = true;
     $('chat').hidden = true;
     $('chat-log').replaceChildren();
@@ -1218,7 +1319,7 @@ onrtctransform = (ev) => {
 
   form.addEventListener('submit', join);
   $('chat-form').addEventListener('submit', sendChat);
-  $('leave').addEventListener('click', leave);
+  $('leave').addEventListener('click', () => leave());
   $('mute-audio').addEventListener('click', (e) => toggleMute(e.currentTarget, 'audio', 'Mute mic', 'Unmute mic'));
   $('mute-video').addEventListener('click', (e) => toggleMute(e.currentTarget, 'video', 'Stop camera', 'Start camera'));
   $('toggle-stats').addEventListener('click', (e) => {

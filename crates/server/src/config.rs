@@ -525,7 +525,12 @@ pub struct ClusterSettings {
     pub node_id: String,
     pub relay_addr: SocketAddr,
     /// Read once at startup; its bytes never reach a log or an error.
-    pub secret: corelay_cluster::relay::ClusterSecret,
+    /// Shared by the control thread (room ids) and each shard's relay
+    /// (keys for the peers it learns of), never on the packet path.
+    pub secret: std::sync::Arc<corelay_cluster::relay::ClusterSecret>,
+    /// This process's start, Unix milliseconds: a restart under the same
+    /// id is another epoch (other relay keys).
+    pub epoch: u64,
     /// `--advertise-http` without a trailing `/`; None: from the listener.
     pub advertise_http: Option<String>,
 }
@@ -551,6 +556,12 @@ impl Config {
                 given.join(", ")
             ));
         };
+        if self.runtime != Runtime::ThreadPerCore {
+            return Err(
+                "--cluster needs the thread-per-core runtime: the work-stealing baseline is one node"
+                    .to_owned(),
+            );
+        }
         let url = url.trim();
         let Some(rest) = url
             .strip_prefix("nats://")
@@ -571,9 +582,9 @@ impl Config {
                 "--node-id {node_id:?}: use letters, digits, '-', '_', '=', '.' and '/', not starting or ending with '.'"
             ));
         }
-        let relay_addr = self
-            .relay_addr
-            .ok_or("--cluster needs --relay-addr IP:PORT (where other nodes reach this one)")?;
+        let relay_addr = self.relay_addr.ok_or(
+            "--cluster needs --relay-addr IP:PORT (where other nodes reach this one; shard i listens on PORT+i)",
+        )?;
         if relay_addr.ip().is_unspecified() || relay_addr.port() == 0 {
             return Err(format!(
                 "--relay-addr {relay_addr}: other nodes must be able to reach it: a real IP and a port"
@@ -589,11 +600,15 @@ impl Config {
             None => None,
             Some(base) => Some(check_base_url(base)?),
         };
+        let epoch = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
         Ok(Some(ClusterSettings {
             url: url.to_owned(),
             node_id,
             relay_addr,
-            secret,
+            secret: std::sync::Arc::new(secret),
+            epoch,
             advertise_http,
         }))
     }

@@ -122,7 +122,14 @@ pub fn run(cfg: Config) -> Result<(), Box<dyn std::error::Error>> {
         })?;
         serve(&cfg, plane, started)
     } else {
-        let specs = shard_specs(&cfg, n, ip, &started.settings, &to_control)?;
+        let specs = shard_specs(
+            &cfg,
+            n,
+            ip,
+            &started.settings,
+            &to_control,
+            started.cluster.as_ref(),
+        )?;
         drop(to_control);
         serve(&cfg, Shards::start(specs)?, started)
     }
@@ -271,8 +278,14 @@ fn serve<P: DataPlane>(
             stop.await;
             // Out of placement at once: the other nodes stop sending joins
             // here while this one closes.
-            if let Some(node) = control::lock(&state).cluster_mut() {
-                node.start_draining();
+            {
+                let mut st = control::lock(&state);
+                if let Some(node) = st.cluster_mut() {
+                    node.start_draining();
+                    // Those another node can take are sent there
+                    // (`node_draining`), before the rest close.
+                    st.drain_members();
+                }
             }
             tracing::info!(
                 "shutting down (deadline {:?}): closing every connection",
@@ -323,6 +336,7 @@ fn shard_specs(
     ip: IpAddr,
     settings: &RtcSettings,
     to_control: &mpsc::UnboundedSender<ToControl>,
+    cluster: Option<&config::ClusterSettings>,
 ) -> Result<Vec<ShardSpec>, Box<dyn std::error::Error>> {
     let mut specs = Vec::with_capacity(n);
     let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
@@ -351,7 +365,29 @@ fn shard_specs(
             })?;
             Some(l)
         };
+        // With --cluster: the shard's relay socket, at the relay port + i.
+        let relay = match cluster {
+            None => None,
+            Some(c) => {
+                let port = c
+                    .relay_addr
+                    .port()
+                    .checked_add(i as u16)
+                    .ok_or("--relay-addr's port + shard count exceeds 65535")?;
+                let addr = SocketAddr::new(c.relay_addr.ip(), port);
+                let socket = bind(addr, false).map_err(|e| {
+                    format!("cannot bind the relay socket {addr} for shard {i} (--relay-addr must be an address of this host): {e}")
+                })?;
+                Some(shard::RelaySpec {
+                    socket,
+                    secret: c.secret.clone(),
+                    node_id: c.node_id.clone(),
+                    epoch: c.epoch,
+                })
+            }
+        };
         specs.push(ShardSpec {
+            relay,
             index: ShardId(i),
             socket,
             tcp,

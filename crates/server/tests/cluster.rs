@@ -1,9 +1,11 @@
-//! Several corelay nodes on one NATS (`--cluster`, issue 49, first slice):
+//! Several corelay nodes on one NATS (`--cluster`, issue 49):
 //! each sees the others in `GET /api/v1/cluster`, a join a full node
 //! refuses is redirected (307) to one with room and works there, a drained
 //! node redirects every new join, a killed node leaves the others' view
 //! within the directory's TTL, a stopped one at once, and the view is for
-//! admins. Media does not cross nodes yet: nothing here expects it to.
+//! admins; a room spans nodes (its members on two nodes decode each other,
+//! a killed node's members leave it), and a draining node sends its
+//! participants to another.
 //!
 //! Each test starts its own nats-server (Debian's 2.9, JetStream on, a free
 //! port, a temporary store; killed when the test ends). Without
@@ -17,7 +19,7 @@ use std::process::Command;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::*;
-use corelay_client::JoinSpec;
+use corelay_client::{JoinSpec, Snapshot};
 use corelay_testkit::free_tcp_port;
 use corelay_testkit::nats::Nats;
 use serde_json::{Value, json};
@@ -207,10 +209,26 @@ fn nodes_see_each_other_and_a_full_node_redirects_to_one_with_room() {
     );
     let (up, _) = second.wait_until(Duration::from_secs(20), |s| s.connected);
     assert!(up, "the redirected participant did not connect to b");
+    // One room across both nodes: "second" on b, "first" on a.
     let room = b.get_json("/api/v1/rooms/r");
+    let mut members: Vec<(String, Option<String>)> = room["participants"]
+        .as_array()
+        .expect("participants")
+        .iter()
+        .map(|m| {
+            (
+                m["name"].as_str().unwrap_or("").to_owned(),
+                m["node"].as_str().map(str::to_owned),
+            )
+        })
+        .collect();
+    members.sort();
     assert_eq!(
-        room["participants"].as_array().map(Vec::len),
-        Some(1),
+        members,
+        [
+            ("first".to_owned(), Some("a".to_owned())),
+            ("second".to_owned(), None)
+        ],
         "{room}"
     );
     // B announces it; A sees it.
@@ -244,7 +262,10 @@ fn a_drained_node_is_shown_draining_and_redirects_new_joins() {
     all_see(&[&a, &b], &["a", "b"]);
     let (st, _, body) = b.request("POST", "/api/v1/cluster/drain", &[], "");
     assert_eq!(st, 200, "{body}");
-    assert_eq!(json_of(&body), json!({"node_id": "b", "draining": true}));
+    assert_eq!(
+        json_of(&body),
+        json!({"node_id": "b", "draining": true, "moved": 0})
+    );
     assert_eq!(b.get_json("/api/v1/cluster")["draining"], true);
     assert!(b.scrape().contains("corelay_cluster_draining 1"));
     let took = within(SEE, || {
@@ -265,6 +286,17 @@ fn a_drained_node_is_shown_draining_and_redirects_new_joins() {
             Some(format!("{}{path}", a.base()).as_str())
         );
     }
+    // A page's fetch cannot read a redirect to another origin: with
+    // follow=0 the same answer is a 409 that says where.
+    let (st, _, body) = post_offer(&b, "/api/v1/rooms/r/participants?name=p&follow=0");
+    assert_eq!(st, 409, "{body}");
+    let v = json_of(&body);
+    assert_eq!(v["code"], "elsewhere", "{body}");
+    assert_eq!(v["node"], a.base(), "{body}");
+    assert_eq!(
+        v["location"],
+        format!("{}/api/v1/rooms/r/participants?name=p&follow=0", a.base())
+    );
     // A draining A too: nowhere to go, 503 node_draining.
     let (st, _, _) = a.request("POST", "/api/v1/cluster/drain", &[], "");
     assert_eq!(st, 200);
@@ -423,4 +455,352 @@ fn bad_cluster_flags_stop_the_start() {
     let (status, err) = run(&["--node-id", "a"]);
     assert!(!status.success());
     assert!(err.contains("--cluster"), "{err}");
+}
+
+/// The names in the latest roster event `p` got.
+fn roster_names(s: &Snapshot) -> Vec<String> {
+    let mut names: Vec<String> = s
+        .events
+        .iter()
+        .rev()
+        .find(|e| e["type"] == "roster")
+        .and_then(|e| e["participants"].as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|m| m["name"].as_str().map(str::to_owned))
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn a_room_spans_two_nodes_and_a_killed_node_leaves_it() {
+    let Some(nats) = Cluster::start("span") else {
+        return;
+    };
+    let a = nats.node("a", &[]);
+    let b = nats.node("b", &[]);
+    all_see(&[&a, &b], &["a", "b"]);
+
+    // alice on a, bob and carol on b: one room.
+    let alice = join(&a, "x", "alice");
+    let bob = join(&b, "x", "bob");
+    let carol = join(&b, "x", "carol");
+    let wait = Duration::from_secs(20);
+    for (who, p, want) in [
+        ("alice", &alice, names(&["bob", "carol"])),
+        ("bob", &bob, names(&["alice", "carol"])),
+        ("carol", &carol, names(&["alice", "bob"])),
+    ] {
+        let (ok, s) = p.wait_until(wait, |s| {
+            video_sources(s, 30) == want && audio_sources(s, 30) == want
+        });
+        assert!(
+            ok,
+            "{who} did not get video+audio from {want:?}: {:#?}",
+            s.slots
+        );
+        assert_clean(who, &s);
+        assert_eq!(
+            roster_names(&s),
+            ["alice", "bob", "carol"],
+            "{who}'s roster"
+        );
+    }
+    // A message from alice reaches bob and carol on the other node, in
+    // order, with her identity.
+    for i in 0..5 {
+        alice.send_event(&format!(
+            r#"{{"type":"message","to":null,"topic":"chat","payload":{{"n":{i}}}}}"#
+        ));
+    }
+    for (who, p) in [("bob", &bob), ("carol", &carol)] {
+        let (ok, s) = p.wait_until(Duration::from_secs(5), |s| {
+            s.events.iter().filter(|e| e["type"] == "message").count() >= 5
+        });
+        assert!(ok, "{who} did not get alice's 5 messages");
+        let got: Vec<(Value, Value)> = s
+            .events
+            .iter()
+            .filter(|e| e["type"] == "message")
+            .map(|e| (e["name"].clone(), e["payload"]["n"].clone()))
+            .collect();
+        let want: Vec<(Value, Value)> = (0..5).map(|i| (json!("alice"), json!(i))).collect();
+        assert_eq!(got, want, "{who}'s messages");
+    }
+    // The room, as either node shows it, has all three, each with its node.
+    let room = a.get_json("/api/v1/rooms/x");
+    let mut seen_from_a: Vec<(String, Option<String>)> = room["participants"]
+        .as_array()
+        .expect("participants")
+        .iter()
+        .map(|m| {
+            (
+                m["name"].as_str().unwrap_or("").to_owned(),
+                m["node"].as_str().map(str::to_owned),
+            )
+        })
+        .collect();
+    seen_from_a.sort();
+    assert_eq!(
+        seen_from_a,
+        [
+            ("alice".to_owned(), None),
+            ("bob".to_owned(), Some("b".to_owned())),
+            ("carol".to_owned(), Some("b".to_owned()))
+        ],
+        "{room}"
+    );
+    // alice's media crossed to b once, for two subscribers there.
+    let sa = a.get_json("/api/v1/stats");
+    let sb = b.get_json("/api/v1/stats");
+    for (node, s) in [("a", &sa), ("b", &sb)] {
+        for f in ["relay_tx_packets", "relay_rx_packets"] {
+            assert!(s["total"][f].as_u64() > Some(0), "{node}: no {f}: {s}");
+        }
+        for f in [
+            "relay_dropped_unknown",
+            "relay_dropped_bad",
+            "relay_dropped_replayed",
+        ] {
+            assert_eq!(s["total"][f].as_u64(), Some(0), "{node}: {f}: {s}");
+        }
+    }
+    // a's view of its link to b: packets both ways and a round trip.
+    let links = a.get_json("/api/v1/cluster")["links"].clone();
+    let link = links
+        .as_array()
+        .and_then(|l| l.iter().find(|l| l["node_id"] == "b"))
+        .cloned()
+        .unwrap_or_else(|| panic!("no link to b: {links}"));
+    assert!(link["tx_packets"].as_u64() > Some(0), "{link}");
+    assert!(link["rx_packets"].as_u64() > Some(0), "{link}");
+    let rtt = within(Duration::from_secs(3), || {
+        a.get_json("/api/v1/cluster")["links"][0]["rtt_ms"].as_f64() > Some(0.0)
+    });
+    assert!(rtt.is_some(), "no RTT on a's link to b");
+    assert!(
+        a.scrape()
+            .contains("corelay_relay_link_tx_packets_total{node=\"b\"}")
+    );
+    let (a_tx, b_rx) = (
+        sa["total"]["relay_tx_packets"].as_u64().unwrap_or(0),
+        sb["total"]["forwarded"].as_u64().unwrap_or(0),
+    );
+    eprintln!("a relayed {a_tx} datagrams; b forwarded {b_rx} packets");
+
+    // A forged relay datagram (another secret) is counted and changes nothing.
+    let relay_b = b_relay_addr(&a, "b");
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let mut forged = vec![1u8; 200];
+    forged[0] = corelay_cluster::relay::VERSION;
+    sock.send_to(&forged, relay_b).expect("send");
+    let counted = within(Duration::from_secs(3), || {
+        let s = b.get_json("/api/v1/stats");
+        s["total"]["relay_dropped_unknown"].as_u64().unwrap_or(0)
+            + s["total"]["relay_dropped_bad"].as_u64().unwrap_or(0)
+            >= 1
+    });
+    assert!(counted.is_some(), "the forged datagram was not counted");
+
+    // b is killed: within 4 s alice's roster is hers alone.
+    let mut b = b;
+    b.child.kill().expect("SIGKILL b");
+    let killed = Instant::now();
+    let (ok, s) = alice.wait_until(Duration::from_secs(4), |s| roster_names(s) == ["alice"]);
+    eprintln!(
+        "b's members left alice's roster {:?} after SIGKILL",
+        killed.elapsed()
+    );
+    assert!(
+        ok,
+        "alice still sees b's members 4 s after SIGKILL: {:?}",
+        roster_names(&s)
+    );
+    // Each of them left with a reason: their node is lost.
+    let mut left: Vec<(String, String)> = s
+        .events
+        .iter()
+        .filter(|e| e["type"] == "left")
+        .map(|e| {
+            (
+                e["name"].as_str().unwrap_or("").to_owned(),
+                e["reason"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect();
+    left.sort();
+    assert_eq!(
+        left,
+        [
+            ("bob".to_owned(), "node_lost".to_owned()),
+            ("carol".to_owned(), "node_lost".to_owned())
+        ]
+    );
+    drop(bob);
+    drop(carol);
+    alice.leave().expect("leave");
+}
+
+/// The relay address of shard 0 of node `id`, as `server`'s view shows it.
+fn b_relay_addr(server: &Server, id: &str) -> std::net::SocketAddr {
+    node_in(server, id).expect("node in view")["relay_addr"]
+        .as_str()
+        .expect("relay_addr")
+        .parse()
+        .expect("an address")
+}
+
+#[test]
+fn a_draining_node_sends_its_participants_to_another_and_the_call_goes_on() {
+    let Some(nats) = Cluster::start("move") else {
+        return;
+    };
+    let a = nats.node("a", &[]);
+    let b = nats.node("b", &[]);
+    all_see(&[&a, &b], &["a", "b"]);
+    let alice = join(&a, "y", "alice");
+    let bob = join(&b, "y", "bob");
+    let wait = Duration::from_secs(20);
+    let (ok, s) = alice.wait_until(wait, |s| video_sources(s, 30) == names(&["bob"]));
+    assert!(ok, "alice did not get bob: {:#?}", s.slots);
+
+    // a drains: alice is told to go (node_draining), joins again through
+    // a, is sent to b, and gets bob again there.
+    let drained = Instant::now();
+    let (st, _, body) = a.request("POST", "/api/v1/cluster/drain", &[], "");
+    assert_eq!(st, 200, "{body}");
+    assert_eq!(json_of(&body)["moved"], 1, "{body}");
+    let (ok, s) = alice.wait_until(Duration::from_secs(3), |s| {
+        s.events.iter().any(|e| e["type"] == "bye")
+    });
+    let bye = s.events.iter().find(|e| e["type"] == "bye").cloned();
+    assert!(ok, "alice got no bye");
+    assert_eq!(
+        bye.map(|b| b["reason"].clone()),
+        Some(json!("node_draining"))
+    );
+    drop(alice);
+    let again = join(&a, "y", "alice");
+    let (ok, s) = again.wait_until(wait, |s| video_sources(s, 10) == names(&["bob"]));
+    eprintln!(
+        "alice decodes bob again {:?} after the drain began",
+        drained.elapsed()
+    );
+    assert!(ok, "alice, moved, did not get bob: {:#?}", s.slots);
+    let room = b.get_json("/api/v1/rooms/y");
+    let local: Vec<&str> = room["participants"]
+        .as_array()
+        .expect("participants")
+        .iter()
+        .filter(|m| m["node"].is_null())
+        .filter_map(|m| m["name"].as_str())
+        .collect();
+    assert_eq!(local.len(), 2, "alice is not on b now: {room}");
+    let (ok, s) = bob.wait_until(wait, |s| {
+        roster_names(s) == ["alice", "bob"] && video_sources(s, 10) == names(&["alice"])
+    });
+    assert!(
+        ok,
+        "bob does not get the moved alice: {:?} {:#?}",
+        roster_names(&s),
+        s.slots
+    );
+}
+
+/// Video frames from `from` on any of `s`'s slots.
+fn frames_from(s: &Snapshot, from: &str) -> u64 {
+    s.slots
+        .values()
+        .filter(|st| st.kind == "video")
+        .map(|st| st.frames_by_source.get(from).copied().unwrap_or(0))
+        .sum()
+}
+
+#[test]
+fn calls_across_nodes_outlive_a_lost_nats_and_the_view_heals() {
+    let Some(mut nats) = Cluster::start("nats-gone") else {
+        return;
+    };
+    let a = nats.node("a", &[]);
+    let b = nats.node("b", &[]);
+    all_see(&[&a, &b], &["a", "b"]);
+    let alice = join(&a, "z", "alice");
+    let bob = join(&b, "z", "bob");
+    let (ok, s) = alice.wait_until(Duration::from_secs(20), |s| {
+        video_sources(s, 30) == names(&["bob"])
+    });
+    assert!(ok, "alice did not get bob: {:#?}", s.slots);
+
+    // NATS gone for longer than the directory's TTL: nobody leaves, media
+    // goes on.
+    nats.nats.stop();
+    let before = frames_from(&alice.snapshot(), "bob");
+    std::thread::sleep(Duration::from_secs(5));
+    let s = alice.snapshot();
+    assert_eq!(
+        roster_names(&s),
+        ["alice", "bob"],
+        "a member left with NATS"
+    );
+    let after = frames_from(&s, "bob");
+    assert!(
+        after > before + 60,
+        "bob's video to alice stalled without NATS: {before} → {after} frames in 5 s"
+    );
+    let (ok, s) = bob.wait_until(Duration::from_secs(2), |s| frames_from(s, "alice") > 0);
+    assert!(ok, "bob gets nothing of alice: {:#?}", s.slots);
+
+    // NATS back: every node's view is whole again.
+    nats.nats.run();
+    all_see(&[&a, &b], &["a", "b"]);
+    assert_eq!(roster_names(&alice.snapshot()), ["alice", "bob"]);
+}
+
+#[test]
+fn one_seat_per_identity_holds_across_nodes_when_a_participant_moves() {
+    let Some(nats) = Cluster::start("identity") else {
+        return;
+    };
+    let a = nats.node("a", &["--auth-secret", AUTH_SECRET]);
+    let b = nats.node("b", &["--auth-secret", AUTH_SECRET]);
+    let admin = format!("Bearer {}", token(json!({"sub": "ops", "admin": true})));
+    for s in [&a, &b] {
+        let took = within(SEE, || {
+            let (_, _, body) =
+                s.request("GET", "/api/v1/cluster", &[("authorization", &admin)], "");
+            serde_json::from_str::<Value>(&body)
+                .ok()
+                .and_then(|v| v["nodes"].as_array().map(Vec::len))
+                == Some(2)
+        });
+        assert!(took.is_some(), "{} does not see both nodes", s.base());
+    }
+    let as_who = |server: &Server, sub: &str| {
+        join_with(server, "w", sub, |spec| {
+            spec.token = Some(token(json!({"sub": sub, "room": "w"})));
+        })
+    };
+    let alice = as_who(&a, "alice");
+    let bob = as_who(&b, "bob");
+    let (ok, s) = bob.wait_until(Duration::from_secs(20), |s| {
+        video_sources(s, 10) == names(&["alice"])
+    });
+    assert!(ok, "bob did not get alice: {:#?}", s.slots);
+    // alice moves to b with the same token while a still lists her (as a
+    // client does whose node it believes gone): b's room has one alice.
+    let again = as_who(&b, "alice");
+    let (ok, s) = bob.wait_until(Duration::from_secs(10), |s| {
+        video_sources(s, 10).contains(&"alice".to_owned()) && roster_names(s) == ["alice", "bob"]
+    });
+    assert!(ok, "bob's roster after the move: {:?}", roster_names(&s));
+    let (_, _, body) = b.request("GET", "/api/v1/rooms/w", &[("authorization", &admin)], "");
+    let room = json_of(&body);
+    assert_eq!(
+        room["participants"].as_array().map(Vec::len),
+        Some(2),
+        "{room}"
+    );
+    drop(alice);
+    drop(again);
 }

@@ -185,6 +185,13 @@ fn a_freed_slot_is_refilled_continuously_with_a_keyframe() {
         })
     });
     assert!(ok, "slot was not refilled with second: {:#?}", s.slots);
+    // The viewer was told who left, and why.
+    let left: Vec<_> = s.events.iter().filter(|e| e["type"] == "left").collect();
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert_eq!(
+        (&left[0]["name"], &left[0]["reason"]),
+        (&"first".into(), &"left".into())
+    );
     let st = s.slots.values().next().unwrap();
     assert_eq!(st.sources, vec!["first".to_string(), "second".to_string()]);
     assert_eq!(

@@ -725,6 +725,8 @@ impl Task {
                 false
             }
             Applied::Shutdown(_) => true,
+            // The baseline is one node (`--cluster` is refused with it).
+            Applied::Relay(_) => false,
         }
     }
 
@@ -937,6 +939,8 @@ impl Hub {
             ShardCommand::Shutdown { done } => {
                 let _ = done.send(());
             }
+            // The baseline is one node (`--cluster` is refused with it).
+            ShardCommand::Relay(_) => {}
         }
     }
 
@@ -1164,6 +1168,7 @@ impl Hub {
             forward_cross: sum.forward_cross,
             iteration: sum.iteration,
             participants_detail: detail,
+            relay_links: Vec::new(),
         };
         self.reports += 1;
         let _ = self.to_control.send(ToControl::Report(Box::new(report)));

@@ -273,6 +273,18 @@ impl Engine {
         }
         if origin {
             for &shard in &room.peer_shards {
+                // A layer crosses to another node only if someone there
+                // takes it (its demand, refreshed every second): the relay
+                // carries what a node's subscribers watch, not every layer.
+                if shard.is_remote()
+                    && media.layers > 1
+                    && self
+                        .demand_remote
+                        .get(&(media.track, shard))
+                        .is_none_or(|d| d.mask & (1 << media.layer) == 0)
+                {
+                    continue;
+                }
                 self.io.counters.cross_shard_out += 1;
                 self.io.out.peers.push((
                     shard,

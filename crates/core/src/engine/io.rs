@@ -305,6 +305,7 @@ pub(super) mod fixture {
                         states: Vec::new(),
                     })
                     .collect(),
+                departed: Vec::new(),
             },
             HERE,
         );

@@ -177,6 +177,9 @@ pub enum LeaveReason {
     Closed,
     /// A renegotiation that passed the rehearsal failed on the shard.
     RenegotiationFailed,
+    /// Its node drains (`--cluster`): it is to join again, through any
+    /// node, which sends it to another; the control thread already knows.
+    Draining,
 }
 
 impl LeaveReason {
@@ -192,6 +195,7 @@ impl LeaveReason {
             LeaveReason::Error => "error",
             LeaveReason::Closed => "closed",
             LeaveReason::RenegotiationFailed => "renegotiation_failed",
+            LeaveReason::Draining => "node_draining",
         }
     }
 
@@ -199,7 +203,10 @@ impl LeaveReason {
     pub fn requested(self) -> bool {
         matches!(
             self,
-            LeaveReason::Removed | LeaveReason::Shutdown | LeaveReason::Replaced
+            LeaveReason::Removed
+                | LeaveReason::Shutdown
+                | LeaveReason::Replaced
+                | LeaveReason::Draining
         )
     }
 }
@@ -279,7 +286,9 @@ pub struct Engine {
     /// Dynacast: what this shard last told each remote publisher's shard it
     /// needs, and what peer shards need of the publishers here.
     demand_sent: IdMap<TrackKey, u32>,
-    demand_remote: IdMap<(TrackKey, ShardId), u32>,
+    demand_remote: IdMap<(TrackKey, ShardId), simulcast::Demand>,
+    /// When demand was last sent again in full to other nodes' shards.
+    demand_refreshed: Option<Instant>,
     io: Io,
     /// Reused by [`Engine::answer_nacks`].
     nack_scratch: Vec<str0m::rtp::SeqNo>,
@@ -299,6 +308,7 @@ impl Engine {
             sources: layers::Sources::default(),
             demand_sent: IdMap::default(),
             demand_remote: IdMap::default(),
+            demand_refreshed: None,
             io: Io::default(),
             nack_scratch: Vec::new(),
             recent: egress::Recent::default(),
@@ -420,10 +430,27 @@ impl Engine {
             .entry(id)
             .or_insert_with(|| RoomView::new(id, update.name.clone()));
         let before = view.track_states();
+        // Who left, and why.
+        let left: Vec<RoomEvent> = update
+            .departed
+            .iter()
+            .map(|d| RoomEvent::Left {
+                participant: d.id.to_string(),
+                name: d.name.clone(),
+                reason: d.reason,
+            })
+            .collect();
         let changed = view.apply(update, shard);
         if view.local.is_empty() {
             self.rooms.remove(&id);
             return;
+        }
+        if !left.is_empty() {
+            for to in view.local.clone() {
+                for ev in &left {
+                    self.send_event(now, to, ev);
+                }
+            }
         }
         if changed {
             self.room_changed(now, id);
@@ -783,7 +810,8 @@ impl Engine {
                 if mask == 0 {
                     self.demand_remote.remove(&(track, from));
                 } else if self.participants.contains_key(&track.participant) {
-                    self.demand_remote.insert((track, from), mask);
+                    self.demand_remote
+                        .insert((track, from), simulcast::Demand { mask, at: now });
                 }
             }
             PeerMsg::Message {
@@ -1253,6 +1281,7 @@ fn leave_detail(
         LeaveReason::Removed => "removed through the API".to_string(),
         LeaveReason::Shutdown => "the server is shutting down".to_string(),
         LeaveReason::Replaced => "replaced by a new join of its identity".to_string(),
+        LeaveReason::Draining => "its node drains: sent to another node".to_string(),
     }
 }
 

@@ -157,6 +157,7 @@ mod tests {
                         }],
                     })
                     .collect(),
+                departed: Vec::new(),
             },
             ShardId(0),
         );

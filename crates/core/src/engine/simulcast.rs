@@ -31,6 +31,21 @@ const DYNACAST_HOLD: Duration = Duration::from_secs(5);
 /// A simulcast source that sends nothing on the layers it was told to send
 /// for this long gets a paused layer resumed (see [`Engine::dynacast`]).
 const PROBE_SILENCE: Duration = Duration::from_secs(1);
+/// Demand crosses to another node's shard as a datagram that can be lost,
+/// so it is sent again in full this often (the state is re-sent, not
+/// acknowledged: docs/architecture.md, "Cluster")...
+const REMOTE_DEMAND_REFRESH: Duration = Duration::from_secs(1);
+/// ...and demand from another node's shard that was not sent again for
+/// this long is gone (its subscribers left, or its node did).
+const REMOTE_DEMAND_EXPIRY: Duration = Duration::from_secs(3);
+
+/// What a peer shard takes of a track here: a bit per layer, and when it
+/// last said so.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Demand {
+    pub(super) mask: u32,
+    pub(super) at: Instant,
+}
 
 impl Engine {
     /// Chooses a layer for each of `id`'s video slots from its estimate
@@ -210,6 +225,26 @@ impl Engine {
                 msgs.push((track, 0));
             }
         }
+        // Other nodes' shards hear it all again every second: a datagram
+        // of the relay may be lost, and a change is sent once.
+        let refresh = self
+            .demand_refreshed
+            .is_none_or(|at| now.saturating_duration_since(at) >= REMOTE_DEMAND_REFRESH);
+        if refresh {
+            self.demand_refreshed = Some(now);
+            let rooms = &self.rooms;
+            let remote = |track: &TrackKey| {
+                rooms
+                    .values()
+                    .find_map(|r| r.member(track.participant))
+                    .is_some_and(|m| m.info.shard.is_remote())
+            };
+            for (&track, &mask) in &self.demand_sent {
+                if demand.get(&track) == Some(&mask) && remote(&track) {
+                    msgs.push((track, mask));
+                }
+            }
+        }
         for (track, mask) in msgs {
             if mask == 0 {
                 self.demand_sent.remove(&track);
@@ -235,11 +270,12 @@ impl Engine {
         // Peer shards that left a publisher's room need nothing of it.
         let rooms = &self.rooms;
         let participants = &self.participants;
-        self.demand_remote.retain(|(track, shard), _| {
-            participants
-                .get(&track.participant)
-                .and_then(|p| rooms.get(&p.room))
-                .is_some_and(|r| r.peer_shards.contains(shard))
+        self.demand_remote.retain(|(track, shard), d| {
+            (!shard.is_remote() || now.saturating_duration_since(d.at) < REMOTE_DEMAND_EXPIRY)
+                && participants
+                    .get(&track.participant)
+                    .and_then(|p| rooms.get(&p.room))
+                    .is_some_and(|r| r.peer_shards.contains(shard))
         });
         // Local publishers: which layers to keep on.
         let mut notices = Vec::new();
@@ -250,9 +286,9 @@ impl Engine {
                     mid: t.mid,
                 };
                 let mut needed = demand.get(&key).copied().unwrap_or(0);
-                for ((track, _), mask) in &self.demand_remote {
+                for ((track, _), d) in &self.demand_remote {
                     if *track == key {
-                        needed |= mask;
+                        needed |= d.mask;
                     }
                 }
                 // Everything it was told to send has gone silent while some
@@ -455,7 +491,13 @@ mod tests {
         assert_eq!(e.io.counters.dynacast_notices, 1);
 
         // A peer shard's subscriber takes the top layer: it resumes.
-        e.demand_remote.insert((v, ShardId(1)), 0b100);
+        e.demand_remote.insert(
+            (v, ShardId(1)),
+            Demand {
+                mask: 0b100,
+                at: t0,
+            },
+        );
         e.rooms
             .get_mut(&super::super::io::fixture::ROOM)
             .expect("room")

@@ -1,27 +1,39 @@
 //! This node in a cluster (`--cluster`, issue 49): its announcement in the
 //! node directory (`corelay_cluster::directory`, on NATS JetStream KV), the
-//! redirect target of a join it refuses, draining, and the view
-//! `GET /api/v1/cluster` shows.
+//! redirect target of a join it refuses, draining, the member exchange that
+//! makes a room span nodes, and the view `GET /api/v1/cluster` shows.
 //!
 //! **What it owns.** [`Node`], kept in the control thread's [`State`]: this
-//! node's id, epoch and addresses, whether it drains, and its
-//! [`Directory`] once connected; [`run`], the control thread's task that
-//! connects (retrying in the background while NATS cannot be reached: the
-//! node serves calls meanwhile) and announces this node every
-//! [`HEARTBEAT`], and at once when it starts draining.
+//! node's id, epoch and addresses, whether it drains, its [`Directory`]
+//! once connected, the slot it gave each other node (whose shards are
+//! `ShardId::remote(slot, i)` here) and the relay table last sent to the
+//! shards. [`run`], the control thread's task that connects (retrying in
+//! the background while NATS cannot be reached: the node serves calls
+//! meanwhile) and announces this node every [`HEARTBEAT`], and at once when
+//! it starts draining; `exchange_members`, which publishes this node's
+//! members ([`members`]) and puts the others' into the room directory, and
+//! takes a node's members out when the directory's view loses it (never
+//! because NATS went quiet).
 //!
 //! **What it must not touch.** It runs on the control thread only and is
-//! never on the packet path (docs/design.md): no shard knows it exists. It
-//! decides where a refused join goes; whether a join is refused is the
-//! room directory's admission control. Media does not cross nodes yet: a
-//! redirected join lands in the other node's room of that name, which is a
-//! room of its own (docs/operations.md, "Running a cluster").
+//! never on the packet path (docs/design.md): the shards learn of other
+//! nodes only as rosters (members on remote shards) and a relay table
+//! ([`ShardCommand::Relay`]). It decides where a refused join goes; whether
+//! a join is refused is the room directory's admission control.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use corelay_cluster::directory::{self, Directory, HEARTBEAT, NodeRecord};
+use corelay_cluster::directory::{self, Change, Directory, HEARTBEAT, NodeRecord};
+use corelay_cluster::members::{self, Snapshot};
+use corelay_cluster::relay::ClusterSecret;
+use corelay_core::ShardId;
+use corelay_core::room::{MemberInfo, TrackState};
+use corelay_plane::{RelayNode, ShardCommand};
+use futures_util::StreamExt;
+use str0m::media::{MediaKind, Mid};
 use tokio::sync::Notify;
 
 use super::{Shared, State, lock};
@@ -42,10 +54,20 @@ pub struct Node {
     pub relay_addr: SocketAddr,
     /// The base URL redirects to this node use (no trailing `/`).
     pub http_addr: String,
-    /// Held for the relay (media between nodes, not built yet); its bytes
-    /// never reach a log.
-    _secret: corelay_cluster::relay::ClusterSecret,
+    /// Its bytes never reach a log; here for the room key.
+    secret: Arc<ClusterSecret>,
     directory: Option<Arc<Directory>>,
+    /// The slot of each other node this process has heard of (its shards
+    /// are `ShardId::remote(slot, i)`), for the life of the process.
+    slots: HashMap<String, usize>,
+    /// The other nodes as the shards' relays last heard of them.
+    relay_nodes: Vec<RelayNode>,
+    /// The (epoch, seq) of each other node's latest snapshot taken.
+    heard: HashMap<String, (u64, u64)>,
+    /// This node's snapshots, counted.
+    seq: u64,
+    /// Wakes the member exchange to publish at once (a join, a leave).
+    members_wake: Arc<Notify>,
     draining: bool,
     /// Wakes [`run`] to announce at once (drain).
     wake: Arc<Notify>,
@@ -57,19 +79,37 @@ impl Node {
         http_addr: String,
         wake: Arc<Notify>,
     ) -> Self {
-        let epoch = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
         Node {
             node_id: settings.node_id,
-            epoch,
+            epoch: settings.epoch,
             relay_addr: settings.relay_addr,
             http_addr,
-            _secret: settings.secret,
+            secret: settings.secret,
             directory: None,
+            slots: HashMap::new(),
+            relay_nodes: Vec::new(),
+            heard: HashMap::new(),
+            seq: 0,
+            members_wake: Arc::new(Notify::new()),
             draining: false,
             wake,
         }
+    }
+
+    /// The key rooms are named with on every node of the cluster.
+    pub fn room_key(&self) -> (u64, u64) {
+        self.secret.room_key()
+    }
+
+    /// The slot of node `node_id`, given now if it has none.
+    fn slot(&mut self, node_id: &str) -> Option<usize> {
+        if let Some(s) = self.slots.get(node_id) {
+            return Some(*s);
+        }
+        let next = self.slots.len();
+        ShardId::remote(next, 0)?;
+        self.slots.insert(node_id.to_owned(), next);
+        Some(next)
     }
 
     pub fn draining(&self) -> bool {
@@ -102,6 +142,17 @@ impl Node {
     pub fn redirect_target(&self, room: &str) -> Option<String> {
         let nodes = self.directory.as_ref()?.nodes();
         pick_target(&nodes, &self.node_id, room).map(|n| n.http_addr.clone())
+    }
+
+    /// The HTTP base URLs of the other nodes that take joins (not
+    /// draining), for a client that must find another node.
+    pub fn other_http_addrs(&self) -> Vec<String> {
+        let Some(d) = &self.directory else {
+            return Vec::new();
+        };
+        let mut nodes: Vec<NodeRecord> = d.peers().into_iter().filter(|n| !n.draining).collect();
+        nodes.sort_by(|a, b| a.load().total_cmp(&b.load()));
+        nodes.into_iter().map(|n| n.http_addr).collect()
     }
 
     /// Nodes in the view with the time since each was last heard of, and
@@ -154,8 +205,311 @@ impl State {
                 .rooms()
                 .map(|(name, _)| name.to_owned())
                 .collect(),
+            shards: u32::try_from(self.shards.len()).unwrap_or(u32::MAX),
         })
     }
+
+    /// A draining node's participants leave, with a `bye` saying
+    /// `node_draining`, where another node can take their room: they join
+    /// again and this node sends them there. Returns how many left.
+    pub fn drain_members(&mut self) -> usize {
+        let Some(node) = &self.cluster else {
+            return 0;
+        };
+        let mut leaving = Vec::new();
+        for (room, r) in self.rooms.rooms() {
+            if node.redirect_target(room).is_none() {
+                continue;
+            }
+            leaving.extend(r.members.iter().map(|m| (m.id, m.shard)));
+        }
+        let n = leaving.len();
+        for (id, shard) in leaving {
+            if let Ok(d) = self.rooms.leave(id) {
+                if let Some(s) = self.shards.get(shard.0) {
+                    let _ = s.handle.commands.send(ShardCommand::Remove {
+                        id,
+                        reason: corelay_core::LeaveReason::Draining,
+                    });
+                }
+                self.departed(d, "node_draining");
+            }
+        }
+        if n > 0 {
+            tracing::info!(
+                participants = n,
+                "draining: participants sent to other nodes"
+            );
+        }
+        n
+    }
+
+    /// This node's members changed: the others hear of it now, not at
+    /// the next second.
+    pub(super) fn members_changed(&self) {
+        if let Some(node) = &self.cluster {
+            node.members_wake.notify_one();
+        }
+    }
+
+    /// The node id of slot `slot` and a member's shard on its node, for
+    /// the API (the shard of a member here is [`ShardId::remote`]).
+    pub(super) fn remote_shard_of(&self, slot: usize, shard: ShardId) -> (Option<String>, ShardId) {
+        let node = self.cluster.as_ref().and_then(|n| {
+            n.slots
+                .iter()
+                .find(|(_, s)| **s == slot)
+                .map(|(id, _)| id.clone())
+        });
+        let index = shard.remote_parts().map_or(shard, |(_, i)| ShardId(i));
+        (node, index)
+    }
+
+    /// Each relay link to another node, the shards' links summed: packets
+    /// each way, losses found, resends, and the worst RTT of the last
+    /// pings. By node id.
+    pub fn relay_links(&self) -> Vec<LinkOut> {
+        let mut by_node: std::collections::BTreeMap<String, LinkOut> =
+            std::collections::BTreeMap::new();
+        for s in &self.shards {
+            for l in &s.last.relay_links {
+                let Some((slot, _)) = l.peer.remote_parts() else {
+                    continue;
+                };
+                let (Some(node), _) = self.remote_shard_of(slot, l.peer) else {
+                    continue;
+                };
+                let e = by_node.entry(node.clone()).or_insert_with(|| LinkOut {
+                    node_id: node,
+                    ..LinkOut::default()
+                });
+                e.tx_packets += l.tx_packets;
+                e.rx_packets += l.rx_packets;
+                e.lost += l.lost;
+                e.resent += l.resent;
+                e.rtt_ms = e.rtt_ms.max(l.rtt_us as f64 / 1000.0);
+            }
+        }
+        by_node.into_values().collect()
+    }
+
+    /// This node's members for the others ([`members`]).
+    fn member_snapshot(&mut self) -> Option<Snapshot> {
+        let rooms = self.rooms.local_members();
+        let identities: HashMap<corelay_core::ParticipantId, String> = self
+            .rooms
+            .rooms()
+            .flat_map(|(_, r)| r.members.iter())
+            .map(|m| (m.id, m.identity.clone()))
+            .collect();
+        let node = self.cluster.as_mut()?;
+        node.seq += 1;
+        Some(Snapshot {
+            node_id: node.node_id.clone(),
+            epoch: node.epoch,
+            seq: node.seq,
+            rooms: rooms
+                .into_iter()
+                .map(|(room, ms)| members::RoomMembers {
+                    room,
+                    members: ms
+                        .into_iter()
+                        .map(|m| {
+                            let identity = identities.get(&m.id).cloned().unwrap_or_default();
+                            members::Member {
+                                identity,
+                                ..member_out(m)
+                            }
+                        })
+                        .collect(),
+                })
+                .collect(),
+        })
+    }
+
+    /// Another node's members: its rooms' rosters here change to them.
+    /// Taken only from a node the directory shows, in the epoch it shows,
+    /// and newer than the last one taken.
+    fn on_snapshot(&mut self, snapshot: Snapshot) {
+        let Some(node) = self.cluster.as_mut() else {
+            return;
+        };
+        let known = node
+            .directory
+            .as_ref()
+            .and_then(|d| d.node(&snapshot.node_id))
+            .is_some_and(|r| r.epoch == snapshot.epoch);
+        let newer = node
+            .heard
+            .get(&snapshot.node_id)
+            .is_none_or(|&(epoch, seq)| (snapshot.epoch, snapshot.seq) > (epoch, seq));
+        if !known || !newer {
+            return;
+        }
+        node.heard
+            .insert(snapshot.node_id.clone(), (snapshot.epoch, snapshot.seq));
+        let Some(slot) = node.slot(&snapshot.node_id) else {
+            return;
+        };
+        let identities = snapshot
+            .rooms
+            .iter()
+            .flat_map(|r| r.members.iter())
+            .filter(|m| !m.identity.is_empty())
+            .take(MAX_REMOTE_MEMBERS)
+            .map(|m| (corelay_core::ParticipantId(m.id), m.identity.clone()))
+            .collect();
+        self.rooms.set_remote_identities(slot, identities);
+        let rooms = snapshot
+            .rooms
+            .into_iter()
+            .map(|r| {
+                let ms = r
+                    .members
+                    .into_iter()
+                    .filter_map(|m| member_in(slot, m))
+                    .collect();
+                (r.room, ms)
+            })
+            .collect();
+        let updates = self.rooms.set_remote_node(slot, rooms, "left");
+        self.refresh_relay();
+        for (roster, shards) in updates {
+            self.broadcast(&roster, &shards);
+        }
+    }
+
+    /// A change of the node directory's view.
+    fn on_node_change(&mut self, change: Change) {
+        if let Change::NodeLeft {
+            node_id, reason, ..
+        } = &change
+            && let Some(node) = self.cluster.as_mut()
+        {
+            node.heard.remove(node_id);
+            if let Some(slot) = node.slots.get(node_id).copied() {
+                tracing::info!(node = %node_id, ?reason, "cluster: node gone, its members leave their rooms");
+                let updates = self.rooms.set_remote_node(slot, Vec::new(), "node_lost");
+                for (roster, shards) in updates {
+                    self.broadcast(&roster, &shards);
+                }
+            }
+        }
+        self.refresh_relay();
+    }
+
+    /// Tells the shards' relays of the other nodes, when they changed.
+    fn refresh_relay(&mut self) {
+        let Some(node) = self.cluster.as_mut() else {
+            return;
+        };
+        let Some(directory) = node.directory.clone() else {
+            return;
+        };
+        let mut table = Vec::new();
+        for peer in directory.peers() {
+            let Some(slot) = node.slot(&peer.node_id) else {
+                continue;
+            };
+            table.push(RelayNode {
+                slot,
+                node_id: peer.node_id,
+                epoch: peer.epoch,
+                relay_addr: peer.relay_addr,
+                shards: peer.shards as usize,
+            });
+        }
+        table.sort_by_key(|n| n.slot);
+        if table == node.relay_nodes {
+            return;
+        }
+        node.relay_nodes = table.clone();
+        for s in &self.shards {
+            let _ = s.handle.commands.send(ShardCommand::Relay(table.clone()));
+        }
+    }
+}
+
+/// The relay link to one other node, as `GET /api/v1/cluster` and the
+/// metrics show it.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct LinkOut {
+    pub node_id: String,
+    /// Relay datagrams sent to it and received from it.
+    pub tx_packets: u64,
+    pub rx_packets: u64,
+    /// Its datagrams found missing here (gaps), and ours it asked for
+    /// again and got.
+    pub lost: u64,
+    pub resent: u64,
+    /// The worst round trip of the last pings over the shards' links.
+    pub rtt_ms: f64,
+}
+
+/// A member of this node as a snapshot carries it.
+fn member_out(m: MemberInfo) -> members::Member {
+    members::Member {
+        id: m.id.0,
+        name: m.name.clone(),
+        shard: u32::try_from(m.shard.0).unwrap_or(u32::MAX),
+        tracks: m
+            .tracks
+            .iter()
+            .map(|t| {
+                let state = m.state(t.mid);
+                members::Track {
+                    mid: t.mid.to_string(),
+                    kind: match t.kind {
+                        MediaKind::Audio => "audio",
+                        MediaKind::Video => "video",
+                    }
+                    .to_owned(),
+                    muted: state.muted,
+                    paused: state.paused,
+                }
+            })
+            .collect(),
+        viewer: m.viewer,
+        identity: String::new(),
+    }
+}
+
+/// A member of node `slot` as this node's rosters hold it.
+fn member_in(slot: usize, m: members::Member) -> Option<MemberInfo> {
+    let shard = ShardId::remote(slot, usize::try_from(m.shard).ok()?)?;
+    let mut tracks = Vec::new();
+    let mut states = Vec::new();
+    for t in m.tracks.iter().take(MAX_REMOTE_TRACKS) {
+        let kind = match t.kind.as_str() {
+            "audio" => MediaKind::Audio,
+            "video" => MediaKind::Video,
+            _ => continue,
+        };
+        let mid = Mid::from(t.mid.as_str());
+        tracks.push(corelay_core::offer::MediaLine { mid, kind });
+        if t.muted || t.paused {
+            states.push((
+                mid,
+                TrackState {
+                    muted: t.muted,
+                    paused: t.paused,
+                },
+            ));
+        }
+    }
+    Some(MemberInfo {
+        id: corelay_core::ParticipantId(m.id),
+        name: m
+            .name
+            .chars()
+            .filter(|c| !c.is_control())
+            .take(64)
+            .collect(),
+        shard,
+        tracks,
+        viewer: m.viewer,
+        states,
+    })
 }
 
 /// See [`Node::redirect_target`]: never `me`, a draining node or one
@@ -209,6 +563,11 @@ pub async fn run(state: Shared, url: String, node_id: String, wake: Arc<Notify>)
     if let Some(node) = lock(&state).cluster.as_mut() {
         node.directory = Some(directory.clone());
     }
+    tokio::spawn(exchange_members(
+        state.clone(),
+        directory.clone(),
+        node_id.clone(),
+    ));
     let mut tick = tokio::time::interval(HEARTBEAT);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut failing = false;
@@ -243,6 +602,69 @@ pub async fn run(state: Shared, url: String, node_id: String, wake: Arc<Notify>)
     }
 }
 
+/// The most tracks taken of one member of another node (an offer has at
+/// most `--max-mlines` m-lines; this bounds what a snapshot makes us hold).
+const MAX_REMOTE_TRACKS: usize = 64;
+/// The most identities taken from one snapshot (a node's members).
+const MAX_REMOTE_MEMBERS: usize = 1 << 20;
+
+/// How often this node's members are published whole, changed or not.
+const MEMBERS_EVERY: Duration = Duration::from_secs(1);
+
+/// The control thread's member exchange: publishes this node's members
+/// every [`MEMBERS_EVERY`] (and, through the same tick, within a second of
+/// a change), takes the other nodes' snapshots, and follows the directory's
+/// changes (a node gone: its members leave the rosters here). Runs until
+/// the client closes.
+async fn exchange_members(state: Shared, directory: Arc<Directory>, node_id: String) {
+    let client = directory.client().clone();
+    let mut snapshots = loop {
+        match members::subscribe(&client, &node_id).await {
+            Ok(s) => break Box::pin(s),
+            Err(e) => {
+                tracing::warn!(
+                    "cluster: cannot subscribe to the other nodes' members: {e}; retrying"
+                );
+                tokio::time::sleep(RETRY).await;
+            }
+        }
+    };
+    let Some(wake) = lock(&state)
+        .cluster
+        .as_ref()
+        .map(|n| n.members_wake.clone())
+    else {
+        return;
+    };
+    let mut tick = tokio::time::interval(MEMBERS_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            change = directory.next_change() => lock(&state).on_node_change(change),
+            snapshot = snapshots.next() => match snapshot {
+                Some(s) => lock(&state).on_snapshot(s),
+                None => return,
+            },
+            () = wake.notified() => {
+                let snapshot = lock(&state).member_snapshot();
+                if let Some(s) = snapshot
+                    && let Err(e) = members::publish(&client, &s).await
+                {
+                    tracing::debug!("cluster: publishing this node's members: {e}");
+                }
+            }
+            _ = tick.tick() => {
+                let snapshot = lock(&state).member_snapshot();
+                if let Some(s) = snapshot
+                    && let Err(e) = members::publish(&client, &s).await
+                {
+                    tracing::debug!("cluster: publishing this node's members: {e}");
+                }
+            }
+        }
+    }
+}
+
 /// A clean shutdown's last word: this node's key deleted, so that the
 /// others drop it at once rather than after the directory's TTL.
 pub async fn leave(state: &Shared) {
@@ -271,6 +693,7 @@ mod tests {
             capacity_left,
             draining: false,
             rooms: rooms.iter().map(|r| (*r).to_owned()).collect(),
+            shards: 1,
         }
     }
 

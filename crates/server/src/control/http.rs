@@ -216,7 +216,9 @@ async fn cors(State(access): State<Arc<Access>>, req: Request, next: Next) -> Re
         } else {
             h.insert(
                 header::ACCESS_CONTROL_EXPOSE_HEADERS,
-                HeaderValue::from_static("Location, ETag, Retry-After, Link, Participant-Id"),
+                HeaderValue::from_static(
+                    "Location, ETag, Retry-After, Link, Participant-Id, Corelay-Nodes",
+                ),
             );
         }
     }
@@ -326,8 +328,10 @@ async fn cluster_view(
 }
 
 /// Takes this node out of placement (admin): it announces itself draining
-/// at once, and redirects every new join to another node. Calls in progress
-/// stay. 404 `not_a_cluster` without `--cluster`.
+/// at once, and redirects every new join to another node. Its participants
+/// whose room another node can take get a `bye` with reason
+/// `node_draining` (they join again, and are sent there); the others'
+/// calls stay. 404 `not_a_cluster` without `--cluster`.
 async fn cluster_drain(
     State(state): State<Shared>,
     Extension(access): Extension<Arc<Access>>,
@@ -337,7 +341,9 @@ async fn cluster_drain(
     let mut st = lock(&state);
     let node = st.cluster_mut().ok_or_else(not_a_cluster)?;
     node.start_draining();
-    let body = serde_json::json!({"node_id": node.node_id, "draining": true});
+    let node_id = node.node_id.clone();
+    let moved = st.drain_members();
+    let body = serde_json::json!({"node_id": node_id, "draining": true, "moved": moved});
     Ok(axum::Json(body).into_response())
 }
 
@@ -415,6 +421,10 @@ async fn diagnosis(
 #[derive(Deserialize)]
 struct JoinQuery {
     name: Option<String>,
+    /// `follow=0`: a join this node sends elsewhere is answered 409
+    /// `elsewhere` with the `location` in the body, not a 307 (a page's
+    /// `fetch` cannot read a redirect to another origin).
+    follow: Option<String>,
 }
 
 /// What a request body may be: at most `max_bytes`, sent within `timeout`.
@@ -529,7 +539,7 @@ fn capacity_refusal(e: &RoomError) -> bool {
 /// that has room (the same path and query on its base URL, the refusal's
 /// JSON as the body), or as it is when this node is alone or no other has
 /// room.
-fn redirect_or(state: &Shared, room: &str, uri: &Uri, refusal: ApiError) -> Response {
+fn redirect_or(state: &Shared, room: &str, uri: &Uri, refusal: ApiError, follow: bool) -> Response {
     let target = lock(state)
         .cluster()
         .and_then(|node| node.redirect_target(room));
@@ -542,6 +552,15 @@ fn redirect_or(state: &Shared, room: &str, uri: &Uri, refusal: ApiError) -> Resp
         return refusal.into_response();
     };
     tracing::info!(room, code = refusal.code, to = %location, "join redirected to another node");
+    if !follow {
+        let body = serde_json::json!({
+            "code": "elsewhere",
+            "message": format!("{}; join through {base}", refusal.message),
+            "location": location,
+            "node": base,
+        });
+        return (StatusCode::CONFLICT, axum::Json(body)).into_response();
+    }
     let body = serde_json::json!({"code": refusal.code, "message": refusal.message});
     let mut res = (StatusCode::TEMPORARY_REDIRECT, axum::Json(body)).into_response();
     res.headers_mut().insert(header::LOCATION, value);
@@ -583,6 +602,7 @@ async fn join(
         .and_then(|c| c.name.as_deref())
         .or(q.name.as_deref());
     let identity = claims.as_ref().map(|c| c.sub.as_str());
+    let follow = q.follow.as_deref() != Some("0");
     let draining = lock(&state).cluster().is_some_and(|n| n.draining());
     if draining {
         let refusal = ApiError {
@@ -593,14 +613,14 @@ async fn join(
                 "this node is draining and takes no new participants",
             )
         };
-        return Ok(redirect_or(&state, &room, &uri, refusal));
+        return Ok(redirect_or(&state, &room, &uri, refusal, follow));
     }
     let publish_data = claims.as_ref().is_none_or(|c| c.publish_data);
     let joined = match super::join(&state, &room, name, identity, &sdp, flavor, publish_data).await
     {
         Ok(joined) => joined,
         Err(e) if capacity_refusal(&e) => {
-            return Ok(redirect_or(&state, &room, &uri, e.into()));
+            return Ok(redirect_or(&state, &room, &uri, e.into(), follow));
         }
         Err(e) => return Err(e.into()),
     };
@@ -610,6 +630,17 @@ async fn join(
         Flavor::Whep => format!("/whep/{room}/{}", joined.resource),
     };
     let mut res = created(location, joined.id, joined.etag, joined.answer);
+    // A cluster node names the others a client may join through if this
+    // one goes away (the demo page tries them in turn).
+    let others = lock(&state)
+        .cluster()
+        .map(|n| n.other_http_addrs())
+        .unwrap_or_default();
+    if !others.is_empty()
+        && let Ok(v) = HeaderValue::from_str(&others.join(", "))
+    {
+        res.headers_mut().insert(CORELAY_NODES, v);
+    }
     if flavor != Flavor::Participant {
         // The token's identity, else the name, else the participant's id.
         let who = identity
@@ -691,6 +722,9 @@ async fn ice_servers(
     let body = turn::json(ice.mint(&identity).as_ref());
     Ok(([(header::CACHE_CONTROL, "no-store")], axum::Json(body)).into_response())
 }
+
+/// The other nodes' HTTP base URLs (a join's answer in a cluster).
+const CORELAY_NODES: header::HeaderName = header::HeaderName::from_static("corelay-nodes");
 
 /// DELETE of a session's Location.
 async fn leave(

@@ -23,6 +23,8 @@ pub struct MetricsSnapshot {
     pub failed: Vec<corelay_core::ShardId>,
     /// This node's view of its cluster; None without `--cluster`.
     pub cluster: Option<ClusterFigures>,
+    /// The relay link to each other node (`--cluster`).
+    pub links: Vec<super::cluster::LinkOut>,
 }
 
 /// The cluster's figures in a scrape (`--cluster` only).
@@ -125,6 +127,46 @@ impl Collector for MetricsSnapshot {
                 let mut m = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
                 m.encode_gauge(&value)?;
             }
+            type Figure = fn(&super::cluster::LinkOut) -> u64;
+            let counters: [(&str, &str, Figure); 4] = [
+                (
+                    "corelay_relay_link_tx_packets",
+                    "Relay datagrams sent to the node.",
+                    |l| l.tx_packets,
+                ),
+                (
+                    "corelay_relay_link_rx_packets",
+                    "Relay datagrams received from the node.",
+                    |l| l.rx_packets,
+                ),
+                (
+                    "corelay_relay_link_lost",
+                    "The node's relay datagrams found missing here (gaps in its sequence).",
+                    |l| l.lost,
+                ),
+                (
+                    "corelay_relay_link_resent",
+                    "Relay datagrams sent again to the node because it asked.",
+                    |l| l.resent,
+                ),
+            ];
+            for (name, help, f) in counters {
+                let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
+                for l in &self.links {
+                    m.encode_family(&[("node", l.node_id.as_str())])?
+                        .encode_counter::<NoLabelSet, _, u64>(&f(l), None)?;
+                }
+            }
+            let mut m = enc.encode_descriptor(
+                "corelay_relay_link_rtt_seconds",
+                "The worst round trip of the last relay pings to the node.",
+                None,
+                MetricType::Gauge,
+            )?;
+            for l in &self.links {
+                m.encode_family(&[("node", l.node_id.as_str())])?
+                    .encode_gauge(&(l.rtt_ms / 1000.0))?;
+            }
         }
         gauge(
             &mut enc,
@@ -221,6 +263,10 @@ impl Collector for MetricsSnapshot {
                     ("by_stack", c.dropped_by_stack),
                     ("address_limit", c.dropped_addr_limit),
                     ("unknown_stream", c.dropped_unknown_stream),
+                    ("relay_unknown_source", c.relay_dropped_unknown),
+                    ("relay_bad", c.relay_dropped_bad),
+                    ("relay_replayed", c.relay_dropped_replayed),
+                    ("relay_send", c.relay_dropped_send),
                 ] {
                     m.encode_family(&[("shard", shard.as_str()), ("reason", reason)])?
                         .encode_counter::<NoLabelSet, _, u64>(&v, None)?;
@@ -253,6 +299,30 @@ impl Collector for MetricsSnapshot {
             "corelay_cross_shard_in",
             "Media packets received from a peer shard.",
             &|r| r.counters.cross_shard_in,
+        )?;
+        c(
+            &mut enc,
+            "corelay_relay_tx_packets",
+            "Relay datagrams sent to other nodes' shards (--cluster).",
+            &|r| r.counters.relay_tx_packets,
+        )?;
+        c(
+            &mut enc,
+            "corelay_relay_tx_bytes",
+            "Bytes of relay datagrams sent to other nodes' shards, sealed.",
+            &|r| r.counters.relay_tx_bytes,
+        )?;
+        c(
+            &mut enc,
+            "corelay_relay_rx_packets",
+            "Relay datagrams from other nodes' shards, opened and read.",
+            &|r| r.counters.relay_rx_packets,
+        )?;
+        c(
+            &mut enc,
+            "corelay_relay_rx_bytes",
+            "Bytes of relay datagrams from other nodes' shards.",
+            &|r| r.counters.relay_rx_bytes,
         )?;
         c(
             &mut enc,

@@ -112,9 +112,18 @@ pub struct Joined {
 impl State {
     pub fn new(settings: RtcSettings, limits: Limits, shards: Vec<ShardHandle>) -> Self {
         let shard_count = shards.len();
+        let mut rooms = Directory::new(limits.clone(), shards.len());
+        // A lone node's own key for room ids (a cluster's comes from its
+        // secret: set_cluster).
+        let mut key = [0u8; 16];
+        if getrandom::fill(&mut key).is_ok() {
+            let (a, b) = key.split_at(8);
+            let word = |x: &[u8]| x.iter().fold(0u64, |w, byte| (w << 8) | u64::from(*byte));
+            rooms.set_room_key((word(a), word(b)));
+        }
         State {
             settings: Arc::new(settings),
-            rooms: Directory::new(limits.clone(), shards.len()),
+            rooms,
             limits,
             cluster: None,
             shards: shards
@@ -137,8 +146,10 @@ impl State {
         self.shards.len()
     }
 
-    /// Makes this node a cluster node (`--cluster`).
+    /// Makes this node a cluster node (`--cluster`): its rooms are named
+    /// as every node of the cluster names them.
     pub fn set_cluster(&mut self, node: cluster::Node) {
+        self.rooms.set_room_key(node.room_key());
         self.cluster = Some(node);
     }
 
@@ -225,20 +236,26 @@ impl State {
                 reason: LeaveReason::Removed,
             });
         }
-        self.departed(d);
+        self.departed(d, "left");
         Ok(())
     }
 
     /// Tells the shards of a departure's room, and forgets its figures.
-    fn departed(&mut self, d: Departure) {
+    fn departed(&mut self, d: Departure, reason: &'static str) {
+        self.members_changed();
         self.detail.remove(&d.id);
         self.diagnoses.left(d.id, &d.room);
         let Departure {
-            id, room, roster, ..
+            id,
+            name,
+            room,
+            roster,
+            ..
         } = d;
         match roster {
             None => tracing::info!(participant = %id, room, "left; room closed"),
-            Some((roster, shards)) => {
+            Some((mut roster, shards)) => {
+                roster.departed = vec![corelay_core::room::Departed { id, name, reason }];
                 self.broadcast(&roster, &shards);
                 tracing::info!(participant = %id, room, "left");
             }
@@ -265,7 +282,7 @@ impl State {
                 // Its participants' calls ended with it: they leave their
                 // rooms (their shard is not told, it is gone).
                 for d in self.rooms.shard_failed(shard, reason) {
-                    self.departed(d);
+                    self.departed(d, "shard_failed");
                 }
             }
             ToControl::Report(mut r) => {
@@ -312,7 +329,7 @@ impl State {
                 } else {
                     tracing::warn!(participant = %id, room, reason = reason.as_str(), "removed by its shard: {detail}");
                 }
-                self.departed(d);
+                self.departed(d, reason.as_str());
             }
             ToControl::Event(ShardEvent::Connected { id }) => {
                 tracing::debug!(participant = %id, "connected");
@@ -321,11 +338,13 @@ impl State {
                 tracing::debug!(participant = %id, %mid, muted = state.muted, paused = state.paused, "track state");
                 if let Some((roster, shards)) = self.rooms.track_state(id, mid, state) {
                     self.broadcast(&roster, &shards);
+                    self.members_changed();
                 }
             }
             ToControl::Event(ShardEvent::LinesChanged { id, tracks, slots }) => {
                 if let Some((roster, shards)) = self.rooms.lines_changed(id, tracks, slots) {
                     self.broadcast(&roster, &shards);
+                    self.members_changed();
                 }
             }
         }
@@ -375,6 +394,7 @@ impl State {
                     draining: node.draining(),
                 }
             }),
+            links: self.relay_links(),
         }
     }
 
@@ -491,6 +511,7 @@ pub async fn join(
             roster: a.roster.clone(),
         });
         st.broadcast(&a.roster, &a.notify);
+        st.members_changed();
         drop(st);
         tracing::info!(participant = %a.id, room, shard = shard.0, ?flavor, "joined");
         return Ok(Joined {

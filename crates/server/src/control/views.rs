@@ -27,13 +27,22 @@ pub struct TrackOut {
 #[derive(Serialize)]
 pub struct MemberOut {
     pub id: String,
-    pub identity: String,
+    /// Its token's `sub` (its id without authentication); not shown for a
+    /// member of another node.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub identity: Option<String>,
     pub name: String,
+    /// Its shard on its node.
     pub shard: ShardId,
+    /// The node it is on, when that is another node of the cluster.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
     pub kind: Flavor,
     pub tracks: Vec<TrackOut>,
+    /// Its receive slots (a member of another node: not shown).
     pub slots: Vec<TrackOut>,
-    pub joined_secs_ago: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub joined_secs_ago: Option<u64>,
 }
 
 #[derive(Serialize)]
@@ -166,23 +175,57 @@ pub fn rooms(state: &State) -> Vec<RoomSummary> {
 /// `GET /api/v1/rooms/{room}`: its video codec (None until its first video
 /// publisher) and its members (None: no such room).
 pub fn room(state: &State, room: &str) -> Option<(Option<&'static str>, Vec<MemberOut>)> {
-    let r = state.rooms.room(room)?;
-    Some((
-        r.codec.map(|c| c.name()),
-        r.members
-            .iter()
-            .map(|m| MemberOut {
-                id: m.id.to_string(),
-                identity: m.identity.clone(),
-                name: m.name.clone(),
-                shard: m.shard,
-                kind: m.flavor,
-                tracks: tracks_out(m),
-                slots: lines_out(&m.slots),
-                joined_secs_ago: m.joined.elapsed().as_secs(),
-            })
-            .collect(),
-    ))
+    let local = state.rooms.room(room);
+    let mut members: Vec<MemberOut> = local
+        .into_iter()
+        .flat_map(|r| r.members.iter())
+        .map(|m| MemberOut {
+            id: m.id.to_string(),
+            identity: Some(m.identity.clone()),
+            name: m.name.clone(),
+            shard: m.shard,
+            node: None,
+            kind: m.flavor,
+            tracks: tracks_out(m),
+            slots: lines_out(&m.slots),
+            joined_secs_ago: Some(m.joined.elapsed().as_secs()),
+        })
+        .collect();
+    // Its members on other nodes of the cluster.
+    for (slot, m) in state.rooms.remote_members(room) {
+        let (node, shard) = state.remote_shard_of(slot, m.shard);
+        members.push(MemberOut {
+            id: m.id.to_string(),
+            identity: None,
+            name: m.name.clone(),
+            shard,
+            node,
+            kind: if m.viewer {
+                Flavor::Whep
+            } else {
+                Flavor::Participant
+            },
+            tracks: m
+                .tracks
+                .iter()
+                .map(|l| {
+                    let st = m.state(l.mid);
+                    TrackOut {
+                        mid: l.mid.to_string(),
+                        kind: corelay_core::events::kind_str(l.kind),
+                        muted: Some(st.muted),
+                        paused: Some(st.paused),
+                    }
+                })
+                .collect(),
+            slots: Vec::new(),
+            joined_secs_ago: None,
+        });
+    }
+    if local.is_none() && members.is_empty() {
+        return None;
+    }
+    Some((local.and_then(|r| r.codec).map(|c| c.name()), members))
 }
 
 /// `GET /api/v1/stats`: every shard's figures, their sum, and per room the
@@ -262,6 +305,8 @@ pub struct NodeOut {
     pub rooms: Vec<String>,
     /// Milliseconds since this node last heard of it.
     pub last_seen_ms: u64,
+    /// Its shards (shard `i`'s relay socket: `relay_addr`'s port + `i`).
+    pub shards: u32,
 }
 
 /// `/api/v1/cluster`: this node and its view of the cluster. None without
@@ -275,6 +320,8 @@ pub struct ClusterOut {
     /// Every node in the view, this one included once its own announcement
     /// came back, by node id.
     pub nodes: Vec<NodeOut>,
+    /// The relay link to each other node this one exchanged media with.
+    pub links: Vec<super::cluster::LinkOut>,
 }
 
 pub fn cluster(st: &State) -> Option<ClusterOut> {
@@ -297,7 +344,9 @@ pub fn cluster(st: &State) -> Option<ClusterOut> {
                 draining: r.draining,
                 rooms: r.rooms,
                 last_seen_ms: u64::try_from(age.as_millis()).unwrap_or(u64::MAX),
+                shards: r.shards,
             })
             .collect(),
+        links: st.relay_links(),
     })
 }

@@ -40,6 +40,7 @@
 )]
 
 pub mod mesh;
+pub mod relay;
 pub mod tcp;
 
 use std::io;
@@ -59,6 +60,7 @@ use tokio::io::Interest;
 use tokio::sync::{mpsc, oneshot};
 
 use self::mesh::Mesh;
+use self::relay::Relay;
 use self::tcp::{Frame, TcpConns};
 use corelay_udp::{self as udp, RecvBatch, SendBatch};
 
@@ -96,6 +98,17 @@ pub struct ShardSpec {
     /// Send runs of datagrams with UDP GSO and read them with GRO, where
     /// the kernel supports it.
     pub offload: bool,
+    /// With `--cluster`: the shard's relay socket and what its keys derive
+    /// from ([`relay`]).
+    pub relay: Option<RelaySpec>,
+}
+
+/// A shard's relay, before its loop starts.
+pub struct RelaySpec {
+    pub socket: UdpSocket,
+    pub secret: Arc<corelay_cluster::relay::ClusterSecret>,
+    pub node_id: String,
+    pub epoch: u64,
 }
 
 /// Binds shard `index`'s socket: its own port, large buffers, receive
@@ -228,6 +241,23 @@ struct ShardLoop {
     /// The tests' faults ([`Faults`]; empty but in a `fault-injection` build).
     faults: Faults,
     packet_metrics: bool,
+    /// Other nodes' shards (`--cluster`).
+    relay: Option<Relay>,
+}
+
+/// The loop's sockets, apart from its state: what it waits on stays
+/// borrowed while a branch changes the state.
+struct Sockets {
+    udp: tokio::net::UdpSocket,
+    relay: Option<tokio::net::UdpSocket>,
+}
+
+/// Readiness of the relay socket; never, without one.
+async fn relay_readable(socket: Option<&tokio::net::UdpSocket>) -> io::Result<()> {
+    match socket {
+        Some(s) => s.readable().await,
+        None => std::future::pending().await,
+    }
 }
 
 async fn run(
@@ -241,6 +271,14 @@ async fn run(
     let recv = RecvBatch::for_socket(&spec.socket, spec.offload);
     let (tcp_conns, mut tcp_frames) = TcpConns::new(spec.tcp_limits);
     let faults = spec.settings.faults.clone();
+    let (relay, relay_socket) = match spec.relay {
+        None => (None, None),
+        Some(r) => {
+            let socket = tokio::net::UdpSocket::from_std(r.socket)?;
+            let relay = Relay::new(r.secret, &r.node_id, spec.index.0, r.epoch);
+            (Some(relay), Some(socket))
+        }
+    };
     let mut d = ShardLoop {
         tcp: tcp_conns,
         index: spec.index,
@@ -264,8 +302,13 @@ async fn run(
         iteration: LatencyHistogram::default(),
         faults,
         packet_metrics: spec.packet_metrics,
+        relay,
     };
-    let socket = tokio::net::UdpSocket::from_std(spec.socket)?;
+    let sockets = Sockets {
+        udp: tokio::net::UdpSocket::from_std(spec.socket)?,
+        relay: relay_socket,
+    };
+    let socket = &sockets.udp;
     let listener = spec
         .tcp
         .map(tokio::net::TcpListener::from_std)
@@ -299,13 +342,13 @@ async fn run(
                 let start = Instant::now();
                 let Some(cmd) = cmd else { break };
                 shutdown = d.command(start, cmd);
-                d.flush(&socket);
+                d.flush(&sockets);
                 d.worked(start);
             }
             _ = tokio::time::sleep_until(deadline.into()) => {
                 let start = Instant::now();
                 d.engine.handle_timeout(start);
-                d.flush(&socket);
+                d.flush(&sockets);
                 d.worked(start);
             }
             _ = wake.notified() => {
@@ -313,7 +356,7 @@ async fn run(
                 let engine = &mut d.engine;
                 d.drain_start = d.drain_start.wrapping_add(1);
                 d.mesh.drain(d.index, d.drain_start, PEER_BUDGET, |m| engine.handle_peer(start, m));
-                d.flush(&socket);
+                d.flush(&sockets);
                 d.worked(start);
             }
             ready = socket.readable() => {
@@ -326,7 +369,7 @@ async fn run(
                     }
                     // try_io clears readiness on WouldBlock, so the next
                     // `readable()` waits for the kernel again.
-                    match socket.try_io(Interest::READABLE, || d.recv.recv_max(&socket, left)) {
+                    match socket.try_io(Interest::READABLE, || d.recv.recv_max(socket, left)) {
                         Ok(_) => {
                             left = left.saturating_sub(d.recv.len());
                             let now = Instant::now();
@@ -339,7 +382,7 @@ async fn run(
                                 }
                                 d.engine.handle_datagram(now, dg.kernel_rx, dg.source, d.advertised, dg.data);
                             }
-                            d.flush(&socket);
+                            d.flush(&sockets);
                         }
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                         Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -354,7 +397,7 @@ async fn run(
                     let frame = tcp_frames.try_recv().ok();
                     if frame.is_some() {
                         d.tcp_frames(start, frame, &mut tcp_frames);
-                        d.flush(&socket);
+                        d.flush(&sockets);
                     }
                 }
                 socket_wakes += 1;
@@ -375,16 +418,30 @@ async fn run(
                 // Only reached while not resting: None stays None.
                 accept_rest = d.tcp_accepted(accepted);
             }
+            ready = relay_readable(sockets.relay.as_ref()) => {
+                ready?;
+                let start = Instant::now();
+                if let (Some(relay), Some(rs)) = (d.relay.as_mut(), sockets.relay.as_ref()) {
+                    let engine = &mut d.engine;
+                    relay.receive(rs, start, |m| engine.handle_peer(start, m));
+                    relay.ping(rs, start);
+                }
+                d.flush(&sockets);
+                d.worked(start);
+            }
             frame = tcp_frames.recv() => {
                 let start = Instant::now();
                 d.tcp_frames(start, frame, &mut tcp_frames);
-                d.flush(&socket);
+                d.flush(&sockets);
                 d.worked(start);
             }
         }
         d.iterations += 1;
         if Instant::now() >= next_report {
             d.tcp.sweep(Instant::now());
+            if let (Some(relay), Some(rs)) = (d.relay.as_mut(), sockets.relay.as_ref()) {
+                relay.ping(rs, Instant::now());
+            }
             d.report();
         }
     }
@@ -447,6 +504,12 @@ impl ShardLoop {
         fail_if_injected(&self.faults, &cmd);
         match apply(&mut self.engine, now, cmd) {
             Applied::Done => None,
+            Applied::Relay(nodes) => {
+                if let Some(relay) = &mut self.relay {
+                    relay.set_nodes(&nodes);
+                }
+                None
+            }
             Applied::Answer(answer) => {
                 answer.send();
                 None
@@ -461,7 +524,8 @@ impl ShardLoop {
         clippy::result_large_err,
         reason = "a control message a full lane refuses comes back by value (Mesh::push)"
     )]
-    fn flush(&mut self, socket: &tokio::net::UdpSocket) {
+    fn flush(&mut self, sockets: &Sockets) {
+        let socket = &sockets.udp;
         self.engine.finish_batch();
         let out = self.engine.outputs();
         let mut dropped_tcp = 0;
@@ -491,6 +555,13 @@ impl ShardLoop {
             self.touched_peers.clear();
             self.touched_peers.resize(mesh.shards(), false);
             for (to, msg) in out.peers.drain(..) {
+                if to.is_remote() {
+                    // Another node's shard: over the relay, now.
+                    if let (Some(relay), Some(rs)) = (self.relay.as_mut(), sockets.relay.as_ref()) {
+                        relay.send(rs, to, &msg);
+                    }
+                    continue;
+                }
                 if msg.lane() == Lane::Control {
                     woken |= self.outbox.send(to, msg, |to, m| mesh.push(from, to, m));
                 } else if mesh.push(from, to, msg).is_err() {
@@ -529,7 +600,13 @@ impl ShardLoop {
         };
         let report = ShardReport {
             shard: self.index,
-            counters: self.io.add_to(*self.engine.counters()),
+            counters: {
+                let c = self.io.add_to(*self.engine.counters());
+                match &self.relay {
+                    Some(r) => r.counters.add_to(c),
+                    None => c,
+                }
+            },
             participants: self.engine.participant_count(),
             rooms: self.engine.room_count(),
             busy,
@@ -542,6 +619,7 @@ impl ShardLoop {
                 .reports
                 .is_multiple_of(4)
                 .then(|| self.engine.participant_stats()),
+            relay_links: self.relay.as_ref().map(Relay::links).unwrap_or_default(),
         };
         self.reports += 1;
         let _ = self.to_control.send(ToControl::Report(Box::new(report)));
