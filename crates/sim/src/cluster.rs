@@ -51,7 +51,7 @@ use std::time::{Duration, Instant};
 
 use corelay_client::ParticipantConfig;
 use corelay_core::room::MemberInfo;
-use corelay_core::{RtcSettings, ShardId, wire};
+use corelay_core::{PeerMsg, RtcSettings, ShardId, wire};
 
 use crate::net::{self, LinkParams, Net};
 use crate::sim::{C, Sim};
@@ -80,10 +80,21 @@ pub struct RelayStats {
     pub unencodable: u64,
     /// The bytes did not decode.
     pub undecodable: u64,
+    /// Keyframe requests and layer demand among `sent`.
+    pub control_sent: u64,
     /// Media messages among `delivered`.
     pub media_delivered: u64,
     /// Keyframe requests and layer demand among `delivered`.
     pub control_delivered: u64,
+}
+
+/// Whether the message is control state (a keyframe request, layer
+/// demand): what a relay must not lose silently.
+fn is_control(msg: &PeerMsg) -> bool {
+    matches!(
+        msg,
+        PeerMsg::KeyframeRequest { .. } | PeerMsg::LayerDemand { .. }
+    )
 }
 
 /// One node: its simulation and what it knows of the others.
@@ -494,7 +505,7 @@ impl Cluster {
 
     /// Node `n`'s shard `shard` sends `msg` to another node's shard `to`:
     /// its wire form, in one datagram on the relay link to that node.
-    fn send(&mut self, n: usize, shard: usize, to: ShardId, msg: &corelay_core::PeerMsg) {
+    fn send(&mut self, n: usize, shard: usize, to: ShardId, msg: &PeerMsg) {
         let Some((slot, index)) = to.remote_parts() else {
             self.stats.unknown += 1;
             return;
@@ -509,6 +520,9 @@ impl Cluster {
             return;
         }
         self.stats.sent += 1;
+        if is_control(msg) {
+            self.stats.control_sent += 1;
+        }
         let (from, dest) = (relay_addr(n, shard), relay_addr(m, index));
         self.relay
             .send(self.now, link_key(n, m), true, from, dest, &self.buf);
@@ -544,13 +558,10 @@ impl Cluster {
         match wire::decode(data, sender, now, None) {
             Ok(msg) => {
                 self.stats.delivered += 1;
-                match msg {
-                    corelay_core::PeerMsg::Media { .. } => self.stats.media_delivered += 1,
-                    corelay_core::PeerMsg::KeyframeRequest { .. }
-                    | corelay_core::PeerMsg::LayerDemand { .. } => {
-                        self.stats.control_delivered += 1;
-                    }
-                    _ => {}
+                if is_control(&msg) {
+                    self.stats.control_delivered += 1;
+                } else if matches!(msg, PeerMsg::Media { .. }) {
+                    self.stats.media_delivered += 1;
                 }
                 node.sim.shards[j].engine.handle_peer(now, msg);
                 node.sim.settle();
