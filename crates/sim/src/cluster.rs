@@ -368,11 +368,14 @@ impl Cluster {
             .iter()
             .filter(|n| n.alive)
             .filter_map(|n| n.sim.next_event());
+        // Only those ahead: one due now is the pump's to act on, and an
+        // instant left behind must not hold the clock.
         let expiries = self
             .nodes
             .iter()
             .filter(|n| n.alive)
-            .flat_map(|n| n.heard.iter().flatten().map(|t| *t + NODE_EXPIRY));
+            .flat_map(|n| n.heard.iter().flatten().map(|t| *t + NODE_EXPIRY))
+            .filter(|t| *t > self.now);
         nodes
             .chain(expiries)
             .chain(self.relay.next_at())
