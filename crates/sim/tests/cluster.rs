@@ -600,3 +600,51 @@ fn cluster_same_seed_same_outcome() {
     assert!(one.iter().all(|p| p.len() > 200));
     assert_eq!(one, two);
 }
+
+/// (c9) Dynacast across three nodes: a simulcast publisher on node 0, a
+/// small viewer on node 1, a big one on node 2. Each node's demand reaches
+/// the publisher's node named as that node names its sender, so each
+/// layer crosses only to the node that takes it: q to node 1, f to node 2
+/// (about ten times the datagrams); the publisher is asked for both, and
+/// each viewer gets its own.
+#[test]
+fn cluster_each_layer_crosses_only_to_the_node_that_takes_it() {
+    let mut cl = cluster(109, &[1, 1, 1]);
+    let p = cl.join(0, "r", simulcast_publisher("p"), 0);
+    let small = cl.join(1, "r", viewer("small", 1), 0);
+    let big = cl.join(2, "r", viewer("big", 1), 0);
+    cl.run_for(S);
+    let slot = video_slots(&cl[1], small).remove(0);
+    set_view(&mut cl[1], small, &slot, 320, 180);
+    let slot = video_slots(&cl[2], big).remove(0);
+    set_view(&mut cl[2], big, &slot, 1280, 720);
+    cl.run_for(14 * S);
+    let since = cl.now;
+    let crossed = |cl: &Cluster| {
+        let audio = cl[0].snapshot(p).sent_audio_packets;
+        (
+            cl.relay_stats(0, 1).delivered - audio,
+            cl.relay_stats(0, 2).delivered - audio,
+        )
+    };
+    let (to1, to2) = crossed(&cl);
+    cl.run_for(4 * S);
+    // Besides p's audio, which crosses to both (and a little control).
+    let to1 = crossed(&cl).0 - to1;
+    let to2 = crossed(&cl).1 - to2;
+    eprintln!("in 4 s, {to1} video datagrams crossed to node 1 and {to2} to node 2");
+    let q = layers_since(&cl[1], small, since);
+    let f = layers_since(&cl[2], big, since);
+    assert!(q.len() > 100 && q.iter().all(|&l| l == 1), "{q:?}");
+    assert!(f.len() > 100 && f.iter().all(|&l| l == 3), "{f:?}");
+    assert!(
+        to1 > 50 && to1 * 4 < to2,
+        "{to1} to node 1, {to2} to node 2"
+    );
+    let active = active_layers(&cl[0], p).unwrap_or_default();
+    let active = active.as_array().cloned().unwrap_or_default();
+    assert!(
+        active.contains(&"q".into()) && active.contains(&"f".into()),
+        "p sends {active:?}"
+    );
+}
