@@ -140,6 +140,8 @@ pub struct Cluster {
     /// When a node dropped another's members, having not heard of it for
     /// [`NODE_EXPIRY`]: (when, the node, the node it dropped).
     pub expiries: Vec<(Instant, usize, usize)>,
+    /// The engine that carries the exchange is down ([`Cluster::set_exchange`]).
+    exchange_down: bool,
     buf: Vec<u8>,
 }
 
@@ -240,6 +242,7 @@ impl Cluster {
             now: start,
             stats: RelayStats::default(),
             expiries: Vec::new(),
+            exchange_down: false,
             buf: Vec::with_capacity(2048),
         }
     }
@@ -304,6 +307,28 @@ impl Cluster {
     /// heard of it.
     pub fn vanish(&mut self, node: usize) {
         self.nodes[node].alive = false;
+    }
+
+    /// The engine that carries the member exchange (NATS on the server)
+    /// goes down (`up` false) or comes back. While it is down no node
+    /// publishes and none expires another: each keeps the members it last
+    /// heard of, and calls go on over the relay. When it comes back every
+    /// node counts the others as heard of now and publishes at once, so
+    /// that the directories reconcile (a member who joined or left
+    /// meanwhile shows, or goes, everywhere).
+    pub fn set_exchange(&mut self, up: bool) {
+        if self.exchange_down && up {
+            let now = self.now;
+            for node in &mut self.nodes {
+                for h in node.heard.iter_mut().flatten() {
+                    *h = now;
+                }
+                node.sim.members_changed = true;
+                node.published = None;
+            }
+        }
+        self.exchange_down = !up;
+        self.pump();
     }
 
     /// Whether node `node` still runs.
@@ -375,7 +400,7 @@ impl Cluster {
             .iter()
             .filter(|n| n.alive)
             .flat_map(|n| n.heard.iter().flatten().map(|t| *t + NODE_EXPIRY))
-            .filter(|t| *t > self.now);
+            .filter(|t| *t > self.now && !self.exchange_down);
         nodes
             .chain(expiries)
             .chain(self.relay.next_at())
@@ -403,6 +428,10 @@ impl Cluster {
                 self.next_publish += SNAPSHOT_EVERY;
             }
             for n in 0..self.nodes.len() {
+                if self.exchange_down {
+                    // Published when it comes back (`set_exchange`).
+                    break;
+                }
                 let changed = std::mem::take(&mut self.nodes[n].sim.members_changed);
                 if self.nodes[n].alive && (due || changed) {
                     self.publish(n, due);
@@ -485,6 +514,9 @@ impl Cluster {
     fn expire(&mut self) -> bool {
         let now = self.now;
         let mut any = false;
+        if self.exchange_down {
+            return false;
+        }
         for m in 0..self.nodes.len() {
             if !self.nodes[m].alive {
                 continue;

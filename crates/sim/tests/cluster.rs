@@ -648,3 +648,49 @@ fn cluster_each_layer_crosses_only_to_the_node_that_takes_it() {
         "p sends {active:?}"
     );
 }
+
+/// (c10) The engine that carries the member exchange (NATS) is down for
+/// 10 s: no node expires another, and the call across the nodes goes on
+/// (the relay is not the engine's). A member who joins meanwhile is seen
+/// on its own node only; when the engine comes back the directories
+/// reconcile: everyone lists everyone, once, and the newcomer's media
+/// crosses both ways.
+#[test]
+fn cluster_calls_go_on_without_the_exchange_and_reconcile_after() {
+    let mut cl = cluster(110, &[1, 1]);
+    let a = cl.join(0, "r", talker("a", 2), 0);
+    let b = cl.join(1, "r", talker("b", 2), 0);
+    cl.run_for(3 * S);
+    cl.set_exchange(false);
+    let c = cl.join(1, "r", talker("c", 2), 0);
+    cl.run_for(10 * S);
+    assert!(cl.expiries.is_empty(), "{:?}", cl.expiries);
+    assert_eq!(cl[0].showing(a, Kind::Video, S), ["b"]);
+    assert_eq!(cl[1].showing(b, Kind::Video, S), ["a", "c"]);
+    let (ida, idb, idc) = (cl[0].id(a), cl[1].id(b), cl[1].id(c));
+    assert_eq!(
+        roster(&cl[0], a),
+        BTreeSet::from([ida.clone(), idb.clone()])
+    );
+    assert_eq!(
+        roster(&cl[1], c),
+        BTreeSet::from([ida.clone(), idb.clone(), idc.clone()])
+    );
+    assert!(cl[1].showing(c, Kind::Video, S).contains(&"b".to_string()));
+    cl.set_exchange(true);
+    let back = cl.now;
+    let all = BTreeSet::from([ida, idb, idc]);
+    let seen = cl.run_until(2 * S, |cl| roster(&cl[0], a) == all);
+    eprintln!(
+        "reconciled {:?} after the exchange came back",
+        cl.now - back
+    );
+    assert!(seen, "a's roster: {:?}", roster(&cl[0], a));
+    cl.run_for(4 * S);
+    assert_full_exchange(&cl, &[(0, a), (1, b), (1, c)]);
+    for (n, x) in [(0, a), (1, b), (1, c)] {
+        let last = cl[n].events(x, "roster").last().cloned().unwrap();
+        assert_eq!(last["participants"].as_array().map(Vec::len), Some(3));
+    }
+    assert!(cl.expiries.is_empty(), "{:?}", cl.expiries);
+}
