@@ -26,7 +26,9 @@
 //! their shards made remote ids by the slot it gave that node, slots given
 //! in the order nodes are first heard of) and sends the changed rosters to
 //! its shards. A node not heard of for [`NODE_EXPIRY`] is gone: its
-//! members leave every room (`set_remote_node(slot, [])`).
+//! members leave every room (`set_remote_node(slot, [])`). The exchange
+//! can go down (the engine that carries it, NATS on the server): nothing is
+//! published or expired until it comes back ([`Cluster::set_exchange`]).
 //!
 //! **Time.** The nodes run in lock step: the cluster finds the earliest
 //! event of any node, of the relay and of the exchange, runs every node to
