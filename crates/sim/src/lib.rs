@@ -16,8 +16,9 @@
 //! shard events. [`Cluster`] (module `cluster`, feature `clients`) is two
 //! or more such nodes on one clock, joined by a simulated relay (the wire
 //! form of peer messages over links of the network model) and a simulated
-//! member exchange between their directories. Without the feature the crate is the driver, the network
-//! and the lanes only, and does not depend on corelay-client.
+//! member exchange between their directories. Without the feature the
+//! crate is the driver, the network and the lanes only, and does not
+//! depend on corelay-client.
 //! Must not: touch engine internals (only `corelay_core`'s public API),
 //! open sockets, spawn threads, or sleep.
 
