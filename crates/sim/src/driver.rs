@@ -8,7 +8,9 @@
 //! datagrams due on the [`Net`] go to the engine or client they are
 //! addressed to, due engine and client timers fire, every engine output is
 //! routed (datagrams onto the network; peer messages over the lanes of
-//! [`SimMesh`] into their shards, one hop, no delay; shard events to the
+//! [`SimMesh`] into their shards, one hop, no delay; peer messages for
+//! another node's shard ([`ShardId::is_remote`]) into [`Driver::relay_out`],
+//! for a cluster's relay to carry (`Cluster`, feature `clients`); shard events to the
 //! caller's control plane: an [`OnEvent`]). An engine is re-run no sooner than
 //! [`MIN_STEP`] after its timer fired, a client no sooner than `MIN_STEP`
 //! after it was polled, so that a timer that keeps asking for "now" cannot
@@ -24,7 +26,7 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use corelay_core::{Engine, ShardEvent};
+use corelay_core::{Engine, PeerMsg, ShardEvent, ShardId};
 
 use crate::mesh::SimMesh;
 use crate::net::Net;
@@ -76,6 +78,11 @@ pub struct Driver<E> {
     pub net: Net,
     /// The lanes between shards ([`crate::mesh`]).
     pub mesh: SimMesh,
+    /// Peer messages for other nodes' shards, in the order the shards
+    /// emitted them: (sending shard, recipient, message). Taken by a
+    /// cluster's relay (`Cluster`, feature `clients`); a lone node's engines never
+    /// address another node, so nothing gathers here then.
+    pub relay_out: Vec<(usize, ShardId, PeerMsg)>,
     clients: Vec<E>,
     /// When each client next runs (`None`: no longer driven).
     wakes: Vec<Option<Instant>>,
@@ -99,6 +106,7 @@ impl<E: Endpoint> Driver<E> {
                 })
                 .collect(),
             net,
+            relay_out: Vec::new(),
             clients: Vec::new(),
             wakes: Vec::new(),
         }
@@ -180,7 +188,7 @@ impl<E: Endpoint> Driver<E> {
                 self.shards[s].engine.finish_batch();
                 let out = self.shards[s].engine.outputs();
                 out.forwarded.clear();
-                let peers = std::mem::take(&mut out.peers);
+                let mut peers = std::mem::take(&mut out.peers);
                 let control = std::mem::take(&mut out.control);
                 work |= !out.transmits.is_empty() || !control.is_empty();
                 // Drained in place: the engine keeps the vector's capacity.
@@ -193,6 +201,15 @@ impl<E: Endpoint> Driver<E> {
                         t.destination,
                         &t.contents,
                     );
+                }
+                if peers.iter().any(|(to, _)| to.is_remote()) {
+                    // Another node's shard: over the relay, now (as the
+                    // server's shard loop sends it), never through the mesh.
+                    let (remote, local): (Vec<_>, Vec<_>) =
+                        peers.into_iter().partition(|(to, _)| to.is_remote());
+                    peers = local;
+                    self.relay_out
+                        .extend(remote.into_iter().map(|(to, m)| (s, to, m)));
                 }
                 work |= self.mesh.route(s, peers);
                 for to in 0..self.shards.len() {

@@ -13,17 +13,25 @@
 //! [`Sim`] (module `sim`, feature `clients`, on by default) is a [`Driver`]
 //! of corelay-client participants plus a tiny control plane that does what
 //! the server's control thread does for joins, leaves, renegotiations and
-//! shard events. Without the feature the crate is the driver, the network
-//! and the lanes only, and does not depend on corelay-client.
+//! shard events. [`Cluster`] (module `cluster`, feature `clients`) is two
+//! or more such nodes on one clock, joined by a simulated relay (the wire
+//! form of peer messages over links of the network model) and a simulated
+//! member exchange between their directories. Without the feature the
+//! crate is the driver, the network and the lanes only, and does not
+//! depend on corelay-client.
 //! Must not: touch engine internals (only `corelay_core`'s public API),
 //! open sockets, spawn threads, or sleep.
 
+#[cfg(feature = "clients")]
+mod cluster;
 pub mod driver;
 pub mod mesh;
 pub mod net;
 #[cfg(feature = "clients")]
 mod sim;
 
+#[cfg(feature = "clients")]
+pub use cluster::{Cluster, NODE_EXPIRY, RelayStats, SNAPSHOT_EVERY};
 #[cfg(feature = "clients")]
 pub use corelay_client;
 pub use corelay_core;

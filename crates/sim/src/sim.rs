@@ -211,6 +211,11 @@ pub struct Sim {
     /// simulated shard).
     board: Board,
     next_judge: Instant,
+    /// Which node of a cluster this is (0 alone).
+    node: u8,
+    /// A roster went to this node's shards since a cluster last looked: its
+    /// members may have changed ([`crate::Cluster`] publishes them then).
+    pub(crate) members_changed: bool,
 }
 
 /// The clock, the shards, the network and the lanes read as the
@@ -236,12 +241,26 @@ impl Sim {
         // str0m draws its ids (mids, SSRCs, the clients' ICE credentials)
         // from this thread's fastrand generator: seeded, they repeat too.
         fastrand::seed(seed);
-        let start = Instant::now();
+        Sim::node(seed, shards, settings, 0, Instant::now())
+    }
+
+    /// Node `node` of a cluster ([`crate::Cluster`]), on the cluster's
+    /// clock (`start`): node 0 is what [`Sim::new`] makes; another node's
+    /// participant ids count from `1 + 1000 * node` (ids are the cluster's,
+    /// as the server's random ones are), and its shards and clients have
+    /// addresses of their own (`10.99.node.1`, `10.(1 + node).…`).
+    pub(crate) fn node(
+        seed: u64,
+        shards: usize,
+        settings: RtcSettings,
+        node: u8,
+        start: Instant,
+    ) -> Sim {
         let engines = (0..shards)
             .map(|i| {
                 (
                     Engine::new(ShardId(i), settings.clone()),
-                    SocketAddr::from((Ipv4Addr::new(10, 99, 0, 1), 4000 + i as u16)),
+                    SocketAddr::from((Ipv4Addr::new(10, 99, node, 1), 4000 + i as u16)),
                 )
             })
             .collect();
@@ -250,7 +269,11 @@ impl Sim {
             settings,
             control: Vec::new(),
             directory: Directory::new(Limits::unlimited(), shards),
-            ids: Counted { next: 1 },
+            ids: Counted {
+                next: 1 + 1000 * u64::from(node),
+            },
+            node,
+            members_changed: false,
             rng: fastrand::Rng::with_seed(seed ^ 0x5eed),
             default_link: LinkParams::default(),
             board: Board::new(shards),
@@ -300,7 +323,10 @@ impl Sim {
         cfg.clock = self.clock();
         cfg.seed = self.rng.u64(..);
         let n = self.driver.clients().len() as u16;
-        let addr = SocketAddr::from((Ipv4Addr::new(10, 1, (n >> 8) as u8, n as u8), 5000));
+        let addr = SocketAddr::from((
+            Ipv4Addr::new(10, 1 + self.node, (n >> 8) as u8, n as u8),
+            5000,
+        ));
         let server = self.driver.shards.get(shard).ok_or("no such shard")?.addr;
         let (mut p, offer) = Participant::new(cfg, addr, now)?;
         let codec = self
@@ -365,6 +391,7 @@ impl Sim {
             a.roster.clone(),
         );
         send_roster(&mut self.driver, &a.roster, &a.notify);
+        self.members_changed = true;
         self.settle();
         Ok(C(c))
     }
@@ -380,6 +407,7 @@ impl Sim {
         self.driver.stop(c.0);
         self.driver.shards[shard].engine.remove_participant(now, id);
         control_remove(&mut self.directory, &mut self.driver, id);
+        self.members_changed = true;
         self.settle();
     }
 
@@ -390,6 +418,7 @@ impl Sim {
         let (id, shard) = (self.client(c).id, self.client(c).shard);
         self.driver.shards[shard].engine.remove_participant(now, id);
         control_remove(&mut self.directory, &mut self.driver, id);
+        self.members_changed = true;
         self.settle();
     }
 
@@ -421,6 +450,7 @@ impl Sim {
         if let Some(etag) = self.directory.finish_renegotiate(r.id, applied) {
             cl.etag = etag;
         }
+        self.members_changed = true;
         cl.p.accept_answer(&outcome?)?;
         self.driver.wake(c.0);
         self.settle();
@@ -431,14 +461,28 @@ impl Sim {
 
     /// Routes every engine output ([`Driver::settle`]), shard events into
     /// the control plane.
-    fn settle(&mut self) {
+    pub(crate) fn settle(&mut self) {
         let Sim {
             driver,
             directory,
             control,
+            members_changed,
             ..
         } = self;
-        driver.settle(&mut |d, shard, ev| on_control(directory, control, d, shard, ev));
+        driver.settle(&mut |d, shard, ev| {
+            on_control(directory, control, members_changed, d, shard, ev)
+        });
+    }
+
+    /// The room directory (this node's, in a cluster).
+    pub fn directory(&self) -> &Directory {
+        &self.directory
+    }
+
+    /// The room directory, to change (a cluster's control plane: other
+    /// nodes' members).
+    pub(crate) fn directory_mut(&mut self) -> &mut Directory {
+        &mut self.directory
     }
 
     /// Advances virtual time by `d`.
@@ -464,10 +508,11 @@ impl Sim {
             driver,
             directory,
             control,
+            members_changed,
             ..
         } = self;
         driver.run_until_time(end, &mut |d, shard, ev| {
-            on_control(directory, control, d, shard, ev)
+            on_control(directory, control, members_changed, d, shard, ev)
         });
     }
 
@@ -632,10 +677,11 @@ impl Sim {
             driver,
             directory,
             control,
+            members_changed,
             ..
         } = self;
         driver.inject(shard, None, from, data, &mut |d, shard, ev| {
-            on_control(directory, control, d, shard, ev)
+            on_control(directory, control, members_changed, d, shard, ev)
         });
     }
 }
@@ -664,6 +710,7 @@ fn control_remove(directory: &mut Directory, d: &mut Driver<SimClient>, id: Part
 fn on_control(
     directory: &mut Directory,
     log: &mut Vec<ControlEvent>,
+    members_changed: &mut bool,
     d: &mut Driver<SimClient>,
     shard: usize,
     event: ShardEvent,
@@ -673,6 +720,12 @@ fn on_control(
         shard,
         event: event.clone(),
     });
+    if matches!(
+        event,
+        ShardEvent::Left { .. } | ShardEvent::LinesChanged { .. } | ShardEvent::TrackState { .. }
+    ) {
+        *members_changed = true;
+    }
     match event {
         ShardEvent::Left { id, reason, detail } => {
             if let Some(c) = d.clients_mut().iter_mut().find(|c| c.id == id) {
