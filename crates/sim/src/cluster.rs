@@ -62,6 +62,9 @@ use crate::sim::{C, Sim};
 pub const SNAPSHOT_EVERY: Duration = Duration::from_secs(1);
 /// A node not heard of this long is gone (the directory's expiry).
 pub const NODE_EXPIRY: Duration = Duration::from_secs(3);
+/// How long after a loss the receiver has seen the gap (the next datagram
+/// of a busy link), before its request's round trip.
+const RESEND_DETECT: Duration = Duration::from_millis(2);
 
 /// Rooms and their members, as a node publishes them.
 type Rooms = Vec<(String, Vec<MemberInfo>)>;
@@ -88,6 +91,19 @@ pub struct RelayStats {
     pub media_delivered: u64,
     /// Keyframe requests and layer demand among `delivered`.
     pub control_delivered: u64,
+    /// Datagrams the link lost or dropped that the relay sent again once
+    /// (the server's relay: the receiver asks for a gap at once, the
+    /// sender resends from what it kept; `crates/server/src/shard/relay.rs`).
+    pub resent: u64,
+}
+
+/// A datagram the relay sends again: when, on which link, from and to.
+struct Resend {
+    at: Instant,
+    link: SocketAddr,
+    from: SocketAddr,
+    to: SocketAddr,
+    data: Vec<u8>,
 }
 
 /// Whether the message is control state (a keyframe request, layer
@@ -145,6 +161,8 @@ pub struct Cluster {
     /// The engine that carries the exchange is down ([`Cluster::set_exchange`]).
     exchange_down: bool,
     buf: Vec<u8>,
+    /// Datagrams lost on the hop, to be sent again ([`RelayStats::resent`]).
+    resends: VecDeque<Resend>,
 }
 
 impl Index<usize> for Cluster {
@@ -245,6 +263,7 @@ impl Cluster {
             stats: RelayStats::default(),
             expiries: Vec::new(),
             exchange_down: false,
+            resends: VecDeque::new(),
             buf: Vec::with_capacity(2048),
         }
     }
@@ -405,6 +424,7 @@ impl Cluster {
             .filter(|t| *t > self.now && !self.exchange_down);
         nodes
             .chain(expiries)
+            .chain(self.resends.front().map(|r| r.at))
             .chain(self.relay.next_at())
             .chain(self.snapshots.front().map(|s| s.at))
             .chain(std::iter::once(self.next_publish))
@@ -442,6 +462,14 @@ impl Cluster {
             while self.snapshots.front().is_some_and(|s| s.at <= self.now) {
                 if let Some(s) = self.snapshots.pop_front() {
                     self.take_snapshot(s);
+                    moved = true;
+                }
+            }
+            while self.resends.front().is_some_and(|r| r.at <= self.now) {
+                if let Some(r) = self.resends.pop_front() {
+                    self.stats.resent += 1;
+                    self.relay
+                        .send(self.now, r.link, true, r.from, r.to, &r.data);
                     moved = true;
                 }
             }
@@ -507,7 +535,10 @@ impl Cluster {
                 (room, members)
             })
             .collect();
-        let updates = node.sim.directory_mut().set_remote_node(slot, rooms);
+        let updates = node
+            .sim
+            .directory_mut()
+            .set_remote_node(slot, rooms, "left");
         apply(&mut node.sim, updates);
     }
 
@@ -531,7 +562,10 @@ impl Cluster {
                 }
                 node.heard[n] = None;
                 let Some(slot) = node.slots[n] else { continue };
-                let updates = node.sim.directory_mut().set_remote_node(slot, Vec::new());
+                let updates =
+                    node.sim
+                        .directory_mut()
+                        .set_remote_node(slot, Vec::new(), "node_lost");
                 apply(&mut node.sim, updates);
                 self.expiries.push((now, m, n));
                 any = true;
@@ -561,8 +595,25 @@ impl Cluster {
             self.stats.control_sent += 1;
         }
         let (from, dest) = (relay_addr(n, shard), relay_addr(m, index));
-        self.relay
-            .send(self.now, link_key(n, m), true, from, dest, &self.buf);
+        let link = link_key(n, m);
+        let before = self.relay_stats(n, m);
+        self.relay.send(self.now, link, true, from, dest, &self.buf);
+        let after = self.relay_stats(n, m);
+        // Lost or dropped (not cut: a cut link answers nothing): the
+        // receiver sees the gap with the next datagram and asks, and the
+        // sender sends it again, once: about a round trip later.
+        if after.lost + after.queue_drops > before.lost + before.queue_drops {
+            let rtt = self.relay.link(link).map_or(Duration::ZERO, |l| {
+                l.up.params.delay * 2 + l.up.params.jitter
+            });
+            self.resends.push_back(Resend {
+                at: self.now + rtt + RESEND_DETECT,
+                link,
+                from,
+                to: dest,
+                data: self.buf.clone(),
+            });
+        }
     }
 
     /// A relay datagram arrives: decoded with its sender named as the
