@@ -68,6 +68,12 @@ impl Cluster {
 
     /// A node of this cluster: 1 shard, `--node-id id`, plus `extra`.
     fn node(&self, id: &str, extra: &[&str]) -> Server {
+        self.node_with(id, 1, extra)
+    }
+
+    /// A node of this cluster with `shards` shards (their relay ports
+    /// follow the first).
+    fn node_with(&self, id: &str, shards: usize, extra: &[&str]) -> Server {
         let relay = format!("127.0.0.1:{}", free_tcp_port());
         let (url, secret) = (self.url(), self.secret());
         let mut args = vec![
@@ -81,7 +87,7 @@ impl Cluster {
             secret.as_str(),
         ];
         args.extend_from_slice(extra);
-        start_server(1, &args)
+        start_server(shards, &args)
     }
 }
 
@@ -803,4 +809,53 @@ fn one_seat_per_identity_holds_across_nodes_when_a_participant_moves() {
     );
     drop(alice);
     drop(again);
+}
+
+#[test]
+fn a_packet_crosses_to_a_node_once_and_fans_out_over_its_shards_there() {
+    if corelay_testkit::skip_in_work_stealing("cluster fan-out", "one logical shard") {
+        return;
+    }
+    let Some(nats) = Cluster::start("fanout") else {
+        return;
+    };
+    let a = nats.node("a", &[]);
+    // One participant per shard on b: the room spans both of its shards.
+    let b = nats.node_with("b", 2, &["--max-participants-per-shard", "1"]);
+    all_see(&[&a, &b], &["a", "b"]);
+    let alice = join(&a, "f", "alice");
+    let bob = join(&b, "f", "bob");
+    let carol = join(&b, "f", "carol");
+    for (who, p, want) in [
+        ("bob", &bob, names(&["alice", "carol"])),
+        ("carol", &carol, names(&["alice", "bob"])),
+        ("alice", &alice, names(&["bob", "carol"])),
+    ] {
+        let (ok, s) = p.wait_until(Duration::from_secs(20), |s| {
+            video_sources(s, 30) == want && audio_sources(s, 30) == want
+        });
+        assert!(ok, "{who} did not get {want:?}: {:#?}", s.slots);
+    }
+    // alice's packets reach b's lowest shard over the relay and its other
+    // shard from there: b's second shard gets its alice media from its
+    // first, not from a.
+    let stats = b.get_json("/api/v1/stats");
+    let shards = stats["shards"].as_array().expect("shards");
+    let fanned = shards[0]["counters"]["cross_shard_out"]
+        .as_u64()
+        .unwrap_or(0);
+    let relayed_in: Vec<u64> = shards
+        .iter()
+        .map(|s| s["counters"]["relay_rx_bytes"].as_u64().unwrap_or(0))
+        .collect();
+    eprintln!(
+        "b: shard 0 sent {fanned} packets on to shard 1; relay bytes in per shard {relayed_in:?}"
+    );
+    assert!(fanned > 100, "b's shard 0 did not fan alice out: {stats}");
+    // Shard 1 takes from the relay only what is sent to it (bob's and
+    // alice's control, pings), not alice's media: far fewer bytes.
+    assert!(
+        relayed_in[1] * 5 < relayed_in[0],
+        "b's shard 1 got media over the relay too: {relayed_in:?}"
+    );
 }

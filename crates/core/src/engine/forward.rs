@@ -229,6 +229,34 @@ impl Engine {
 
     /// Sends `media` to every local subscriber whose slot shows its track, and
     /// (when it originated here) one copy to each peer shard of the room.
+    /// A packet of another node's publisher that crossed the relay to this
+    /// shard: when this is the node's lowest shard hosting the room (where
+    /// the publisher's node sends its one copy), a copy to each other shard
+    /// of this node hosting it. The packet crossed nodes once; the hop here
+    /// is the fan-out on the subscribers' node.
+    pub(super) fn fan_out_relayed(&mut self, room_id: RoomId, media: &MediaPacket) {
+        let Some(room) = self.rooms.get(&room_id) else {
+            return;
+        };
+        let from_other_node = room
+            .member(media.track.participant)
+            .is_some_and(|m| m.info.shard.is_remote());
+        let local_peers = room.peer_shards.iter().filter(|s| !s.is_remote());
+        if !from_other_node || local_peers.clone().any(|s| *s < self.shard) {
+            return;
+        }
+        for &shard in local_peers {
+            self.io.counters.cross_shard_out += 1;
+            self.io.out.peers.push((
+                shard,
+                PeerMsg::Media {
+                    room: room_id,
+                    packet: media.to_copy(),
+                },
+            ));
+        }
+    }
+
     pub(super) fn forward(
         &mut self,
         now: Instant,
@@ -272,18 +300,29 @@ impl Engine {
             );
         }
         if origin {
+            let mut last_node = None;
             for &shard in &room.peer_shards {
-                // A layer crosses to another node only if someone there
-                // takes it (its demand, refreshed every second): the relay
-                // carries what a node's subscribers watch, not every layer.
-                if shard.is_remote()
-                    && media.layers > 1
-                    && self
-                        .demand_remote
-                        .get(&(media.track, shard))
-                        .is_none_or(|d| d.mask & (1 << media.layer) == 0)
-                {
-                    continue;
+                if let Some((node, _)) = shard.remote_parts() {
+                    // One copy per other node, to its lowest shard hosting
+                    // the room, which fans it out there
+                    // ([`Engine::fan_out_relayed`]); and a layer crosses
+                    // only if someone on that node takes it (its shards'
+                    // demand, refreshed every second).
+                    if last_node == Some(node) {
+                        continue;
+                    }
+                    last_node = Some(node);
+                    if media.layers > 1 {
+                        let wanted = room
+                            .peer_shards
+                            .iter()
+                            .filter(|s| s.remote_parts().is_some_and(|(n, _)| n == node))
+                            .filter_map(|s| self.demand_remote.get(&(media.track, *s)))
+                            .fold(0, |m, d| m | d.mask);
+                        if wanted & (1 << media.layer) == 0 {
+                            continue;
+                        }
+                    }
                 }
                 self.io.counters.cross_shard_out += 1;
                 self.io.out.peers.push((

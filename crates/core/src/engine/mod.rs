@@ -803,6 +803,7 @@ impl Engine {
             PeerMsg::Media { room, packet } => {
                 self.io.counters.cross_shard_in += 1;
                 let media = MediaPacket::from(packet);
+                self.fan_out_relayed(room, &media);
                 self.forward(now, room, &media, false);
             }
             PeerMsg::KeyframeRequest { key } => self.request_keyframe(now, key),
