@@ -372,11 +372,25 @@ fn cluster_summary(o: &Outcome, w: &Interval, cpu: &CpuFigures) -> Option<Value>
     // All the nodes' CPU over the window, per packet that crossed to another
     // node (the relay's send side): an upper bound on what a relayed packet
     // costs, since the same CPU also forwarded every packet to its clients.
-    let per_relayed = match (cpu.server_cores, &relay) {
-        (Some(c), Some(r)) => r["tx_pps"]
-            .as_f64()
-            .filter(|&p| p > 0.0)
-            .map(|p| r3(c * 1e6 / p)),
+    let relay_pps = relay.as_ref().and_then(|r| r["tx_pps"].as_f64());
+    let per_relayed = match (cpu.server_cores, relay_pps) {
+        (Some(c), Some(p)) if p > 0.0 => Some(r3(c * 1e6 / p)),
+        _ => None,
+    };
+    // And per packet the nodes sent at all: to their participants
+    // (forwarded) and to each other (relayed).
+    let fwd_pps = match (
+        sample_at(&o.samples, from as f64),
+        sample_at(&o.samples, to as f64),
+    ) {
+        (Some(a), Some(b)) if b.t > a.t => match (a.server_forwarded, b.server_forwarded) {
+            (Some(x), Some(y)) => Some(y.saturating_sub(x) as f64 / (b.t - a.t)),
+            _ => None,
+        },
+        _ => None,
+    };
+    let per_sent = match (cpu.server_cores, fwd_pps, relay_pps) {
+        (Some(c), Some(f), Some(r)) if f + r > 0.0 => Some(r3(c * 1e6 / (f + r))),
         _ => None,
     };
     Some(json!({
@@ -388,6 +402,7 @@ fn cluster_summary(o: &Outcome, w: &Interval, cpu: &CpuFigures) -> Option<Value>
         "relay": relay,
         "relay_tx_bytes": relay.as_ref().map(|r| r["tx_bytes"].clone()),
         "server_us_per_relayed_packet": per_relayed,
+        "server_us_per_sent_packet": per_sent,
     }))
 }
 
@@ -840,7 +855,7 @@ pub fn table(s: &Value) -> String {
         );
         let _ = writeln!(
             t,
-            "relay: {} datagrams, {} bytes sent between nodes in the window ({} pkt/s, {} Mbit/s; {} bytes over the run); server {} µs CPU per relayed packet, {} µs per forwarded packet",
+            "relay: {} datagrams, {} bytes sent between nodes in the window ({} pkt/s, {} Mbit/s; {} bytes over the run); server {} µs CPU per relayed packet, {} µs per forwarded packet, {} µs per packet sent (forwarded + relayed)",
             r["tx_packets"],
             r["tx_bytes"],
             r["tx_pps"],
@@ -848,6 +863,7 @@ pub fn table(s: &Value) -> String {
             r["tx_bytes_run"],
             f(&cl["server_us_per_relayed_packet"]),
             f(&s["server_us_per_forwarded_packet"]),
+            f(&cl["server_us_per_sent_packet"]),
         );
     }
     let ts = &s["tail_and_slips"];
