@@ -9,6 +9,7 @@
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+mod cluster;
 mod compare;
 mod floor;
 mod metrics;
@@ -50,23 +51,27 @@ struct CommonArgs {
     /// http://127.0.0.1:18088/janus; see docs/benchmarks.md, "Janus").
     #[arg(long, global = true, value_enum, default_value_t = run::Dialect::Corelay)]
     dialect: run::Dialect,
-    /// Server base URL (participant API).
+    /// Server base URL (participant API). Given more than once (the nodes
+    /// of a cluster), participant k joins through the (k mod n)-th, so that
+    /// rooms have members on different nodes; the stats of every node are
+    /// polled and summed.
     #[arg(
         long,
         global = true,
         default_value = "http://127.0.0.1:7070",
         env = "CORELAY_BENCH_URL"
     )]
-    url: String,
+    url: Vec<String>,
     /// Directory for summary.json, timeseries.csv, plots, report.txt.
     #[arg(long, global = true, default_value = "bench-out")]
     out: PathBuf,
     /// Client driver threads (one per client core).
     #[arg(long, global = true, default_value_t = 1)]
     threads: usize,
-    /// Server process id, for its CPU figures from /proc.
-    #[arg(long, global = true)]
-    server_pid: Option<u32>,
+    /// Server process id, for its CPU figures from /proc (more than one, or
+    /// comma-separated: a cluster's nodes, summed).
+    #[arg(long, global = true, value_delimiter = ',')]
+    server_pid: Vec<u32>,
     /// Packetized frame file to replay (default: assets/media/video-360p30.frames if present, else synthetic).
     #[arg(long, global = true)]
     media: Option<PathBuf>,
@@ -144,6 +149,11 @@ enum Cmd {
     /// This host's cost floor for forwarding: recvmmsg, SRTP decrypt, and per
     /// output copy SRTP encrypt + sendmmsg; no WebRTC logic. Prints JSON.
     Floor(FloorArgs),
+    /// Starts a cluster on this machine (one nats-server, --nodes corelay
+    /// nodes on loopback ports), waits until every node lists all of them,
+    /// runs rooms (or a webinar) whose members are spread over the nodes,
+    /// and stops it all. --url and --server-pid are the cluster's own.
+    Cluster(ClusterArgs),
     /// One table and overlaid percentile plots from finished runs of several
     /// servers: `compare --out DIR tpc=RUN ws=RUN tpc=RUN ...` (repeats of a
     /// label are merged; ratios are to the first label).
@@ -158,6 +168,58 @@ struct CompareArgs {
     /// LABEL=DIR, one per run (DIR has summary.json and the histograms every run writes).
     #[arg(required = true)]
     runs: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+struct ClusterArgs {
+    /// corelay nodes.
+    #[arg(long, default_value_t = 3)]
+    nodes: usize,
+    /// Shards per node.
+    #[arg(long, default_value_t = 1)]
+    shards: usize,
+    /// The corelay binary (default: $CORELAY_BIN, else `corelay` beside this
+    /// binary, as cargo builds them: target/<profile>/).
+    #[arg(long)]
+    server_bin: Option<std::path::PathBuf>,
+    /// The nats-server binary (default: on PATH, else /usr/sbin/nats-server).
+    #[arg(long)]
+    nats_bin: Option<std::path::PathBuf>,
+    /// Extra flags for every node (split at spaces).
+    #[arg(long, default_value = "")]
+    node_args: String,
+    /// The nodes' --log level (their logs are in OUT/cluster/).
+    #[arg(long, default_value = "warn")]
+    node_log: String,
+    /// Rooms of --room-size members, every one publishing; or a webinar:
+    /// one room, one publisher, --viewers who only receive.
+    #[arg(long, value_enum, default_value_t = cluster::Shape::Rooms)]
+    shape: cluster::Shape,
+    /// Participants per room (rooms shape; with 3 nodes, 4 gives every
+    /// room both same-node and cross-node pairs).
+    #[arg(long, default_value_t = 4)]
+    room_size: usize,
+    /// A new room every ... (rooms shape).
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    room_interval: Duration,
+    /// Rooms (rooms shape).
+    #[arg(long, default_value_t = 6)]
+    max_rooms: usize,
+    /// Viewers (webinar shape).
+    #[arg(long, default_value_t = 6)]
+    viewers: usize,
+    /// Each room's joins are spread uniformly over ...
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    join_spread: Duration,
+    /// Hold after the last join for ...
+    #[arg(long, default_value = "20s", value_parser = parse_duration)]
+    duration: Duration,
+    /// Publish audio too.
+    #[arg(long)]
+    audio: bool,
+    /// How long the nodes may take to list each other.
+    #[arg(long, default_value = "20s", value_parser = parse_duration)]
+    form_timeout: Duration,
 }
 
 #[derive(Args, Debug)]
@@ -325,12 +387,22 @@ fn main() {
         eprintln!("corelay-bench: --dialect janus takes neither --simulcast nor --auth-secret");
         std::process::exit(2);
     }
-    let common = run::Common {
-        url: c.url.trim_end_matches('/').to_string(),
+    let urls: Vec<String> = c
+        .url
+        .iter()
+        .map(|u| u.trim_end_matches('/').to_string())
+        .collect();
+    if janus && urls.len() > 1 {
+        eprintln!("corelay-bench: --dialect janus takes one --url");
+        std::process::exit(2);
+    }
+    let mut common = run::Common {
+        url: urls.first().cloned().unwrap_or_default(),
+        urls,
         dialect: c.dialect,
         out: c.out.clone(),
         threads: c.threads.max(1),
-        server_pid: c.server_pid,
+        server_pids: c.server_pid.clone(),
         media: if c.synthetic {
             None
         } else {
@@ -445,8 +517,94 @@ fn main() {
             });
             execute(&common, plan, shape, config, vs)
         }
+        Cmd::Cluster(a) => run_cluster(&mut common, &a),
     };
     std::process::exit(code);
+}
+
+/// The `cluster` scenario: start the cluster, run its plan, stop it.
+fn run_cluster(common: &mut run::Common, a: &ClusterArgs) -> i32 {
+    if common.dialect != run::Dialect::Corelay {
+        eprintln!("corelay-bench cluster: corelay's own dialect only");
+        return 2;
+    }
+    let (plan, shape, vs) = match a.shape {
+        cluster::Shape::Rooms => {
+            let vs = a.room_size.saturating_sub(1);
+            let plan = scenario::rooms(
+                a.room_size,
+                a.room_interval,
+                a.join_spread,
+                a.max_rooms,
+                a.duration,
+                common.seed,
+            );
+            let shape = run::Shape {
+                video: true,
+                audio: a.audio,
+                video_slots: vs,
+                audio_slots: if a.audio { vs } else { 0 },
+                dtx: false,
+            };
+            (plan, shape, vs)
+        }
+        cluster::Shape::Webinar => {
+            let plan = scenario::webinar(a.viewers, a.join_spread, a.duration, common.seed);
+            let shape = run::Shape {
+                video: true,
+                audio: a.audio,
+                video_slots: 1,
+                audio_slots: usize::from(a.audio),
+                dtx: false,
+            };
+            (plan, shape, 1)
+        }
+    };
+    let spec = cluster::Spec {
+        nodes: a.nodes.max(1),
+        shards: a.shards.max(1),
+        server_bin: a
+            .server_bin
+            .clone()
+            .unwrap_or_else(cluster::default_server_bin),
+        nats_bin: a.nats_bin.clone().or_else(cluster::nats_binary),
+        node_args: a.node_args.split_whitespace().map(String::from).collect(),
+        node_log: a.node_log.clone(),
+        auth_secret: common.auth_secret.clone(),
+        dir: common.out.join("cluster"),
+        form_timeout: a.form_timeout,
+    };
+    let c = match cluster::Cluster::start(&spec) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("corelay-bench cluster: {e}");
+            return 2;
+        }
+    };
+    eprintln!(
+        "corelay-bench cluster: {} nodes formed on {} ({})",
+        spec.nodes,
+        c.nats_url(),
+        c.urls().join(", ")
+    );
+    common.urls = c.urls();
+    common.url = common.urls.first().cloned().unwrap_or_default();
+    common.server_pids = c.pids();
+    let config = json!({
+        "shape": a.shape.name(), "nodes": spec.nodes, "shards_per_node": spec.shards,
+        "room_size": if a.shape == cluster::Shape::Rooms { a.room_size } else { a.viewers + 1 },
+        "room_interval_s": a.room_interval.as_secs_f64(), "max_rooms": a.max_rooms,
+        "viewers": (a.shape == cluster::Shape::Webinar).then_some(a.viewers),
+        "join_spread_s": a.join_spread.as_secs_f64(), "duration_s": a.duration.as_secs_f64(),
+        "audio": a.audio, "video_slots": vs, "urls": common.urls,
+        "server_bin": spec.server_bin.display().to_string(),
+    });
+    let code = execute(common, plan.named("cluster"), shape, config, vs);
+    let left = c.stop();
+    if !left.is_empty() {
+        eprintln!("corelay-bench cluster: {left}");
+    }
+    code
 }
 
 fn execute(
@@ -466,7 +624,15 @@ fn execute(
             }),
         );
         o.insert("threads".into(), json!(common.threads));
-        o.insert("server_pid".into(), json!(common.server_pid));
+        // One node: as it always was (a number or null).
+        match common.server_pids.as_slice() {
+            [] => o.insert("server_pid".into(), json!(null)),
+            [one] => o.insert("server_pid".into(), json!(one)),
+            many => o.insert("server_pid".into(), json!(many)),
+        };
+        if common.urls.len() > 1 {
+            o.insert("urls".into(), json!(common.urls));
+        }
         o.insert("codec".into(), json!(format!("{:?}", common.codec)));
         o.insert("seed".into(), json!(common.seed));
         o.insert("auth".into(), json!(common.auth_secret.is_some()));

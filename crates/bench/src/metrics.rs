@@ -2,7 +2,9 @@
 //! HdrHistograms and hands one interval report per second to the collector
 //! (no lock, no sharing on the packet path), and the collector's merge.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::mpsc::Sender;
 use std::time::Instant;
 
@@ -31,6 +33,11 @@ pub struct Interval {
     pub second: u64,
     /// Video frame end-to-end latency, µs.
     pub video_lat: Histogram<u64>,
+    /// The same, of publisher and subscriber on one node of a cluster
+    /// (None: not a cluster run, or no such frame yet).
+    pub video_lat_same: Option<Histogram<u64>>,
+    /// The same, of publisher and subscriber on different nodes.
+    pub video_lat_cross: Option<Histogram<u64>>,
     /// Audio packet end-to-end latency, µs.
     pub audio_lat: Histogram<u64>,
     /// ICE round-trip time, µs.
@@ -67,6 +74,8 @@ impl Interval {
         Interval {
             second,
             video_lat: new_hist(),
+            video_lat_same: None,
+            video_lat_cross: None,
             audio_lat: new_hist(),
             ice_rtt: new_hist(),
             rx_video_packets: 0,
@@ -87,6 +96,14 @@ impl Interval {
     /// Add `o` into `self`.
     pub fn merge(&mut self, o: &Interval) {
         let _ = self.video_lat.add(&o.video_lat);
+        for (mine, theirs) in [
+            (&mut self.video_lat_same, &o.video_lat_same),
+            (&mut self.video_lat_cross, &o.video_lat_cross),
+        ] {
+            if let Some(h) = theirs {
+                let _ = mine.get_or_insert_with(new_hist).add(h);
+            }
+        }
         let _ = self.audio_lat.add(&o.audio_lat);
         let _ = self.ice_rtt.add(&o.ice_rtt);
         self.rx_video_packets += o.rx_video_packets;
@@ -106,6 +123,12 @@ impl Interval {
     fn reset(&mut self, second: u64) {
         self.second = second;
         self.video_lat.reset();
+        for h in [&mut self.video_lat_same, &mut self.video_lat_cross]
+            .into_iter()
+            .flatten()
+        {
+            h.reset();
+        }
         self.audio_lat.reset();
         self.ice_rtt.reset();
         self.rx_video_packets = 0;
@@ -123,6 +146,54 @@ impl Interval {
     }
 }
 
+/// Which node of a cluster each participant is on, for splitting latency
+/// into same-node and cross-node pairs: publishers are known by name (the
+/// name in their payloads), every participant by tag. Written by the joiner
+/// that placed a participant, read by the driver threads per frame.
+pub struct NodeMap {
+    /// Participant name → tag (fixed by the plan).
+    by_name: HashMap<String, u64>,
+    /// Tag → node index + 1; 0 while unknown (not joined yet, or redirected
+    /// to a node the bench was not given).
+    node: Vec<AtomicU8>,
+}
+
+impl NodeMap {
+    /// For these (tag, name) pairs (tags are the plan's, 0..n).
+    pub fn new<'a>(members: impl IntoIterator<Item = (u64, &'a str)>) -> Self {
+        let by_name: HashMap<String, u64> = members
+            .into_iter()
+            .map(|(t, n)| (n.to_string(), t))
+            .collect();
+        let len = by_name.values().map(|&t| t as usize + 1).max().unwrap_or(0);
+        NodeMap {
+            by_name,
+            node: (0..len).map(|_| AtomicU8::new(0)).collect(),
+        }
+    }
+
+    /// Participant `tag` is on node `node` (None: unknown).
+    pub fn set(&self, tag: u64, node: Option<usize>) {
+        if let Some(slot) = self.node.get(tag as usize) {
+            let v = node.map_or(0, |n| u8::try_from(n + 1).unwrap_or(0));
+            slot.store(v, Ordering::Relaxed);
+        }
+    }
+
+    /// The node of participant `tag`, if known.
+    pub fn of_tag(&self, tag: u64) -> Option<usize> {
+        match self.node.get(tag as usize)?.load(Ordering::Relaxed) {
+            0 => None,
+            v => Some(usize::from(v) - 1),
+        }
+    }
+
+    /// The node of the participant named `name`, if known.
+    pub fn of_name(&self, name: &str) -> Option<usize> {
+        self.of_tag(*self.by_name.get(name)?)
+    }
+}
+
 /// A report from one driver thread.
 pub struct Report {
     /// The thread's interval.
@@ -137,6 +208,8 @@ pub struct ThreadObserver {
     start: Instant,
     cur: Interval,
     tx: Sender<Report>,
+    /// A cluster run: who is on which node.
+    nodes: Option<Arc<NodeMap>>,
 }
 
 impl ThreadObserver {
@@ -146,7 +219,15 @@ impl ThreadObserver {
             start,
             cur: Interval::new(0),
             tx,
+            nodes: None,
         }
+    }
+
+    /// Splits video latency by whether publisher and subscriber share a
+    /// node (`nodes` says which node each is on).
+    pub fn with_nodes(mut self, nodes: Option<Arc<NodeMap>>) -> Self {
+        self.nodes = nodes;
+        self
     }
 }
 
@@ -162,6 +243,22 @@ impl Observer for ThreadObserver {
                 rec(&mut self.cur.audio_lat, latency_us);
             }
         }
+    }
+
+    fn frame_from(&mut self, tag: u64, source: &str, kind: Kind, latency_us: u64) {
+        if kind != Kind::Video {
+            return;
+        }
+        let Some(nodes) = &self.nodes else { return };
+        let (Some(sub), Some(publ)) = (nodes.of_tag(tag), nodes.of_name(source)) else {
+            return;
+        };
+        let h = if sub == publ {
+            &mut self.cur.video_lat_same
+        } else {
+            &mut self.cur.video_lat_cross
+        };
+        rec(h.get_or_insert_with(new_hist), latency_us);
     }
 
     fn packet(&mut self, kind: Kind, bytes: usize, ok: bool) {
@@ -327,5 +424,37 @@ mod tests {
         assert!(p.max >= 2499 && p.max <= 2502);
         assert_eq!(Percentiles::of(&w.ice_rtt).count, 1);
         assert_eq!(Percentiles::of(&new_hist()).count, 0);
+        assert!(w.video_lat_same.is_none() && w.video_lat_cross.is_none());
+    }
+
+    #[test]
+    fn a_cluster_run_splits_latency_by_node() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let start = Instant::now();
+        let nodes = Arc::new(NodeMap::new([(0, "r0-p0"), (1, "r0-p1"), (2, "r0-p2")]));
+        nodes.set(0, Some(0));
+        nodes.set(1, Some(1));
+        nodes.set(2, Some(0));
+        let mut o = ThreadObserver::new(start, tx).with_nodes(Some(nodes.clone()));
+        // p0 receives p2 (both on node 0) and p1 (node 1).
+        o.frame_from(0, "r0-p2", Kind::Video, 1000);
+        o.frame_from(0, "r0-p1", Kind::Video, 3000);
+        o.frame_from(0, "r0-p1", Kind::Video, 3100);
+        // Audio, an unknown publisher, a subscriber not placed: not counted.
+        o.frame_from(0, "r0-p1", Kind::Audio, 50);
+        o.frame_from(0, "r9-p9", Kind::Video, 50);
+        nodes.set(2, None);
+        o.frame_from(2, "r0-p0", Kind::Video, 50);
+        o.tick(start + Duration::from_millis(1100));
+        let r = rx.try_recv().unwrap();
+        let mut s = Series::default();
+        s.add(&r);
+        let w = s.window(0, 1);
+        let same = w.video_lat_same.as_ref().unwrap();
+        let cross = w.video_lat_cross.as_ref().unwrap();
+        assert_eq!((same.len(), cross.len()), (1, 2));
+        assert!(Percentiles::of(cross).p50 >= 2999);
+        assert_eq!(nodes.of_name("r0-p1"), Some(1));
+        assert_eq!(nodes.of_tag(7), None);
     }
 }

@@ -250,7 +250,11 @@ pub fn pairs(o: &Outcome, video_slots: usize) -> Value {
     for (k, (j, _)) in o.joined.iter().enumerate() {
         by_room.entry(j.room).or_default().push(k);
     }
-    let applicable = o.plan.room_sizes.iter().all(|&n| video_slots + 1 >= n);
+    // Every publisher of a room needs a slot at each other member.
+    let applicable = o.plan.room_sizes.iter().all(|&n| {
+        let others = o.plan.publishers.map_or(n.saturating_sub(1), |k| k.min(n));
+        video_slots >= others
+    });
     if !applicable {
         return json!({"applicable": false, "reason": "fewer video slots than other room members", "outages": []});
     }
@@ -258,15 +262,17 @@ pub fn pairs(o: &Outcome, video_slots: usize) -> Value {
     let from = o.start_ns + from_s * 1_000_000_000;
     let to = o.start_ns + to_s * 1_000_000_000;
     let secs = |ns: u64| ((ns.saturating_sub(o.start_ns)) as f64 / 1e9 * 10.0).round() / 10.0;
+    // A cluster run: (expected, ok) of pairs on one node, and across nodes.
+    let mut by_node = [(0u64, 0u64); 2];
     for members in by_room.values() {
         for &a in members {
             for &b in members {
-                if a == b {
+                let (ja, sa) = &o.joined[a];
+                let (jb, _) = &o.joined[b];
+                if a == b || !o.plan.publishes(jb.member) {
                     continue;
                 }
                 expected += 1;
-                let (ja, sa) = &o.joined[a];
-                let (jb, _) = &o.joined[b];
                 let pair = format!("{} <- {}", ja.name, jb.name);
                 let none = sa.frames_from(&jb.name) == 0;
                 if none && missing.len() < 50 {
@@ -275,8 +281,14 @@ pub fn pairs(o: &Outcome, video_slots: usize) -> Value {
                 let silences = outages_in(&sa.reception_spans(&jb.name), from, to);
                 // A pair that received nothing has no silence inside the
                 // window to report, and is not ok either.
-                if silences.is_empty() && !none {
+                let pair_ok = silences.is_empty() && !none;
+                if pair_ok {
                     ok += 1;
+                }
+                if let (Some(na), Some(nb)) = (ja.node, jb.node) {
+                    let k = usize::from(na != nb);
+                    by_node[k].0 += 1;
+                    by_node[k].1 += u64::from(pair_ok);
                 }
                 if ja.limited {
                     // Behind --downlink-limit the server may pause a slot
@@ -294,7 +306,7 @@ pub fn pairs(o: &Outcome, video_slots: usize) -> Value {
             }
         }
     }
-    json!({
+    let mut v = json!({
         "applicable": true,
         "expected": expected,
         "ok": ok,
@@ -302,7 +314,96 @@ pub fn pairs(o: &Outcome, video_slots: usize) -> Value {
         "outage_count": outage_count,
         "outages": outages,
         "limited_silences": paused,
-    })
+    });
+    if o.nodes > 1 {
+        v["same_node"] = json!({"expected": by_node[0].0, "ok": by_node[0].1});
+        v["cross_node"] = json!({"expected": by_node[1].0, "ok": by_node[1].1});
+    }
+    v
+}
+
+/// A cluster run's own figures (None with one node): latency of same-node
+/// and cross-node pairs, what crossed between nodes, the CPU per relayed
+/// packet, who was on which node.
+fn cluster_summary(o: &Outcome, w: &Interval, cpu: &CpuFigures) -> Option<Value> {
+    if o.nodes <= 1 {
+        return None;
+    }
+    let (from, to) = o.window;
+    let pct = |h: &Option<hdrhistogram::Histogram<u64>>| match h {
+        Some(h) => Percentiles::of(h),
+        None => Percentiles::of(&new_hist()),
+    };
+    let mut per_node = vec![0u64; o.nodes];
+    let mut unplaced = 0u64;
+    for (j, _) in &o.joined {
+        match j.node.and_then(|n| per_node.get_mut(n)) {
+            Some(c) => *c += 1,
+            None => unplaced += 1,
+        }
+    }
+    // Relay counters over the window, and over the whole run (from the
+    // first sample, taken before anyone joined).
+    let relay_at = |t: f64| sample_at(&o.samples, t).and_then(|s| Some((s.t, s.server_relay?)));
+    let window = match (relay_at(from as f64), relay_at(to as f64)) {
+        (Some((ta, a)), Some((tb, b))) if tb > ta => Some((tb - ta, a, b)),
+        _ => None,
+    };
+    let first = o.samples.iter().find_map(|s| s.server_relay);
+    let last = o.samples.iter().rev().find_map(|s| s.server_relay);
+    let run_tx_bytes = match (first, last) {
+        (Some(a), Some(b)) => Some(b.tx_bytes.saturating_sub(a.tx_bytes)),
+        _ => None,
+    };
+    let relay = window.map(|(dt, a, b)| {
+        let tx_p = b.tx_packets.saturating_sub(a.tx_packets);
+        let tx_b = b.tx_bytes.saturating_sub(a.tx_bytes);
+        json!({
+            "seconds": r3(dt),
+            "tx_packets": tx_p,
+            "tx_bytes": tx_b,
+            "rx_packets": b.rx_packets.saturating_sub(a.rx_packets),
+            "rx_bytes": b.rx_bytes.saturating_sub(a.rx_bytes),
+            "tx_pps": r3(tx_p as f64 / dt),
+            "tx_mbps": r3(tx_b as f64 * 8.0 / dt / 1e6),
+            "tx_bytes_run": run_tx_bytes,
+        })
+    });
+    // All the nodes' CPU over the window, per packet that crossed to another
+    // node (the relay's send side): an upper bound on what a relayed packet
+    // costs, since the same CPU also forwarded every packet to its clients.
+    let relay_pps = relay.as_ref().and_then(|r| r["tx_pps"].as_f64());
+    let per_relayed = match (cpu.server_cores, relay_pps) {
+        (Some(c), Some(p)) if p > 0.0 => Some(r3(c * 1e6 / p)),
+        _ => None,
+    };
+    // And per packet the nodes sent at all: to their participants
+    // (forwarded) and to each other (relayed).
+    let fwd_pps = match (
+        sample_at(&o.samples, from as f64),
+        sample_at(&o.samples, to as f64),
+    ) {
+        (Some(a), Some(b)) if b.t > a.t => match (a.server_forwarded, b.server_forwarded) {
+            (Some(x), Some(y)) => Some(y.saturating_sub(x) as f64 / (b.t - a.t)),
+            _ => None,
+        },
+        _ => None,
+    };
+    let per_sent = match (cpu.server_cores, fwd_pps, relay_pps) {
+        (Some(c), Some(f), Some(r)) if f + r > 0.0 => Some(r3(c * 1e6 / (f + r))),
+        _ => None,
+    };
+    Some(json!({
+        "nodes": o.nodes,
+        "participants_by_node": per_node,
+        "participants_unplaced": unplaced,
+        "e2e_latency_same_node_us": pct(&w.video_lat_same),
+        "e2e_latency_cross_node_us": pct(&w.video_lat_cross),
+        "relay": relay,
+        "relay_tx_bytes": relay.as_ref().map(|r| r["tx_bytes"].clone()),
+        "server_us_per_relayed_packet": per_relayed,
+        "server_us_per_sent_packet": per_sent,
+    }))
 }
 
 /// Everything, as the summary.json value; `rows` is [`rows`]'s time
@@ -326,6 +427,7 @@ pub fn summary(o: &Outcome, rows: &[Row], config: Value, video_slots: usize) -> 
         rec(&mut con, v);
     }
     let pairs_v = pairs(o, video_slots);
+    let cluster = cluster_summary(o, &w, &cpu);
     let mut packets = 0u64;
     let mut missing = 0u64;
     let mut nacks = 0u64;
@@ -464,7 +566,7 @@ pub fn summary(o: &Outcome, rows: &[Row], config: Value, video_slots: usize) -> 
     } else {
         0.0
     };
-    json!({
+    let mut out = json!({
         "scenario": o.plan.scenario,
         "config": config,
         "media": o.media_desc,
@@ -528,7 +630,16 @@ pub fn summary(o: &Outcome, rows: &[Row], config: Value, video_slots: usize) -> 
         "client_delayed": contended,
         "warnings": warnings,
         "simulcast": simulcast_summary(o),
-    })
+    });
+    // Only a run over several nodes has these (one node's summary is as it was).
+    if let Some(c) = cluster {
+        out["e2e_latency_same_node_us"] = c["e2e_latency_same_node_us"].clone();
+        out["e2e_latency_cross_node_us"] = c["e2e_latency_cross_node_us"].clone();
+        out["server_us_per_relayed_packet"] = c["server_us_per_relayed_packet"].clone();
+        out["relay_tx_bytes"] = c["relay_tx_bytes"].clone();
+        out["cluster"] = c;
+    }
+    out
 }
 
 /// The `simulcast` object (null unless `--simulcast` or `--downlink-limit`):
@@ -629,6 +740,14 @@ pub fn table(s: &Value) -> String {
         "e2e latency (video)",
         fmt_p(&s["e2e_latency_us"], 1000.0, "ms")
     );
+    if s["cluster"].is_object() {
+        for (label, key) in [
+            ("  same node", "e2e_latency_same_node_us"),
+            ("  cross node", "e2e_latency_cross_node_us"),
+        ] {
+            let _ = writeln!(t, "{:<22} {}", label, fmt_p(&s[key], 1000.0, "ms"));
+        }
+    }
     let _ = writeln!(
         t,
         "{:<22} {}",
@@ -719,6 +838,32 @@ pub fn table(s: &Value) -> String {
             t,
             "pairs: {}/{} publisher->subscriber pairs received frames throughout the window",
             pr["ok"], pr["expected"]
+        );
+    }
+    let cl = &s["cluster"];
+    if cl.is_object() {
+        let r = &cl["relay"];
+        let _ = writeln!(
+            t,
+            "cluster: {} nodes, participants by node {}; pairs same node {}/{}, cross node {}/{}",
+            cl["nodes"],
+            cl["participants_by_node"],
+            pr["same_node"]["ok"],
+            pr["same_node"]["expected"],
+            pr["cross_node"]["ok"],
+            pr["cross_node"]["expected"],
+        );
+        let _ = writeln!(
+            t,
+            "relay: {} datagrams, {} bytes sent between nodes in the window ({} pkt/s, {} Mbit/s; {} bytes over the run); server {} µs CPU per relayed packet, {} µs per forwarded packet, {} µs per packet sent (forwarded + relayed)",
+            r["tx_packets"],
+            r["tx_bytes"],
+            r["tx_pps"],
+            r["tx_mbps"],
+            r["tx_bytes_run"],
+            f(&cl["server_us_per_relayed_packet"]),
+            f(&s["server_us_per_forwarded_packet"]),
+            f(&cl["server_us_per_sent_packet"]),
         );
     }
     let ts = &s["tail_and_slips"];

@@ -17,7 +17,7 @@ use corelay_client::{
     JoinError, ParticipantConfig, Recording, Snapshot, VideoCodec, VideoSource, clock, signal,
 };
 
-use crate::metrics::{Report, Series, ThreadObserver};
+use crate::metrics::{NodeMap, Report, Series, ThreadObserver};
 use crate::scenario::Plan;
 use crate::util::{ProcCpu, read_proc_cpu};
 
@@ -37,16 +37,20 @@ const SUB_KEY: u64 = 1 << 62;
 /// Options shared by every scenario.
 #[derive(Debug, Clone)]
 pub struct Common {
-    /// Server base URL (the Janus API root with `Dialect::Janus`).
+    /// Server base URL (the Janus API root with `Dialect::Janus`): the
+    /// first of `urls`.
     pub url: String,
+    /// Every node's base URL (one unless a cluster): participant k joins
+    /// through `urls[k % len]` (by its tag), so that rooms span nodes.
+    pub urls: Vec<String>,
     /// The server's signaling dialect.
     pub dialect: Dialect,
     /// Output directory.
     pub out: PathBuf,
     /// Client driver threads.
     pub threads: usize,
-    /// Server process id, for CPU readings.
-    pub server_pid: Option<u32>,
+    /// Server process ids (a cluster's nodes), for CPU readings: summed.
+    pub server_pids: Vec<u32>,
     /// Frame file to replay (None: synthetic 400 kbps).
     pub media: Option<PathBuf>,
     /// Pin driver thread i to CPU pin[i % len].
@@ -156,6 +160,9 @@ pub struct Joined {
     pub token: Option<String>,
     /// Driver index.
     pub driver: usize,
+    /// Index in `Common::urls` of the node it is on (None: redirected to
+    /// a node the bench was not given).
+    pub node: Option<usize>,
     /// Shared snapshot.
     pub shared: Arc<Mutex<Snapshot>>,
     /// When it was POSTed (mono ns).
@@ -275,10 +282,15 @@ enum Job {
         token: Option<String>,
         /// Members planned in the room (Janus creates rooms that size).
         room_size: usize,
+        /// Index in `Common::urls` of the node to join through.
+        node: usize,
     },
     Leave {
         tag: u64,
         location: String,
+        /// The node it joined through (a redirected join's location is
+        /// absolute already).
+        node: usize,
         driver: usize,
         token: Option<String>,
         /// Janus: the session and its handles (instead of the DELETE).
@@ -322,6 +334,8 @@ pub struct Sample {
     pub server_forwarded: Option<u64>,
     /// Server's own busy fraction, max over shards.
     pub server_busy: Option<f64>,
+    /// The nodes' relay counters (cumulative, summed over nodes).
+    pub server_relay: Option<RelayTotals>,
     /// 1-minute load average of the machine.
     pub loadavg: Option<f64>,
 }
@@ -366,6 +380,8 @@ pub struct Outcome {
     pub marks_span_ns: Option<(u64, u64)>,
     /// Janus: feeds added to existing subscriptions (renegotiations done).
     pub subscription_updates: u64,
+    /// Nodes the participants were spread over (`Common::urls`).
+    pub nodes: usize,
 }
 
 fn raise_nofile() {
@@ -382,9 +398,24 @@ fn raise_nofile() {
     }
 }
 
-fn server_counters(url: &str, token: Option<&str>) -> Option<(u64, f64)> {
+/// A cluster's relay counters (`/api/v1/stats` totals), summed over nodes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RelayTotals {
+    /// Datagrams sent to other nodes.
+    pub tx_packets: u64,
+    /// Their bytes.
+    pub tx_bytes: u64,
+    /// Datagrams received from other nodes.
+    pub rx_packets: u64,
+    /// Their bytes.
+    pub rx_bytes: u64,
+}
+
+/// Forwarded packets, busiest shard and relay counters of one node.
+fn node_counters(url: &str, token: Option<&str>) -> Option<(u64, f64, RelayTotals)> {
     let v = signal::get_json_auth(url, "/api/v1/stats", token).ok()?;
-    let fwd = v.get("total")?.get("forwarded")?.as_u64()?;
+    let total = v.get("total")?;
+    let fwd = total.get("forwarded")?.as_u64()?;
     let busy = v
         .get("shards")
         .and_then(|s| s.as_array())
@@ -394,7 +425,63 @@ fn server_counters(url: &str, token: Option<&str>) -> Option<(u64, f64)> {
                 .fold(0.0, f64::max)
         })
         .unwrap_or(0.0);
-    Some((fwd, busy))
+    // A node without --cluster has none: zeros.
+    let n = |k: &str| total.get(k).and_then(|x| x.as_u64()).unwrap_or(0);
+    let relay = RelayTotals {
+        tx_packets: n("relay_tx_packets"),
+        tx_bytes: n("relay_tx_bytes"),
+        rx_packets: n("relay_rx_packets"),
+        rx_bytes: n("relay_rx_bytes"),
+    };
+    Some((fwd, busy, relay))
+}
+
+/// Every node's counters: forwarded and relay summed, the busiest shard of
+/// all. None unless every node answered (a partial sum would read as a drop).
+fn server_counters(urls: &[String], token: Option<&str>) -> Option<(u64, f64, RelayTotals)> {
+    let mut acc = (0u64, 0.0f64, RelayTotals::default());
+    for url in urls {
+        let (f, b, r) = node_counters(url, token)?;
+        acc.0 += f;
+        acc.1 = acc.1.max(b);
+        acc.2.tx_packets += r.tx_packets;
+        acc.2.tx_bytes += r.tx_bytes;
+        acc.2.rx_packets += r.rx_packets;
+        acc.2.rx_bytes += r.rx_bytes;
+    }
+    Some(acc)
+}
+
+/// The processes' CPU readings merged into one (times summed, threads of
+/// all): None if any is gone, or none was given.
+fn servers_cpu(pids: &[u32]) -> Option<ProcCpu> {
+    let mut all: Option<ProcCpu> = None;
+    for &pid in pids {
+        let c = read_proc_cpu(pid)?;
+        match &mut all {
+            None => all = Some(c),
+            Some(a) => {
+                a.user += c.user;
+                a.sys += c.sys;
+                a.threads.extend(c.threads);
+            }
+        }
+    }
+    all
+}
+
+/// Which of `urls` a joined participant is on: the one it was sent to,
+/// unless its join was redirected (then its location is absolute, on the
+/// node that took it; None if that is none of `urls`).
+pub fn node_of(urls: &[String], sent_to: usize, location: &str) -> Option<usize> {
+    if !(location.starts_with("http://") || location.starts_with("https://")) {
+        return Some(sent_to);
+    }
+    urls.iter().position(|u| {
+        location
+            .strip_prefix(u.as_str())
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+    })
 }
 
 /// Run a plan to completion.
@@ -428,11 +515,17 @@ pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String>
 
     let start = Instant::now();
     let start_ns = clock::mono_ns();
+    // Several nodes: who is where, to split latency by same / cross node.
+    let nodes = (common.urls.len() > 1).then(|| {
+        Arc::new(NodeMap::new(
+            plan.joins.iter().map(|j| (j.tag, j.name.as_str())),
+        ))
+    });
     let (rep_tx, rep_rx) = channel::<Report>();
     let mut drivers = Vec::new();
     for i in 0..common.threads.max(1) {
         let pin = (!common.pin.is_empty()).then(|| common.pin[i % common.pin.len()]);
-        let obs = ThreadObserver::new(start, rep_tx.clone());
+        let obs = ThreadObserver::new(start, rep_tx.clone()).with_nodes(nodes.clone());
         let name = format!("bench-{i}");
         let d = if common.shared_socket {
             Driver::spawn_shared(&name, Box::new(obs), pin)
@@ -456,13 +549,14 @@ pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String>
         let rx = job_rx.clone();
         let tx = res_tx.clone();
         let drivers = drivers.clone();
-        let url = common.url.clone();
+        let urls = common.urls.clone();
         let bind = common.bind_ip;
         let ph = phase.clone();
         let dialect = common.dialect;
+        let nodes = nodes.clone();
         let h = std::thread::Builder::new()
             .name(format!("joiner-{i}"))
-            .spawn(move || joiner(rx, tx, drivers, url, bind, ph, dialect))
+            .spawn(move || joiner(rx, tx, drivers, urls, nodes, bind, ph, dialect))
             .map_err(|e| format!("joiner thread: {e}"))?;
         joiners.push(h);
     }
@@ -518,8 +612,9 @@ pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String>
             }
             let mut cfg = ParticipantConfig::new(jp.name.clone());
             cfg.codec = common.codec;
-            cfg.publish_video = shape.video;
-            cfg.publish_audio = shape.audio;
+            let publishes = plan.publishes(jp.member);
+            cfg.publish_video = shape.video && publishes;
+            cfg.publish_audio = shape.audio && publishes;
             cfg.video_slots = shape.video_slots;
             cfg.audio_slots = shape.audio_slots;
             cfg.data_channel = true;
@@ -544,6 +639,7 @@ pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String>
             let room_name = format!("bench-{run_id}-r{}", jp.room);
             let token = common.token(Some(&room_name), &jp.name, token_ttl);
             let room_size = sizes.get(jp.room).copied().unwrap_or(1);
+            let node = (jp.tag as usize) % common.urls.len().max(1);
             let _ = job_tx.send(Job::Join {
                 plan: jp,
                 room_name,
@@ -551,6 +647,7 @@ pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String>
                 driver,
                 token,
                 room_size,
+                node,
             });
         }
         while let Ok(r) = res_rx.try_recv() {
@@ -598,13 +695,13 @@ pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String>
                 absorb(&r, &mut first_media, &mut connected_at, &mut series);
             }
             let active = joined.values().filter(|j| j.connected()).count();
-            let (fwd, busy) = match common
+            let (fwd, busy, relay) = match common
                 .server_stats
-                .then(|| server_counters(&common.url, admin_token.as_deref()))
+                .then(|| server_counters(&common.urls, admin_token.as_deref()))
                 .flatten()
             {
-                Some((f, b)) => (Some(f), Some(b)),
-                None => (None, None),
+                Some((f, b, r)) => (Some(f), Some(b), Some(r)),
+                None => (None, None, None),
             };
             let s = Sample {
                 // Stamped as /proc is read, after the server's counters: a
@@ -613,7 +710,7 @@ pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String>
                 // core per thread (a round at 2.5 cores, 2026-12-06).
                 t: start.elapsed().as_secs_f64(),
                 active,
-                server: common.server_pid.and_then(read_proc_cpu),
+                server: servers_cpu(&common.server_pids),
                 client: read_proc_cpu(std::process::id()),
                 driver_cpu_ns: drivers
                     .iter()
@@ -621,6 +718,7 @@ pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String>
                     .collect(),
                 server_forwarded: fwd,
                 server_busy: busy,
+                server_relay: relay,
                 loadavg: crate::util::loadavg1(),
             };
             if common.progress {
@@ -659,6 +757,7 @@ pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String>
             .send(Job::Leave {
                 tag: j.tag,
                 location: j.location.clone(),
+                node: j.node.unwrap_or(0),
                 driver: j.driver,
                 token: j.token.clone(),
                 janus: j.janus.as_ref().map(|p| {
@@ -690,7 +789,8 @@ pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String>
                         let _ = p.session.leave(&[p.pub_handle]);
                     }
                     None => {
-                        let _ = signal::delete_auth(&common.url, &j.location, j.token.as_deref());
+                        let url = &common.urls[j.node.unwrap_or(0) % common.urls.len().max(1)];
+                        let _ = signal::delete_auth(url, &j.location, j.token.as_deref());
                     }
                 }
                 drivers[j.driver].send(Command::Remove(j.tag));
@@ -774,6 +874,7 @@ pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String>
         layers: common.layers.clone(),
         marks_span_ns: marked_ns.map(|m| (m, finals_ns)),
         subscription_updates,
+        nodes: common.urls.len(),
     })
 }
 
@@ -830,15 +931,18 @@ fn simulcast_sources(common: &Common, desc: String) -> Result<(Vec<VideoSource>,
     Ok((v, format!("simulcast {}", parts.join("; "))))
 }
 
+#[allow(clippy::too_many_arguments)]
 fn joiner(
     rx: Arc<Mutex<Receiver<Job>>>,
     tx: Sender<JobResult>,
     drivers: Vec<Arc<Driver>>,
-    url: String,
+    urls: Vec<String>,
+    nodes: Option<Arc<NodeMap>>,
     bind: IpAddr,
     phase: Arc<AtomicU8>,
     dialect: Dialect,
 ) {
+    let url_of = |node: usize| urls[node % urls.len().max(1)].as_str();
     loop {
         let job = {
             let Ok(g) = rx.lock() else { return };
@@ -855,15 +959,16 @@ fn joiner(
                 driver,
                 token,
                 room_size,
+                node,
             } => {
+                let url = url_of(node);
                 if phase.load(Ordering::Relaxed) >= 1 {
                     // The run is over: do not join any more.
                     continue;
                 }
                 if dialect == Dialect::Janus {
                     let Some(d) = drivers.get(driver) else { return };
-                    let r =
-                        janus_publish(&url, &room_name, room_size, bind, *cfg, &plan, driver, d);
+                    let r = janus_publish(url, &room_name, room_size, bind, *cfg, &plan, driver, d);
                     let _ = tx.send(match r {
                         Ok(j) => JobResult::Joined(Box::new(j)),
                         Err(err) => JobResult::Failed { tag: plan.tag, err },
@@ -876,14 +981,19 @@ fn joiner(
                 let Some(d) = drivers.get(driver) else { return };
                 let token_ref = token.as_deref();
                 let connected = if d.has_shared() {
-                    corelay_client::connect_shared(&url, &room_name, d, *cfg, token_ref)
+                    corelay_client::connect_shared(url, &room_name, d, *cfg, token_ref)
                 } else {
-                    corelay_client::connect_auth(&url, &room_name, bind, *cfg, token_ref)
+                    corelay_client::connect_auth(url, &room_name, bind, *cfg, token_ref)
                 };
                 match connected {
                     Ok(c) => {
                         let shared = c.participant.shared();
                         let answered_ns = clock::mono_ns();
+                        let on = node_of(&urls, node, &c.joined.location);
+                        // Known before its first frame arrives.
+                        if let Some(m) = &nodes {
+                            m.set(plan.tag, on);
+                        }
                         d.send(Command::Add {
                             id: plan.tag,
                             participant: c.participant,
@@ -897,6 +1007,7 @@ fn joiner(
                             location: c.joined.location,
                             token,
                             driver,
+                            node: on,
                             shared,
                             post_ns,
                             answered_ns,
@@ -914,13 +1025,14 @@ fn joiner(
             Job::Leave {
                 tag,
                 location,
+                node,
                 driver,
                 token,
                 janus,
             } => {
                 let ok = match &janus {
                     Some((session, handles)) => session.leave(handles).is_ok(),
-                    None => signal::delete_auth(&url, &location, token.as_deref()).is_ok(),
+                    None => signal::delete_auth(url_of(node), &location, token.as_deref()).is_ok(),
                 };
                 if let Some(d) = drivers.get(driver) {
                     d.send(Command::Remove(tag));
@@ -1045,6 +1157,7 @@ fn janus_publish(
         location: String::new(),
         token: None,
         driver,
+        node: Some(0),
         shared,
         post_ns: p.post_ns,
         answered_ns,

@@ -45,7 +45,7 @@ impl SpeakerPlan {
 /// A whole run.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Plan {
-    /// "rooms" or "speakers".
+    /// "rooms", "speakers" or "cluster".
     pub scenario: &'static str,
     /// Joins, sorted by time.
     pub joins: Vec<JoinPlan>,
@@ -57,6 +57,22 @@ pub struct Plan {
     pub end: Duration,
     /// Speaking schedule, if any.
     pub speakers: Option<SpeakerPlan>,
+    /// Only the first this many members of each room publish (a webinar:
+    /// 1); None: every member does.
+    pub publishers: Option<usize>,
+}
+
+impl Plan {
+    /// Does member `member` of a room publish?
+    pub fn publishes(&self, member: usize) -> bool {
+        self.publishers.is_none_or(|k| member < k)
+    }
+
+    /// The same plan under another scenario name.
+    pub fn named(mut self, scenario: &'static str) -> Plan {
+        self.scenario = scenario;
+        self
+    }
 }
 
 /// The article's scenario: a room every `room_interval`, its `room_size`
@@ -88,6 +104,33 @@ pub fn rooms(
         }
     }
     finish("rooms", joins, vec![room_size; max_rooms], duration, None)
+}
+
+/// A webinar: one room, its publisher (member 0, `r0-p0`) joins first,
+/// then `viewers` who only receive, spread uniformly over `join_spread`
+/// from 0.5 s on; hold for `duration` after the last join.
+pub fn webinar(viewers: usize, join_spread: Duration, duration: Duration, seed: u64) -> Plan {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut joins = vec![JoinPlan {
+        tag: 0,
+        at: Duration::ZERO,
+        room: 0,
+        member: 0,
+        name: "r0-p0".into(),
+    }];
+    for m in 1..=viewers {
+        let off = 0.5 + join_spread.as_secs_f64() * rng.f64();
+        joins.push(JoinPlan {
+            tag: m as u64,
+            at: Duration::from_secs_f64(off),
+            room: 0,
+            member: m,
+            name: format!("r0-p{m}"),
+        });
+    }
+    let mut p = finish("webinar", joins, vec![viewers + 1], duration, None);
+    p.publishers = Some(1);
+    p
 }
 
 /// The conference scenario of reference 004: `participants` in rooms of
@@ -138,6 +181,7 @@ fn finish(
         last_join,
         end: last_join + duration,
         speakers,
+        publishers: None,
     }
 }
 
@@ -166,6 +210,22 @@ mod tests {
         tags.sort();
         tags.dedup();
         assert_eq!(tags.len(), 12);
+    }
+
+    #[test]
+    fn webinar_plan() {
+        let p = webinar(5, Duration::from_secs(4), Duration::from_secs(10), 3);
+        assert_eq!(p.joins.len(), 6);
+        assert_eq!(p.room_sizes, vec![6]);
+        assert_eq!(p.joins[0].name, "r0-p0");
+        assert_eq!(p.joins[0].at, Duration::ZERO);
+        assert!(
+            p.joins[1..]
+                .iter()
+                .all(|j| j.at >= Duration::from_millis(500))
+        );
+        assert!(p.publishes(0) && !p.publishes(1));
+        assert!(rooms(2, Duration::ZERO, Duration::ZERO, 1, Duration::ZERO, 1).publishes(1));
     }
 
     #[test]

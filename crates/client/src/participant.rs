@@ -1258,6 +1258,7 @@ impl Participant {
                 st.latency_us.push(lat_us);
             }
             obs.frame(kind, lat_us);
+            obs.frame_from(self.cfg.tag, stamp.name, kind, lat_us);
         }
     }
 

@@ -512,6 +512,10 @@ pub struct Received<'a> {
 pub trait Observer: Send {
     /// A complete frame arrived; `latency_us` is receive − capture.
     fn frame(&mut self, _kind: Kind, _latency_us: u64) {}
+    /// The same frame again, with who received it (participant `tag`) and
+    /// whose it was (the publisher's name): for a load client that splits
+    /// latency by pair (same node or across nodes of a cluster).
+    fn frame_from(&mut self, _tag: u64, _source: &str, _kind: Kind, _latency_us: u64) {}
     /// An RTP packet arrived (`ok` = payload verified).
     fn packet(&mut self, _kind: Kind, _bytes: usize, _ok: bool) {}
     /// A STUN binding round trip completed.
