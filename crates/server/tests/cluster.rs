@@ -217,20 +217,8 @@ fn nodes_see_each_other_and_a_full_node_redirects_to_one_with_room() {
     assert!(up, "the redirected participant did not connect to b");
     // One room across both nodes: "second" on b, "first" on a.
     let room = b.get_json("/api/v1/rooms/r");
-    let mut members: Vec<(String, Option<String>)> = room["participants"]
-        .as_array()
-        .expect("participants")
-        .iter()
-        .map(|m| {
-            (
-                m["name"].as_str().unwrap_or("").to_owned(),
-                m["node"].as_str().map(str::to_owned),
-            )
-        })
-        .collect();
-    members.sort();
     assert_eq!(
-        members,
+        members_by_node(&room),
         [
             ("first".to_owned(), Some("a".to_owned())),
             ("second".to_owned(), None)
@@ -463,6 +451,24 @@ fn bad_cluster_flags_stop_the_start() {
     assert!(err.contains("--cluster"), "{err}");
 }
 
+/// A room view's members as (name, node: None for the node that shows it),
+/// sorted.
+fn members_by_node(room: &Value) -> Vec<(String, Option<String>)> {
+    let mut members: Vec<(String, Option<String>)> = room["participants"]
+        .as_array()
+        .expect("participants")
+        .iter()
+        .map(|m| {
+            (
+                m["name"].as_str().unwrap_or("").to_owned(),
+                m["node"].as_str().map(str::to_owned),
+            )
+        })
+        .collect();
+    members.sort();
+    members
+}
+
 /// The names in the latest roster event `p` got.
 fn roster_names(s: &Snapshot) -> Vec<String> {
     let mut names: Vec<String> = s
@@ -536,20 +542,8 @@ fn a_room_spans_two_nodes_and_a_killed_node_leaves_it() {
     }
     // The room, as either node shows it, has all three, each with its node.
     let room = a.get_json("/api/v1/rooms/x");
-    let mut seen_from_a: Vec<(String, Option<String>)> = room["participants"]
-        .as_array()
-        .expect("participants")
-        .iter()
-        .map(|m| {
-            (
-                m["name"].as_str().unwrap_or("").to_owned(),
-                m["node"].as_str().map(str::to_owned),
-            )
-        })
-        .collect();
-    seen_from_a.sort();
     assert_eq!(
-        seen_from_a,
+        members_by_node(&room),
         [
             ("alice".to_owned(), None),
             ("bob".to_owned(), Some("b".to_owned())),

@@ -12,7 +12,10 @@ use std::time::{Duration, Instant};
 
 use corelay_sim::corelay_client::{Kind, ParticipantConfig, VideoSource};
 use corelay_sim::corelay_core::RtcSettings;
-use corelay_sim::{C, Cluster, LinkParams, NODE_EXPIRY, RxPacket, Sim};
+use corelay_sim::{C, Cluster, LinkParams, NODE_EXPIRY, Sim};
+
+mod common;
+use common::*;
 
 const MS: Duration = Duration::from_millis(1);
 const S: Duration = Duration::from_secs(1);
@@ -21,63 +24,12 @@ fn cluster(seed: u64, shards: &[usize]) -> Cluster {
     Cluster::new(seed, shards, RtcSettings::default())
 }
 
-/// Publishes video and audio (silent unless told), no slots.
-fn publisher(name: &str) -> ParticipantConfig {
-    let mut c = ParticipantConfig::new(name);
-    c.video_slots = 0;
-    c.audio_slots = 0;
-    c.speaking = false;
-    c
-}
-
-/// Publishes nothing, `video` video slots and one audio slot.
-fn viewer(name: &str, video: usize) -> ParticipantConfig {
-    let mut c = ParticipantConfig::new(name);
-    c.publish_video = false;
-    c.publish_audio = false;
-    c.video_slots = video;
-    c.audio_slots = 1;
-    c
-}
-
 /// Publishes video and talking audio, with `slots` slots of each kind.
 fn talker(name: &str, slots: usize) -> ParticipantConfig {
     let mut c = ParticipantConfig::new(name);
     c.video_slots = slots;
     c.audio_slots = slots;
     c
-}
-
-/// A publisher with three synthetic simulcast layers (q 150, h 400, f 1 500
-/// kbit/s; the stamps say 1, 2, 3), silent audio, no slots.
-fn simulcast_publisher(name: &str) -> ParticipantConfig {
-    let mut c = publisher(name);
-    c.simulcast = [150_000, 400_000, 1_500_000]
-        .into_iter()
-        .map(|bitrate_bps| VideoSource::Synthetic {
-            bitrate_bps,
-            fps: 30,
-            keyframe_interval: 90,
-        })
-        .collect();
-    c
-}
-
-fn video_packets(s: &Sim, c: C) -> Vec<&RxPacket> {
-    s.packets(c)
-        .iter()
-        .filter(|p| p.kind == Kind::Video)
-        .collect()
-}
-
-/// The mids of the client's video slots.
-fn video_slots(s: &Sim, c: C) -> Vec<String> {
-    s.snapshot(c)
-        .slots
-        .iter()
-        .filter(|(_, st)| st.kind == "video")
-        .map(|(m, _)| m.clone())
-        .collect()
 }
 
 /// The ids the client's last roster lists.
@@ -96,11 +48,6 @@ fn speaker(s: &Sim, c: C) -> Option<String> {
     s.events(c, "speaker")
         .last()
         .and_then(|e| e["participant"].as_str().map(str::to_string))
-}
-
-/// The layers `p` was last told to send (its "layers" event).
-fn active_layers(s: &Sim, p: C) -> Option<serde_json::Value> {
-    s.events(p, "layers").last().map(|e| e["active"].clone())
 }
 
 /// The layer (stamp: 1 q, 2 h, 3 f) of each video frame the client
@@ -128,12 +75,6 @@ fn largest_frame_gap(s: &Sim, c: C, since: Instant) -> Duration {
         .map(|w| w[1] - w[0])
         .max()
         .unwrap_or(Duration::MAX)
-}
-
-/// `c` tells the server it shows its slot `slot` at `w` x `h`.
-fn set_view(s: &mut Sim, c: C, slot: &str, w: u32, h: u32) {
-    let msg = format!(r#"{{"type":"view","mid":"{slot}","width":{w},"height":{h}}}"#);
-    s.participant(c).send_event(&msg);
 }
 
 /// Everyone in `members` (node, client) receives every other one's audio

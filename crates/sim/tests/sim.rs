@@ -11,19 +11,13 @@ use corelay_sim::corelay_core::metrics::Counters;
 use corelay_sim::corelay_core::{LeaveReason, RtcSettings};
 use corelay_sim::{C, LinkParams, RxPacket, Sim};
 
+mod common;
+use common::*;
+
 const MS: Duration = Duration::from_millis(1);
 
 fn sim(seed: u64, shards: usize) -> Sim {
     Sim::new(seed, shards, RtcSettings::default())
-}
-
-/// Publishes video and audio (silent unless told), no slots.
-fn publisher(name: &str) -> ParticipantConfig {
-    let mut c = ParticipantConfig::new(name);
-    c.video_slots = 0;
-    c.audio_slots = 0;
-    c.speaking = false;
-    c
 }
 
 /// A [`publisher`] of synthetic video whose only keyframes are its first
@@ -36,33 +30,6 @@ fn keyframe_once(name: &str) -> ParticipantConfig {
         keyframe_interval: 100_000,
     };
     c
-}
-
-/// Publishes nothing, `video` video slots and one audio slot.
-fn viewer(name: &str, video: usize) -> ParticipantConfig {
-    let mut c = ParticipantConfig::new(name);
-    c.publish_video = false;
-    c.publish_audio = false;
-    c.video_slots = video;
-    c.audio_slots = 1;
-    c
-}
-
-fn video_packets(s: &Sim, c: C) -> Vec<&RxPacket> {
-    s.packets(c)
-        .iter()
-        .filter(|p| p.kind == Kind::Video)
-        .collect()
-}
-
-/// The mids of the client's video slots.
-fn video_slots(s: &Sim, c: C) -> Vec<String> {
-    s.snapshot(c)
-        .slots
-        .iter()
-        .filter(|(_, st)| st.kind == "video")
-        .map(|(m, _)| m.clone())
-        .collect()
 }
 
 /// Client `v` asks (data channel) to pin `target`'s track into its slot
@@ -1141,21 +1108,6 @@ fn sim_dtls_failure_on_the_client_is_reported() {
 
 // ------------------------------------------------------------- simulcast
 
-/// A publisher with three synthetic simulcast layers (q 150, h 400, f 1 500
-/// kbit/s; the stamps say 1, 2, 3), silent audio, no slots.
-fn simulcast_publisher(name: &str) -> ParticipantConfig {
-    let mut c = publisher(name);
-    c.simulcast = [150_000, 400_000, 1_500_000]
-        .into_iter()
-        .map(|bitrate_bps| VideoSource::Synthetic {
-            bitrate_bps,
-            fps: 30,
-            keyframe_interval: 90,
-        })
-        .collect();
-    c
-}
-
 /// The layer (stamp: 1 q, 2 h, 3 f) of each video frame the client
 /// received after `since`, in order.
 fn layers_since(s: &Sim, c: C, since: Duration) -> Vec<u8> {
@@ -1181,12 +1133,6 @@ fn largest_frame_gap(s: &Sim, c: C, since: Instant) -> Duration {
         .map(|w| w[1] - w[0])
         .max()
         .unwrap_or(Duration::MAX)
-}
-
-/// `c` tells the server it shows its slot `slot` at `w` x `h`.
-fn set_view(s: &mut Sim, c: C, slot: &str, w: u32, h: u32) {
-    let msg = format!(r#"{{"type":"view","mid":"{slot}","width":{w},"height":{h}}}"#);
-    s.participant(c).send_event(&msg);
 }
 
 /// Every change of layer in the slot's numbering starts with a keyframe of
@@ -1589,11 +1535,6 @@ fn sim_simulcast_dynacast_across_shards() {
     s.leave(big);
     s.run_for(Duration::from_secs(7));
     assert_eq!(active(&s), Some(serde_json::json!(["q"])));
-}
-
-/// The layers `p` was last told to send (its "layers" event).
-fn active_layers(s: &Sim, p: C) -> Option<serde_json::Value> {
-    s.events(p, "layers").last().map(|e| e["active"].clone())
 }
 
 /// (23) Control between shards survives a full media lane. The lane for
