@@ -424,7 +424,6 @@ async fn run(
                 if let (Some(relay), Some(rs)) = (d.relay.as_mut(), sockets.relay.as_ref()) {
                     let engine = &mut d.engine;
                     relay.receive(rs, start, |m| engine.handle_peer(start, m));
-                    relay.ping(rs, start);
                 }
                 d.flush(&sockets);
                 d.worked(start);

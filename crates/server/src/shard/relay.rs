@@ -230,44 +230,32 @@ impl Relay {
     /// Sends `msg` to another node's shard `to`. Never waits: a full send
     /// buffer or an unknown peer drops it (counted).
     pub fn send(&mut self, socket: &UdpSocket, to: ShardId, msg: &PeerMsg) {
-        let Some(peer) = self.peers.get_mut(&to) else {
-            self.counters.tx_dropped += 1;
-            return;
-        };
-        let Some(sealer) = self.sealers.get_mut(&peer.name) else {
-            self.counters.tx_dropped += 1;
-            return;
-        };
         self.plain.clear();
-        if wire::encode(msg, &mut self.plain).is_none() {
+        if wire::encode(msg, &mut self.plain).is_none() || !self.send_plain(socket, to, true) {
             self.counters.tx_dropped += 1;
-            return;
         }
-        Self::seal_and_send(
-            socket,
-            sealer,
-            peer,
-            &self.plain,
-            &mut self.sealed,
-            &mut self.counters,
-            true,
-        );
     }
 
-    /// Seals `plain` for `peer` and sends it; `keep`: kept for a resend.
-    fn seal_and_send(
-        socket: &UdpSocket,
-        sealer: &mut Sealer,
-        peer: &mut Peer,
-        plain: &[u8],
-        sealed: &mut Vec<u8>,
-        counters: &mut RelayCounters,
-        keep: bool,
-    ) {
+    /// A relay frame of our own (not a peer message, in `plain`) to `to`;
+    /// not kept for a resend.
+    fn send_frame(&mut self, socket: &UdpSocket, to: ShardId) {
+        self.send_plain(socket, to, false);
+    }
+
+    /// Seals what `plain` holds for peer `to` and sends it; `keep`: kept
+    /// for a resend. False when `to` is no peer.
+    fn send_plain(&mut self, socket: &UdpSocket, to: ShardId, keep: bool) -> bool {
+        let Some(peer) = self.peers.get_mut(&to) else {
+            return false;
+        };
+        let Some(sealer) = self.sealers.get_mut(&peer.name) else {
+            return false;
+        };
+        let (sealed, counters) = (&mut self.sealed, &mut self.counters);
         let seq = sealer.next_seq();
-        if sealer.seal(plain, sealed).is_err() {
+        if sealer.seal(&self.plain, sealed).is_err() {
             counters.tx_dropped += 1;
-            return;
+            return true;
         }
         match send_to(socket, sealed, peer.addr) {
             Ok(_) => {
@@ -292,25 +280,7 @@ impl Relay {
             buf.extend_from_slice(sealed);
             peer.sent.push_back((seq, buf));
         }
-    }
-
-    /// A relay frame of our own (not a peer message) to `to`; not kept.
-    fn send_frame(&mut self, socket: &UdpSocket, to: ShardId) {
-        let Some(peer) = self.peers.get_mut(&to) else {
-            return;
-        };
-        let Some(sealer) = self.sealers.get_mut(&peer.name) else {
-            return;
-        };
-        Self::seal_and_send(
-            socket,
-            sealer,
-            peer,
-            &self.plain,
-            &mut self.sealed,
-            &mut self.counters,
-            false,
-        );
+        true
     }
 
     /// Pings the peers not pinged for [`PING_EVERY`] (their RTT); call
