@@ -273,7 +273,11 @@ pub struct Participant {
     /// Where [`Participant::publish`] copies `snap` for other threads.
     published: Arc<Mutex<Snapshot>>,
     stun: StunRtt,
+    /// DTLS is up and ICE has a path: media flows.
     connected: bool,
+    /// DTLS came up once (str0m says `Connected` once): ICE back up after
+    /// going down resumes the call.
+    dtls_up: bool,
     dead: bool,
     saw_media: bool,
     sizes: Vec<usize>,
@@ -436,6 +440,7 @@ impl Participant {
                 snap,
                 stun: StunRtt::default(),
                 connected: false,
+                dtls_up: false,
                 dead: false,
                 saw_media: false,
                 sizes: Vec::with_capacity(16),
@@ -497,6 +502,7 @@ impl Participant {
                 snap,
                 stun: StunRtt::default(),
                 connected: false,
+                dtls_up: false,
                 dead: false,
                 saw_media: false,
                 sizes: Vec::with_capacity(16),
@@ -964,6 +970,7 @@ impl Participant {
         match e {
             Event::Connected => {
                 self.connected = true;
+                self.dtls_up = true;
                 self.snap.connected = true;
                 // Before any media: str0m must not have sent on the
                 // streams (or transport-wide numbers) the path takes over.
@@ -987,6 +994,15 @@ impl Participant {
             Event::IceConnectionStateChange(IceConnectionState::Disconnected) => {
                 self.connected = false;
                 self.snap.connected = false;
+                self.publish();
+            }
+            // Back after it went down (an ICE restart, a path that came
+            // back): the call goes on where it was.
+            Event::IceConnectionStateChange(
+                IceConnectionState::Connected | IceConnectionState::Completed,
+            ) if self.dtls_up && !self.connected => {
+                self.connected = true;
+                self.snap.connected = true;
                 self.publish();
             }
             Event::ChannelOpen(id, _label) => {

@@ -59,6 +59,12 @@ pub struct Counters {
     pub participant_panics: u64,
     /// Participants removed because ICE+DTLS was not up within --connect-timeout.
     pub connect_timeouts: u64,
+    /// Connected participants whose ICE went down (consent failed); each
+    /// then has `--reconnect-grace` to come back.
+    pub ice_downs: u64,
+    /// Of those, the ones whose ICE came back up within the grace (their
+    /// call went on as it was).
+    pub reconnects: u64,
     /// New source addresses refused: the participant already uses the most allowed.
     pub dropped_addr_limit: u64,
     /// Data-channel requests over the participant's rate or size limit.
@@ -138,6 +144,8 @@ impl Counters {
             rtc_errors,
             participant_panics,
             connect_timeouts,
+            ice_downs,
+            reconnects,
             dropped_addr_limit,
             dropped_requests,
             dropped_by_stack,

@@ -154,6 +154,11 @@ impl Default for OfferLimits {
 pub struct ParticipantLimits {
     /// ICE and DTLS must be up this long after the join, or the participant is removed.
     pub connect_timeout: Duration,
+    /// A connected participant whose ICE went down (consent failed: nothing
+    /// from the client for about 14 s) keeps its place this long before it
+    /// is removed; zero removes it at once. Back within it (an ICE restart,
+    /// a check from a new address), nothing of its call changed.
+    pub reconnect_grace: Duration,
     /// Remote addresses (ICE-verified 5-tuples) one participant may use.
     pub max_addrs: usize,
     /// Data-channel requests per second (token bucket; bursts of twice that).
@@ -166,6 +171,7 @@ impl Default for ParticipantLimits {
     fn default() -> Self {
         ParticipantLimits {
             connect_timeout: Duration::from_secs(15),
+            reconnect_grace: Duration::from_secs(10),
             max_addrs: 8,
             requests_per_second: 20,
             max_message_bytes: 16 * 1024,

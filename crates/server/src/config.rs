@@ -190,6 +190,14 @@ pub struct Config {
     #[arg(long, env = "CORELAY_CONNECT_TIMEOUT", default_value = "15s", value_parser = parse_duration)]
     pub connect_timeout: Duration,
 
+    /// A participant whose connection went down (ICE consent failed: about
+    /// 14 s without a word from it) keeps its place in rosters and slots
+    /// this long before it is removed, so that a client back within it (an
+    /// ICE restart, a new address) finds its call unchanged and the others
+    /// see no leave and join. 0 removes it at once.
+    #[arg(long, env = "CORELAY_RECONNECT_GRACE", default_value = "10s", value_parser = parse_duration)]
+    pub reconnect_grace: Duration,
+
     /// HTTP: time a client has to send a request's headers, and how long an
     /// idle keep-alive connection waits for its next request.
     #[arg(long, env = "CORELAY_HTTP_HEADER_TIMEOUT", default_value = "10s", value_parser = parse_duration)]

@@ -74,6 +74,7 @@ pub fn run(cfg: Config) -> Result<(), Box<dyn std::error::Error>> {
         },
         participant: ParticipantLimits {
             connect_timeout: cfg.connect_timeout,
+            reconnect_grace: cfg.reconnect_grace,
             max_addrs: cfg.max_addrs_per_participant.max(1),
             requests_per_second: cfg.max_requests_per_second.max(1),
             max_message_bytes: cfg.max_message_bytes as usize,

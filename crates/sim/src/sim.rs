@@ -429,9 +429,26 @@ impl Sim {
     /// A refusal leaves the client with its offer pending (no rollback):
     /// a test that expects one should not go on with that client.
     pub fn add_slots(&mut self, c: C, video: usize, audio: usize) -> Result<(), String> {
+        self.renegotiate(c, |p| p.add_slots(video, audio))
+    }
+
+    /// `c` restarts ICE (new credentials, in an offer through the
+    /// renegotiation path, as the demo page does when its connection is
+    /// down).
+    pub fn restart_ice(&mut self, c: C) -> Result<(), String> {
+        self.renegotiate(c, Participant::restart_ice)
+    }
+
+    /// `c` renegotiates with the offer `make` gives, applied as the
+    /// control thread applies a PATCH.
+    fn renegotiate(
+        &mut self,
+        c: C,
+        make: impl FnOnce(&mut Participant) -> Result<String, String>,
+    ) -> Result<(), String> {
         let now = self.now;
         let cl = &mut self.driver.clients_mut()[c.0];
-        let offer = cl.p.add_slots(video, audio)?;
+        let offer = make(&mut cl.p)?;
         let (id, shard) = (cl.id, cl.shard);
         let r = self
             .directory

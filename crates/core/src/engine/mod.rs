@@ -787,6 +787,21 @@ impl Engine {
                     .push((id, LeaveReason::ConnectTimeout, None));
             }
         }
+        let grace = self.settings.participant.reconnect_grace;
+        while let Some(id) = self.io.timers.pop_grace_due(now) {
+            // Still down, and since a grace ago (an entry of an earlier
+            // outage it came back from is stale).
+            if self.participants.get(&id).is_some_and(|p| {
+                p.session
+                    .down_since
+                    .is_some_and(|t| now.saturating_duration_since(t) >= grace)
+            }) {
+                self.io
+                    .todo
+                    .doomed
+                    .push((id, LeaveReason::IceDisconnected, None));
+            }
+        }
         while let Some(key) = self.keyframes.pop_due(now) {
             self.request_keyframe(now, key);
         }
@@ -795,6 +810,30 @@ impl Engine {
             self.tick_layers(now);
         }
         self.settle(now);
+    }
+
+    /// `id`'s ICE went down (str0m: no valid pair left). Before it ever
+    /// connected, or without a grace, it is removed now; a connected one
+    /// keeps its place for `--reconnect-grace` (rosters, slots, tracks), so
+    /// a client that comes back (ICE restart, a check from a new address)
+    /// finds its call as it left it.
+    fn on_ice_down(&mut self, now: Instant, id: ParticipantId) {
+        let grace = self.settings.participant.reconnect_grace;
+        let Some(p) = self.participants.get_mut(&id) else {
+            return;
+        };
+        if grace.is_zero() || !p.session.connected {
+            self.io
+                .todo
+                .doomed
+                .push((id, LeaveReason::IceDisconnected, None));
+            return;
+        }
+        if p.session.down_since.is_none() {
+            p.session.down_since = Some(now);
+            self.io.counters.ice_downs += 1;
+            self.io.timers.grace_until(id, now + grace);
+        }
     }
 
     /// A message from a peer shard.
@@ -973,16 +1012,16 @@ impl Engine {
                 self.io.out.control.push(ShardEvent::Connected { id });
             }
             Event::IceConnectionStateChange(IceConnectionState::Disconnected) => {
-                self.io
-                    .todo
-                    .doomed
-                    .push((id, LeaveReason::IceDisconnected, None));
+                self.on_ice_down(now, id);
             }
             Event::IceConnectionStateChange(
                 IceConnectionState::Connected | IceConnectionState::Completed,
             ) => {
                 if let Some(p) = self.participants.get_mut(&id) {
                     p.session.trail.ice_connected = true;
+                    if p.session.down_since.take().is_some() {
+                        self.io.counters.reconnects += 1;
+                    }
                 }
             }
             Event::ChannelOpen(cid, _label) => self.on_channel_open(now, id, cid),
@@ -1262,9 +1301,13 @@ fn leave_detail(
         .unwrap_or_default();
     let said = detail.unwrap_or_else(|| "no detail".to_string());
     match reason {
-        LeaveReason::IceDisconnected if p.session.connected => {
-            format!("ICE consent failed: {silent}")
-        }
+        LeaveReason::IceDisconnected if p.session.connected => match p.session.down_since {
+            Some(t) => format!(
+                "ICE consent failed and the client did not come back within --reconnect-grace ({:.0} s): {silent}",
+                now.saturating_duration_since(t).as_secs_f64()
+            ),
+            None => format!("ICE consent failed: {silent}"),
+        },
         LeaveReason::IceDisconnected => {
             format!("ICE failed before the connection was up: {stage}; {silent}{dtls}")
         }

@@ -422,6 +422,18 @@ impl Collector for MetricsSnapshot {
         )?;
         c(
             &mut enc,
+            "corelay_ice_downs",
+            "Connected participants whose ICE went down (consent failed); each gets --reconnect-grace to come back.",
+            &|r| r.counters.ice_downs,
+        )?;
+        c(
+            &mut enc,
+            "corelay_reconnects",
+            "Participants whose ICE came back up within --reconnect-grace (their call went on unchanged).",
+            &|r| r.counters.reconnects,
+        )?;
+        c(
+            &mut enc,
             "corelay_requests_dropped",
             "Data-channel requests over a participant's rate or size limit.",
             &|r| r.counters.dropped_requests,
