@@ -1,9 +1,9 @@
 // A network change mid-call (issue 50.3): a Chromium participant on the demo
 // page whose address changes (its namespace's veth moves from 10.80.0.2 to
 // 10.80.0.3, the old address gone) restarts ICE by itself (the page: a
-// connection `disconnected` for 2 s, or `failed`, makes it PATCH a new
-// offer), and media flows both ways again on the new address, within 2 s of
-// the restart. It keeps its participant id, and the other participant's
+// steady connection silent for 750 ms, `disconnected` for 2 s, or `failed`,
+// makes it PATCH a new offer), and media flows both ways again on the new
+// address, within 2 s of the new path. It keeps its participant id, and the other participant's
 // roster never shows it leave. Then its link goes down for 17 s and comes
 // back: past the server's ICE consent (about 14.6 s of silence), within its
 // --reconnect-grace (8 s here): the same participant, in the same slots,
@@ -176,11 +176,17 @@ describe('a network change mid-call', { skip: skip ?? false }, () => {
       console.log(`# the mover's timeline: ${timeline.map(([t, what]) => `${t - t0} ms ${what}`).join('; ')}`);
       console.log(`# network change: new path after ${tPath} ms (ICE restarts: ${moved.restarts}); the mover decodes again after ${tMover} ms, the other after ${tStayer} ms`);
       assert.ok(moved.restarts >= 1, 'the page restarted ICE');
-      // Chromium takes its time to call the connection disconnected (about
-      // 7 s here) and the page waits 2 s more; from its ICE restart on,
-      // both decode again within 2 s.
+      // The page restarts ICE once its connection, steady before, has been
+      // silent for 750 ms (Chromium would call it disconnected only after
+      // about 7 s). Chromium gathers on the new address once its network
+      // scan sees it (WebRTC's network manager looks every 2 s), so the new
+      // path comes about 2 s after the move; from the new path on, both
+      // decode again within 2 s (the server asks for keyframes for what
+      // the mover watches as soon as its path is up again).
       const restarted = timeline.find(([, what]) => what.startsWith('ICE restart'))[0] - t0;
-      assert.ok(Math.max(tMover, tStayer) - restarted < 2000, `decoding again ${Math.max(tMover, tStayer) - restarted} ms after the ICE restart`);
+      console.log(`# ICE restart ${restarted} ms after the move; new path ${tPath} ms; decoding again ${Math.max(tMover, tStayer)} ms after the move`);
+      assert.ok(restarted < 2000, `the ICE restart came ${restarted} ms after the move`);
+      assert.ok(Math.max(tMover, tStayer) - tPath < 2000, `decoding again ${Math.max(tMover, tStayer) - tPath} ms after the new path`);
 
       // The same participant, never gone from the other's roster.
       assert.equal(await mover.evaluate(() => window.corelay.participantId), idm);

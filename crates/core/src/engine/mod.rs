@@ -580,7 +580,9 @@ impl Engine {
             Fed::Taken { srtcp_dropped } => {
                 if proto == Protocol::Udp {
                     // A client's new address: the send path follows (rebind.rs).
-                    self.follow_nomination(id, source, data);
+                    if self.follow_nomination(id, source, data) {
+                        self.refresh_watched(now, id);
+                    }
                 }
                 self.after_input(now, kernel_rx, id, (source, known), data, srtcp_dropped)
             }
@@ -836,6 +838,26 @@ impl Engine {
         }
     }
 
+    /// `id`'s path came back or moved: what it missed meanwhile broke its
+    /// decoders' references, so a keyframe for every video slot it watches
+    /// now, rather than once each decoder notices and asks (about a second
+    /// later in Chromium). Throttled per layer like any request.
+    fn refresh_watched(&mut self, now: Instant, id: ParticipantId) {
+        let Some(p) = self.participants.get(&id) else {
+            return;
+        };
+        let keys: Vec<LayerKey> = p
+            .subscriber
+            .slots
+            .iter()
+            .filter(|s| s.kind == MediaKind::Video)
+            .filter_map(|s| s.source_layer())
+            .collect();
+        for key in keys {
+            self.request_keyframe(now, key);
+        }
+    }
+
     /// A message from a peer shard.
     pub fn handle_peer(&mut self, now: Instant, msg: PeerMsg) {
         match msg {
@@ -994,13 +1016,7 @@ impl Engine {
                     .slots
                     .iter()
                     .find(|s| s.mid == req.mid)
-                    .and_then(|s| {
-                        let layer = s.layer.current.or(s.layer.target)?;
-                        Some(LayerKey {
-                            track: s.source?,
-                            layer,
-                        })
-                    });
+                    .and_then(|s| s.source_layer());
                 if let Some(key) = source {
                     self.request_keyframe(now, key);
                 }
@@ -1021,6 +1037,11 @@ impl Engine {
                     p.session.trail.ice_connected = true;
                     if p.session.down_since.take().is_some() {
                         self.io.counters.reconnects += 1;
+                    }
+                    // Up again mid-call (back from down, or an ICE
+                    // restart's new path): its decoders lost references.
+                    if p.session.connected {
+                        self.refresh_watched(now, id);
                     }
                 }
             }
