@@ -45,6 +45,11 @@ pub struct Counters {
     pub cross_shard_in: u64,
     /// Cross-shard media dropped because the peer's queue was full.
     pub cross_shard_dropped: u64,
+    /// Datagrams this shard's socket got for another shard's participant
+    /// (one UDP port for all shards) and handed over to it...
+    pub handed_over: u64,
+    /// ...and those another shard handed over to this one.
+    pub handed_in: u64,
     pub keyframe_requests_sent: u64,
     /// PLI/FIR received from subscribers.
     pub keyframe_requests_received: u64,
@@ -135,6 +140,8 @@ impl Counters {
             cross_shard_out,
             cross_shard_in,
             cross_shard_dropped,
+            handed_over,
+            handed_in,
             keyframe_requests_sent,
             keyframe_requests_received,
             nacks_received,

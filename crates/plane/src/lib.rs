@@ -146,6 +146,9 @@ pub struct ShardHandle {
     pub index: ShardId,
     /// The address clients are told to send media to (ICE candidate).
     pub advertised: SocketAddr,
+    /// The ICE-TCP candidate's address: `advertised` but where the shards
+    /// share one UDP port and ICE-TCP keeps a port per shard.
+    pub advertised_tcp: SocketAddr,
     pub commands: mpsc::UnboundedSender<ShardCommand>,
 }
 

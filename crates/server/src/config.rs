@@ -22,9 +22,19 @@ pub struct Config {
     pub http: SocketAddr,
 
     /// First UDP media port. Shard i listens on udp-port + i, so the port a
-    /// packet arrives on is the shard (core) that owns its participant.
+    /// packet arrives on is the shard (core) that owns its participant
+    /// (with `--port-layout shared`: every shard on this one port).
     #[arg(long, env = "CORELAY_UDP_PORT", default_value_t = 3478)]
     pub udp_port: u16,
+
+    /// `per-shard`: shard i listens on UDP udp-port + i. `shared`: every
+    /// shard listens on udp-port itself (SO_REUSEPORT), so clients and
+    /// firewalls see one UDP port; the kernel spreads flows over the shards'
+    /// sockets by their addresses' hash, and a shard hands a datagram for
+    /// another shard's participant over to it (one hop, counted as
+    /// `handed_over`). ICE-TCP keeps a port per shard (TCP udp-port + i).
+    #[arg(long, env = "CORELAY_PORT_LAYOUT", value_enum, default_value_t = PortLayout::PerShard)]
+    pub port_layout: PortLayout,
 
     /// Address the media sockets bind to.
     #[arg(long, env = "CORELAY_BIND_IP", default_value = "0.0.0.0")]
@@ -975,4 +985,14 @@ mod tests {
             .is_ok()
         );
     }
+}
+
+/// How the shards' UDP media sockets take their ports (`--port-layout`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum PortLayout {
+    /// Shard i on udp-port + i.
+    PerShard,
+    /// Every shard on udp-port (SO_REUSEPORT), datagrams handed over to
+    /// their participant's shard.
+    Shared,
 }

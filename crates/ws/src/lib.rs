@@ -180,6 +180,7 @@ fn spawn(spec: WsSpec) -> io::Result<WorkStealing> {
     let handle = ShardHandle {
         index: LOGICAL,
         advertised: spec.advertised,
+        advertised_tcp: spec.advertised,
         commands: commands_tx,
     };
     let (reader_tx, reader_rx) = mpsc::channel(READER_CTL);

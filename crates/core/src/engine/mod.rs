@@ -52,6 +52,7 @@ mod demux;
 mod downlink;
 mod egress;
 mod forward;
+mod handoff;
 mod ingress;
 mod io;
 mod keyframes;
@@ -122,6 +123,40 @@ pub enum PeerMsg {
         to: Option<Arc<[ParticipantId]>>,
         text: Arc<str>,
     },
+    /// A datagram that reached shard `from`'s socket (a port shared by the
+    /// shards: [`handoff`]) for a participant here, as it came.
+    Datagram {
+        from: ShardId,
+        kernel_rx: Option<Duration>,
+        source: SocketAddr,
+        destination: SocketAddr,
+        data: Box<[u8]>,
+    },
+    /// `shard` authenticated `source` as one of its participants' addresses
+    /// (from a datagram this shard handed over): send what comes from
+    /// there to it.
+    Claim { source: SocketAddr, shard: ShardId },
+}
+
+/// How a datagram reached the engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Via {
+    Udp,
+    Tcp,
+    /// Handed over by this peer shard (a shared port).
+    Shard(ShardId),
+}
+
+/// What [`Engine::admit`] lets through.
+#[allow(
+    clippy::large_enum_variant,
+    reason = "returned by value on the packet path and matched at once; boxing would allocate per datagram"
+)]
+enum Admitted<'d> {
+    /// For this participant here; whether from an address it is known at.
+    Here(ParticipantId, bool, DatagramRecv<'d>),
+    /// For a participant of that shard (a shared port).
+    Elsewhere(ShardId),
 }
 
 /// What a shard tells the control thread.
@@ -279,6 +314,8 @@ pub struct Engine {
     settings: RtcSettings,
     participants: IdMap<ParticipantId, Participant>,
     demux: Demux,
+    /// With a shared port: where datagrams of other shards' flows go.
+    handoff: handoff::Handoff,
     rooms: IdMap<RoomId, RoomView>,
     keyframes: Keyframes,
     /// Layer rates of the sources this shard forwards.
@@ -303,6 +340,7 @@ impl Engine {
             settings,
             participants: IdMap::default(),
             demux: Demux::default(),
+            handoff: handoff::Handoff::default(),
             rooms: IdMap::default(),
             keyframes: Keyframes::default(),
             sources: layers::Sources::default(),
@@ -522,7 +560,9 @@ impl Engine {
         destination: SocketAddr,
         data: &[u8],
     ) {
-        let _ = self.receive(now, kernel_rx, Protocol::Udp, source, destination, data);
+        self.io.counters.rx_packets += 1;
+        self.io.counters.rx_bytes += data.len() as u64;
+        let _ = self.receive(now, kernel_rx, Via::Udp, source, destination, data);
     }
 
     /// One RFC 4571 frame (the length prefix removed) from an ICE-TCP
@@ -538,7 +578,9 @@ impl Engine {
         destination: SocketAddr,
         data: &[u8],
     ) -> bool {
-        self.receive(now, None, Protocol::Tcp, source, destination, data)
+        self.io.counters.rx_packets += 1;
+        self.io.counters.rx_bytes += data.len() as u64;
+        self.receive(now, None, Via::Tcp, source, destination, data)
     }
 
     /// A datagram or ICE-TCP frame, in four stages: [`Self::admit`] (is it
@@ -546,21 +588,28 @@ impl Engine {
     /// of an adopted stream goes past str0m), [`Self::hand_to_rtc`] (str0m's
     /// input) and [`Self::after_input`] (what str0m made of it). A datagram
     /// dropped on the way is counted once, by the stage that drops it;
-    /// true when none did.
+    /// true when none did (or it was handed over to its shard: a shared
+    /// port, see [`handoff`]).
     fn receive(
         &mut self,
         now: Instant,
         kernel_rx: Option<Duration>,
-        proto: Protocol,
+        via: Via,
         source: SocketAddr,
         destination: SocketAddr,
         data: &[u8],
     ) -> bool {
-        self.io.counters.rx_packets += 1;
-        self.io.counters.rx_bytes += data.len() as u64;
         self.end_batch_unless_at(now);
-        let (id, known, contents) = match self.admit(source, data) {
-            Ok(admitted) => admitted,
+        let proto = match via {
+            Via::Tcp => Protocol::Tcp,
+            Via::Udp | Via::Shard(_) => Protocol::Udp,
+        };
+        let (id, known, contents) = match self.admit(via, source, data) {
+            Ok(Admitted::Here(id, known, contents)) => (id, known, contents),
+            Ok(Admitted::Elsewhere(to)) => {
+                self.hand_over(to, kernel_rx, source, destination, data);
+                return true;
+            }
             Err(counter) => {
                 *counter(&mut self.io.counters) += 1;
                 return false;
@@ -584,6 +633,20 @@ impl Engine {
                         self.refresh_watched(now, id);
                     }
                 }
+                // Handed over by the shard whose socket it reached: that
+                // shard sends this address's datagrams here from now on
+                // (told again at each STUN request, in case it forgot).
+                if let Via::Shard(from) = via
+                    && (!known || data.first().is_some_and(|b| *b < 2))
+                {
+                    self.io.out.peers.push((
+                        from,
+                        PeerMsg::Claim {
+                            source,
+                            shard: self.shard,
+                        },
+                    ));
+                }
                 self.after_input(now, kernel_rx, id, (source, known), data, srtcp_dropped)
             }
             Fed::Refused(counter) => {
@@ -604,9 +667,10 @@ impl Engine {
     /// the counter of the reason it does not.
     fn admit<'d>(
         &mut self,
+        via: Via,
         source: SocketAddr,
         data: &'d [u8],
-    ) -> Result<(ParticipantId, bool, DatagramRecv<'d>), DropCounter> {
+    ) -> Result<Admitted<'d>, DropCounter> {
         if !plausible(data) {
             return Err(|c| &mut c.dropped_malformed);
         }
@@ -616,7 +680,17 @@ impl Engine {
         let (id, known) = match self.demux.route(source, data) {
             Route::Known(id) => (id, true),
             Route::New(id) => (id, false),
-            Route::Unknown => return Err(|c| &mut c.dropped_unknown_source),
+            Route::Elsewhere(to) if self.shares_port_with(to, via) => {
+                self.handoff.handed(source, to);
+                return Ok(Admitted::Elsewhere(to));
+            }
+            Route::Elsewhere(_) => return Err(|c| &mut c.dropped_unknown_source),
+            Route::Unknown => {
+                return match self.handoff.owner(source) {
+                    Some(to) if self.shares_port_with(to, via) => Ok(Admitted::Elsewhere(to)),
+                    _ => Err(|c| &mut c.dropped_unknown_source),
+                };
+            }
         };
         let Some(p) = self.participants.get(&id).filter(|p| !p.session.poisoned) else {
             return Err(|c| &mut c.dropped_unknown_source);
@@ -630,7 +704,41 @@ impl Engine {
         {
             return Err(|c| &mut c.dropped_unknown_stream);
         }
-        Ok((id, known, contents))
+        Ok(Admitted::Here(id, known, contents))
+    }
+
+    /// Whether a datagram that came `via` goes to shard `to`: another
+    /// shard of this node sharing the port, and it came from the socket
+    /// (a datagram handed over once is never handed on).
+    fn shares_port_with(&self, to: ShardId, via: Via) -> bool {
+        via == Via::Udp
+            && to != self.shard
+            && !to.is_remote()
+            && self.settings.shared_port.is_some_and(|n| to.0 < n)
+    }
+
+    /// A datagram for a participant of shard `to` (its socket shares the
+    /// port with this one's): one copy, over the media lane (a full lane
+    /// drops it, as the network might).
+    fn hand_over(
+        &mut self,
+        to: ShardId,
+        kernel_rx: Option<Duration>,
+        source: SocketAddr,
+        destination: SocketAddr,
+        data: &[u8],
+    ) {
+        self.io.counters.handed_over += 1;
+        self.io.out.peers.push((
+            to,
+            PeerMsg::Datagram {
+                from: self.shard,
+                kernel_rx,
+                source,
+                destination,
+                data: data.into(),
+            },
+        ));
     }
 
     /// The own ingress takes media of the streams it adopted, from an
@@ -743,6 +851,7 @@ impl Engine {
     ) -> bool {
         if !known {
             self.demux.learn(id, source);
+            self.handoff.forget(source);
         }
         if is_rtcp(data) {
             self.answer_nacks(now, id);
@@ -884,6 +993,17 @@ impl Engine {
             } => {
                 self.deliver_message(now, room, from, to.as_deref(), &text);
             }
+            PeerMsg::Datagram {
+                from,
+                kernel_rx,
+                source,
+                destination,
+                data,
+            } => {
+                self.io.counters.handed_in += 1;
+                let _ = self.receive(now, kernel_rx, Via::Shard(from), source, destination, &data);
+            }
+            PeerMsg::Claim { source, shard } => self.handoff.claim(source, shard),
         }
         self.settle(now);
     }

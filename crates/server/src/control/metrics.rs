@@ -290,6 +290,18 @@ impl Collector for MetricsSnapshot {
         }
         c(
             &mut enc,
+            "corelay_packets_handed_over",
+            "Datagrams this shard's socket got for another shard's participant (--port-layout shared), handed over to it.",
+            &|r| r.counters.handed_over,
+        )?;
+        c(
+            &mut enc,
+            "corelay_packets_handed_in",
+            "Datagrams another shard handed over to this one (--port-layout shared).",
+            &|r| r.counters.handed_in,
+        )?;
+        c(
+            &mut enc,
             "corelay_cross_shard_out",
             "Media packets sent to a peer shard (one hop).",
             &|r| r.counters.cross_shard_out,
