@@ -139,7 +139,7 @@ impl Interval {
             &mut self.video_lat_direct,
         ]
         .into_iter()
-            .flatten()
+        .flatten()
         {
             h.reset();
         }

@@ -86,9 +86,14 @@ pub fn parse_turn_url(url: &str) -> Result<SocketAddr, String> {
     let rest = url.strip_prefix("turn:").unwrap_or(url);
     let (hostport, query) = rest.split_once('?').unwrap_or((rest, ""));
     if !query.is_empty() && query != "transport=udp" {
-        return Err(format!("--turn {url}: only UDP (transport=udp) is supported"));
+        return Err(format!(
+            "--turn {url}: only UDP (transport=udp) is supported"
+        ));
     }
-    let hostport = if hostport.rsplit_once(':').is_some_and(|(_, p)| p.parse::<u16>().is_ok()) {
+    let hostport = if hostport
+        .rsplit_once(':')
+        .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+    {
         hostport.to_string()
     } else {
         format!("{hostport}:3478")
@@ -236,6 +241,11 @@ pub fn summary(o: &Outcome) -> Value {
             "moved": r.moved_at_ns.is_some(),
             "moved_to": r.moved_to.map(|a| a.to_string()),
             "recovery_ms": ms,
+            // The server answered the check sent from the new address at once.
+            "check_answered_ms": match (r.moved_at_ns, r.check_answered_ns) {
+                (Some(a), Some(b)) => Some(b.saturating_sub(a) as f64 / 1e6),
+                _ => None,
+            },
         }));
     }
     let moved = per.iter().filter(|p| p["moved"] == true).count();
@@ -278,7 +288,10 @@ pub fn summary(o: &Outcome) -> Value {
 pub fn table(s: &Value) -> String {
     use std::fmt::Write;
     let mut t = String::new();
-    let ms = |v: &Value| v.as_f64().map_or("-".to_string(), |x| format!("{:.2} ms", x / 1000.0));
+    let ms = |v: &Value| {
+        v.as_f64()
+            .map_or("-".to_string(), |x| format!("{:.2} ms", x / 1000.0))
+    };
     let _ = writeln!(t, "\nreach");
     for key in ["relayed", "direct"] {
         let l = &s[key]["e2e_latency_us"];

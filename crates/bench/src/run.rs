@@ -1028,10 +1028,10 @@ fn joiner(
                     .flatten();
                 let connected = match turn {
                     Some(Err(e)) => Err(JoinError::local(e)),
-                    Some(Ok(turn)) => {
-                        corelay_client::connect_relayed(url, &room_name, bind, *cfg, token_ref, &turn)
-                            .map(|(c, r)| (c, Some(r)))
-                    }
+                    Some(Ok(turn)) => corelay_client::connect_relayed(
+                        url, &room_name, bind, *cfg, token_ref, &turn,
+                    )
+                    .map(|(c, r)| (c, Some(r))),
                     None if d.has_shared() && !reach.own_socket(plan.tag) => {
                         corelay_client::connect_shared(url, &room_name, d, *cfg, token_ref)
                             .map(|c| (c, None))

@@ -698,17 +698,22 @@ fn flush(e: &mut Entry, now: Instant, idx: usize, out: &mut Out) {
     // what the other participants' polls of this read batch or timer pass
     // produce ([`Out::send_shared`]).
     let next = match &mut e.relay {
-        None => e.p.poll_output(now, &mut **obs, &mut |dest: SocketAddr, data: &[u8]| {
-            tx.push_from(sock, src, dest, data, &mut sent)
-        }),
+        None => {
+            e.p.poll_output(now, &mut **obs, &mut |dest: SocketAddr, data: &[u8]| {
+                tx.push_from(sock, src, dest, data, &mut sent)
+            })
+        }
         Some(r) => {
             // Through the relay: each datagram wrapped for the TURN
             // server, and the relay's own refreshes when they are due.
             let server = r.server;
-            let next = e.p.poll_output(now, &mut **obs, &mut |dest: SocketAddr, data: &[u8]| {
-                tx.push_from(sock, src, server, r.wrap(dest, data), &mut sent)
+            let next =
+                e.p.poll_output(now, &mut **obs, &mut |dest: SocketAddr, data: &[u8]| {
+                    tx.push_from(sock, src, server, r.wrap(dest, data), &mut sent)
+                });
+            r.poll(now, &mut |m: &[u8]| {
+                tx.push_from(sock, src, server, m, &mut sent)
             });
-            r.poll(now, &mut |m: &[u8]| tx.push_from(sock, src, server, m, &mut sent));
             e.p.set_relay_stats(r.relayed, r.server_saw, r.refreshes, r.errors);
             next.min(r.next_due())
         }

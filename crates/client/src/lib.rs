@@ -310,8 +310,8 @@ impl ParticipantHandle {
     /// [`rebind`](Self::rebind) to a new port on `ip` (a move to another
     /// network: on loopback, 127.0.0.2 for one at 127.0.0.1).
     pub fn rebind_to(&self, ip: IpAddr) -> Result<SocketAddr, String> {
-        let sock = std::net::UdpSocket::bind(SocketAddr::new(ip, 0))
-            .map_err(|e| format!("bind: {e}"))?;
+        let sock =
+            std::net::UdpSocket::bind(SocketAddr::new(ip, 0)).map_err(|e| format!("bind: {e}"))?;
         let addr = sock.local_addr().map_err(|e| format!("local_addr: {e}"))?;
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         if !self.driver.send(Command::Rebind(self.key, sock, tx)) {

@@ -291,6 +291,9 @@ pub struct Participant {
     /// Moved to a new address and no media received since
     /// ([`Participant::moved`]).
     await_recovery: bool,
+    /// Transaction id of the last [`Participant::nominating_check`], until
+    /// the server answers it.
+    check_tid: Option<[u8; 12]>,
 }
 
 /// The session-level or first `a=ice-ufrag` and `a=ice-pwd` of an SDP.
@@ -460,6 +463,7 @@ impl Participant {
                 rtc_idle_until: None,
                 remote_ice: None,
                 await_recovery: false,
+                check_tid: None,
             },
             offer_sdp,
         ))
@@ -523,6 +527,7 @@ impl Participant {
                 rtc_idle_until: None,
                 remote_ice: None,
                 await_recovery: false,
+                check_tid: None,
             },
             answer.to_sdp_string(),
         ))
@@ -773,6 +778,7 @@ impl Participant {
         r.moved_at_ns = Some(self.cfg.clock.ns(now));
         r.moved_to = Some(to);
         r.recovered_at_ns = None;
+        r.check_answered_ns = None;
         self.await_recovery = true;
     }
 
@@ -815,11 +821,26 @@ impl Participant {
             prio,
             true,
         );
-        let crypto = str0m::crypto::CryptoProvider::get_default()?;
-        let hmac = |key: &[u8], parts: &[&[u8]]| crypto.sha1_hmac_provider.sha1_hmac(key, parts);
+        // OpenSSL's HMAC (turn.rs): str0m has no process-wide crypto
+        // provider here (the client never installs one), only its Rtc's.
+        let failed = std::cell::Cell::new(false);
+        let hmac = |key: &[u8], parts: &[&[u8]]| {
+            crate::turn::hmac_sha1(key, parts).unwrap_or_else(|_| {
+                failed.set(true);
+                [0; 20]
+            })
+        };
         let mut buf = vec![0u8; 256];
         let n = msg.to_bytes(Some(pwd.as_bytes()), &mut buf, hmac).ok()?;
+        if failed.get() {
+            return None;
+        }
         buf.truncate(n);
+        let mut tid = [0u8; 12];
+        if let Some(t) = buf.get(8..20) {
+            tid.copy_from_slice(t);
+        }
+        self.check_tid = Some(tid);
         self.stun.on_send(&buf, self.cfg.clock.ns(Instant::now()));
         Some((dest, buf))
     }
@@ -888,6 +909,13 @@ impl Participant {
         }
         self.rtc_idle_until = None;
         let rx_ns = self.cfg.clock.ns(now);
+        if let Some(tid) = self.check_tid {
+            // The server's success response to our nominating check.
+            if data.get(..2) == Some(&[0x01, 0x01]) && data.get(8..20) == Some(&tid[..]) {
+                self.check_tid = None;
+                self.snap.reach.check_answered_ns = Some(rx_ns);
+            }
+        }
         if let Some(rtt) = self.stun.on_recv(data, rx_ns) {
             let us = rtt / 1000;
             obs.ice_rtt(us);

@@ -221,6 +221,10 @@ pub struct ReachStats {
     /// CLOCK_MONOTONIC ns (receive time) of the first media packet after
     /// the move.
     pub recovered_at_ns: Option<u64>,
+    /// CLOCK_MONOTONIC ns (receive time) of the server's success response
+    /// to the nominating check sent from the new address at the move (the
+    /// server's ICE agent took it).
+    pub check_answered_ns: Option<u64>,
 }
 
 /// Everything a participant observed so far (a copy).

@@ -86,7 +86,8 @@ pub fn rest_credentials(
     Ok((username, openssl::base64::encode_block(&mac)))
 }
 
-fn hmac_sha1(key: &[u8], parts: &[&[u8]]) -> Result<[u8; 20], String> {
+/// HMAC-SHA1 of `parts` under `key` (OpenSSL).
+pub(crate) fn hmac_sha1(key: &[u8], parts: &[&[u8]]) -> Result<[u8; 20], String> {
     let pkey = openssl::pkey::PKey::hmac(key).map_err(|e| format!("hmac key: {e}"))?;
     let mut s = openssl::sign::Signer::new(openssl::hash::MessageDigest::sha1(), &pkey)
         .map_err(|e| format!("hmac: {e}"))?;
@@ -628,9 +629,13 @@ mod tests {
     #[test]
     fn rest_credentials_match_coturn() {
         // printf '%s' 1700000000:alice | openssl dgst -sha1 -hmac s3cret -binary | base64
-        let (u, p) =
-            rest_credentials(b"s3cret", "alice", 1_700_000_000 - 60, Duration::from_secs(60))
-                .unwrap();
+        let (u, p) = rest_credentials(
+            b"s3cret",
+            "alice",
+            1_700_000_000 - 60,
+            Duration::from_secs(60),
+        )
+        .unwrap();
         assert_eq!(u, "1700000000:alice");
         assert_eq!(p, "TtElzSjT0GdnTQ9xdcRNxx96yQs=");
     }
