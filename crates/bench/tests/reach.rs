@@ -188,6 +188,10 @@ fn start_coturn(bin: &Path, secret: &str, dir: &Path) -> Coturn {
             "--realm",
             "corelay",
             "--allow-loopback-peers",
+            // Allocations of 4 s, so that a run of a few seconds refreshes
+            // them (the client refreshes half way through a short one).
+            // (`=`: coturn takes this option's value only so.)
+            "--max-allocate-lifetime=4",
             "--log-file",
             "stdout",
             "--simple-log",
@@ -286,6 +290,8 @@ fn relayed_participants_reach_the_server_through_coturn() {
         assert!(relayed.starts_with("127.0.0.1:"), "{p}");
         assert_eq!(p["server_saw"].as_str(), Some(relayed), "{p}");
         assert!(p["frames_received"].as_u64().unwrap() > 30, "{p}");
+        assert!(p["turn_refreshes"].as_u64().unwrap() >= 1, "{p}");
+        assert_eq!(p["turn_errors"], 0, "{p}");
     }
     for key in ["relayed", "direct"] {
         let l = &s["reach"][key]["e2e_latency_us"];
