@@ -328,6 +328,10 @@ impl Auth {
     }
 }
 
+/// Builds a request: its transaction id and, once challenged, the
+/// credentials to sign it with.
+type BuildRequest<'a> = dyn Fn(&[u8; 12], Option<&Auth>) -> Result<Vec<u8>, String> + 'a;
+
 /// Send `req(auth)` and wait for its answer, retransmitting; a 401 or
 /// 438 is answered once more with the new nonce. Datagrams of other
 /// transactions are ignored.
@@ -336,7 +340,7 @@ fn transact(
     server: SocketAddr,
     auth: &mut Auth,
     authed: bool,
-    req: &dyn Fn(&[u8; 12], Option<&Auth>) -> Result<Vec<u8>, String>,
+    req: &BuildRequest<'_>,
 ) -> Result<Vec<u8>, String> {
     let mut use_auth = authed;
     let mut buf = vec![0u8; 2048];
