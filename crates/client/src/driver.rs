@@ -943,6 +943,12 @@ impl Loop {
                 Command::Remove(id) => {
                     if let Some(idx) = self.by_id.remove(&id) {
                         if let Some(mut e) = self.entries.get_mut(idx).and_then(Option::take) {
+                            // A relay is given back (best effort).
+                            if let (Some(r), Some(s)) = (&mut e.relay, &e.sock) {
+                                if let Some(m) = r.release() {
+                                    let _ = s.send_to(&m, r.server);
+                                }
+                            }
                             match &e.sock {
                                 Some(s) => self.epoll.del(s.as_raw_fd()),
                                 None => {

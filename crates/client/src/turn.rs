@@ -588,6 +588,15 @@ impl Relay {
         }
     }
 
+    /// A Refresh with LIFETIME 0, for the TURN server: the allocation is
+    /// given back at once (its relay port freed) instead of when it would
+    /// have ended.
+    pub fn release(&mut self) -> Option<Vec<u8>> {
+        self.request(REFRESH, &|m| {
+            m.attr(LIFETIME, &0u32.to_be_bytes());
+        })
+    }
+
     fn request(&mut self, ty: u16, fill: &dyn Fn(&mut Msg)) -> Option<Vec<u8>> {
         let tid = new_tid();
         let mut m = Msg::new(ty, &tid);
@@ -751,6 +760,11 @@ mod tests {
         let w = r.wrap(peer, &b.buf).to_vec();
         assert!(r.unwrap(&w).is_some());
         assert_eq!(r.server_saw, Some(r.relayed));
+        // Giving it back: a signed Refresh with LIFETIME 0.
+        let bye = r.release().unwrap();
+        let p = Parsed::parse(&bye).unwrap();
+        assert_eq!((p.ty, p.lifetime()), (REFRESH, Some(0)));
+        assert!(p.get(MESSAGE_INTEGRITY).is_some());
     }
 
     #[test]
