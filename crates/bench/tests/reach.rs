@@ -6,7 +6,8 @@
 //! server from coturn's relayed address. Nothing here asserts a speed.
 //!
 //! coturn is Debian's `turnserver` (scripts/test installs it); without it
-//! the TURN test fails, unless `SKIP_TURN=1` (then it prints SKIPPED).
+//! the TURN test fails, unless `SKIP_TURN=1` (then it prints SKIPPED);
+//! `$TURNSERVER` names another binary.
 
 use std::net::UdpSocket;
 use std::path::{Path, PathBuf};
@@ -124,12 +125,14 @@ impl Drop for Coturn {
     }
 }
 
+/// coturn's binary: `$TURNSERVER` when set (the only candidate then), else
+/// where Debian puts it.
 fn turnserver() -> Option<PathBuf> {
-    let from_env = std::env::var_os("TURNSERVER").map(PathBuf::from);
-    from_env
-        .into_iter()
-        .chain(["/usr/bin/turnserver".into(), "/usr/sbin/turnserver".into()])
-        .find(|p| p.is_file())
+    match std::env::var_os("TURNSERVER") {
+        Some(p) => Some(PathBuf::from(p)),
+        None => Some(PathBuf::from("/usr/bin/turnserver")),
+    }
+    .filter(|p| p.is_file())
 }
 
 fn free_udp_port() -> u16 {
