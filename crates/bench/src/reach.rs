@@ -51,7 +51,7 @@ impl ReachOpts {
     pub fn moves(&self, tag: u64) -> bool {
         self.change_at.is_some()
             && !self.relayed(tag)
-            && crate::simulcast::is_limited(tag + 1, self.change_share)
+            && crate::simulcast::is_limited(tag.saturating_add(1), self.change_share)
     }
 
     /// Participant `tag` needs a socket of its own (not the driver's

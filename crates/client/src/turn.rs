@@ -148,7 +148,7 @@ impl Msg {
         self.buf.extend_from_slice(&len.to_be_bytes());
         self.buf.extend_from_slice(value);
         let pad = (4 - value.len() % 4) % 4;
-        self.buf.extend_from_slice(&[0u8; 3][..pad]);
+        self.buf.extend(std::iter::repeat_n(0u8, pad));
         self
     }
 
@@ -199,15 +199,18 @@ fn encode_xor_addr(addr: SocketAddr, tid: &[u8; 12]) -> Vec<u8> {
         IpAddr::V6(ip) => {
             v.extend_from_slice(&[0, 2]);
             v.extend_from_slice(&port.to_be_bytes());
-            let mut mask = [0u8; 16];
-            mask[..4].copy_from_slice(&MAGIC.to_be_bytes());
-            mask[4..].copy_from_slice(tid);
-            for (o, m) in ip.octets().iter().zip(mask) {
+            for (o, m) in ip.octets().iter().zip(v6_mask(tid)) {
                 v.push(o ^ m);
             }
         }
     }
     v
+}
+
+/// What an IPv6 address is XORed with: the magic cookie, then the
+/// transaction id.
+fn v6_mask(tid: &[u8; 12]) -> impl Iterator<Item = u8> + '_ {
+    MAGIC.to_be_bytes().into_iter().chain(tid.iter().copied())
 }
 
 fn decode_xor_addr(v: &[u8], tid: &[u8; 12]) -> Option<SocketAddr> {
@@ -221,11 +224,8 @@ fn decode_xor_addr(v: &[u8], tid: &[u8; 12]) -> Option<SocketAddr> {
         }
         2 => {
             let raw = v.get(4..20)?;
-            let mut mask = [0u8; 16];
-            mask[..4].copy_from_slice(&MAGIC.to_be_bytes());
-            mask[4..].copy_from_slice(tid);
             let mut o = [0u8; 16];
-            for ((d, r), m) in o.iter_mut().zip(raw).zip(mask) {
+            for ((d, r), m) in o.iter_mut().zip(raw).zip(v6_mask(tid)) {
                 *d = r ^ m;
             }
             Some(SocketAddr::new(Ipv6Addr::from(o).into(), port))
