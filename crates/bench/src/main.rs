@@ -14,6 +14,7 @@ mod compare;
 mod floor;
 mod metrics;
 mod packetize;
+mod reach;
 mod report;
 mod run;
 mod scenario;
@@ -136,6 +137,30 @@ struct CommonArgs {
     /// is used only with the corelay dialect and a loopback --bind-ip.
     #[arg(long, global = true)]
     socket_per_participant: bool,
+    /// A TURN server (coturn, use-auth-secret) that --relayed-share of the
+    /// participants join through, over UDP: `turn:HOST:PORT` (see
+    /// docs/benchmarks.md, "Reach"). Needs --turn-secret-file.
+    #[arg(long, global = true, requires = "turn_secret_file")]
+    turn: Option<String>,
+    /// File holding coturn's static auth secret (its --static-auth-secret):
+    /// each relayed participant gets credentials minted with it
+    /// (username `expiry:name`, password base64(HMAC-SHA1)).
+    #[arg(long, global = true, requires = "turn")]
+    turn_secret_file: Option<PathBuf>,
+    /// Share of participants that join through --turn (0..1; every k-th
+    /// by join order).
+    #[arg(long, global = true, default_value_t = 0.5)]
+    relayed_share: f64,
+    /// When into the run (e.g. 20s) a share of the participants moves to
+    /// a new local address (a new socket: a new port, and 127.0.0.2 for
+    /// 127.0.0.1 on loopback) and carries on; summary.json's `reach` then
+    /// has each one's time until it received media again.
+    #[arg(long, global = true, value_parser = parse_duration)]
+    network_change_at: Option<Duration>,
+    /// Share of participants that move at --network-change-at (0..1;
+    /// relayed ones never move).
+    #[arg(long, global = true, default_value_t = 0.5)]
+    network_change_share: f64,
 }
 
 #[derive(Subcommand, Debug)]
@@ -363,6 +388,38 @@ fn layer_media(given: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
     Ok(if found.len() == 3 { found } else { Vec::new() })
 }
 
+/// `--turn`, `--turn-secret-file`, `--relayed-share`,
+/// `--network-change-at`, `--network-change-share`.
+fn reach_opts(c: &CommonArgs) -> Result<reach::ReachOpts, String> {
+    for (flag, v) in [
+        ("--relayed-share", c.relayed_share),
+        ("--network-change-share", c.network_change_share),
+    ] {
+        if !(0.0..=1.0).contains(&v) {
+            return Err(format!("{flag} must be in 0..1"));
+        }
+    }
+    let turn = match (&c.turn, &c.turn_secret_file) {
+        (Some(url), Some(file)) => {
+            let addr = reach::parse_turn_url(url)?;
+            let secret = std::fs::read_to_string(file)
+                .map_err(|e| format!("--turn-secret-file {}: {e}", file.display()))?;
+            let secret = secret.trim();
+            if secret.is_empty() {
+                return Err(format!("--turn-secret-file {} is empty", file.display()));
+            }
+            Some((addr, secret.as_bytes().to_vec()))
+        }
+        _ => None,
+    };
+    Ok(reach::ReachOpts {
+        turn,
+        relayed_share: c.relayed_share,
+        change_at: c.network_change_at,
+        change_share: c.network_change_share,
+    })
+}
+
 fn main() {
     let cli = Cli::parse();
     let c = &cli.common;
@@ -382,7 +439,18 @@ fn main() {
         downlink_limit_bps: c.downlink_limit,
         limited_share: c.limited_share,
     };
+    let reach = match reach_opts(c) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("corelay-bench: {e}");
+            std::process::exit(2);
+        }
+    };
     let janus = c.dialect == run::Dialect::Janus;
+    if janus && reach.reported() {
+        eprintln!("corelay-bench: --turn and --network-change-at are for the corelay dialect");
+        std::process::exit(2);
+    }
     if janus && (c.simulcast || c.auth_secret.as_ref().is_some_and(|s| !s.is_empty())) {
         eprintln!("corelay-bench: --dialect janus takes neither --simulcast nor --auth-secret");
         std::process::exit(2);
@@ -424,6 +492,7 @@ fn main() {
         layers,
         own_media_path: !c.str0m_media,
         shared_socket: !c.socket_per_participant && !janus && c.bind_ip.is_loopback(),
+        reach,
     };
     let code = match cli.cmd {
         Cmd::Packetize(a) => packetize(&a),
