@@ -197,7 +197,7 @@ impl<E: Endpoint> Driver<E> {
     fn resume_stalled(&mut self, on_event: OnEvent<'_, E>) {
         let now = self.now;
         for s in 0..self.shards.len() {
-            if !self.shards[s].stalled_until.is_some_and(|u| u <= now) {
+            if self.shards[s].stalled_until.is_none_or(|u| u > now) {
                 continue;
             }
             self.shards[s].stalled_until = None;
@@ -205,7 +205,8 @@ impl<E: Endpoint> Driver<E> {
             let backlog = std::mem::take(&mut self.shards[s].backlog);
             let sh = &mut self.shards[s];
             for d in backlog {
-                sh.dwell.record_us(micros(now.saturating_duration_since(d.at)));
+                sh.dwell
+                    .record_us(micros(now.saturating_duration_since(d.at)));
                 sh.engine.handle_datagram(now, None, d.from, d.to, &d.data);
             }
             self.settle(on_event);
