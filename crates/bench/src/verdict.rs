@@ -26,7 +26,8 @@
 //! whose verdict was the expected one), `false_server_share` (of the scored
 //! subscriber-seconds whose expected verdict was not `server`, the share
 //! that read `server`), `by_verdict` (per expected verdict, its seconds and
-//! those read right), and `confusion` (expected → read → seconds).
+//! those read right), `confusion` (expected → read → seconds), and
+//! `false_server` (each such `server` read, when and with what evidence).
 //!
 //! Owns: the cast, the uplink relay, the stall schedule, the polling and
 //! the score. Must not: judge anything itself (the server's verdict is what
@@ -414,6 +415,9 @@ pub fn run(common: &Common, spec: &Spec) -> Result<Value, String> {
         .map(|m| (m.role.unwrap_or(Role::Clean), Vec::new()))
         .collect();
     let end = spec.warmup + spec.duration;
+    // Each scored `server` read where the schedule has none, with its
+    // evidence: what the server measured of itself then.
+    let mut false_server: Vec<Value> = Vec::new();
     let mut tick = 1u32;
     while start.elapsed() < end {
         let at = Duration::from_secs(u64::from(tick));
@@ -426,15 +430,24 @@ pub fn run(common: &Common, spec: &Spec) -> Result<Value, String> {
                 m.id
             );
             let t = start.elapsed().as_secs_f64();
-            let got = signal::get_json_auth(&url, &path, admin.as_deref().or(m.token.as_deref()))
+            let slot = signal::get_json_auth(&url, &path, admin.as_deref().or(m.token.as_deref()))
                 .ok()
                 .and_then(|d| {
                     d["slots"]
                         .as_array()?
                         .iter()
                         .find(|s| s["kind"] == "video" && !s["participant"].is_null())
-                        .and_then(|s| s["verdict"].as_str().map(str::to_owned))
+                        .cloned()
                 });
+            let got = slot
+                .as_ref()
+                .and_then(|s| s["verdict"].as_str().map(str::to_owned));
+            let role = m.role.unwrap_or(Role::Clean);
+            let (expected, scored) = expected_at(spec, window, role, t);
+            if scored && got.as_deref() == Some("server") && expected != "server" {
+                let evidence = slot.map(|s| s["evidence"].clone()).unwrap_or_default();
+                false_server.push(json!({"t_s": t, "subscriber": m.name, "evidence": evidence}));
+            }
             rs.push((t, got));
         }
         if common.progress {
@@ -463,6 +476,7 @@ pub fn run(common: &Common, spec: &Spec) -> Result<Value, String> {
     }
     let mut verdict = score(spec, window, &readings);
     verdict["stalls"] = json!(stalls);
+    verdict["false_server"] = json!(false_server);
     let per_subscriber: Vec<Value> = subscribers
         .iter()
         .zip(&readings)
