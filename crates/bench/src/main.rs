@@ -21,6 +21,7 @@ mod scenario;
 mod simulcast;
 mod svg;
 mod util;
+mod verdict;
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -183,6 +184,38 @@ enum Cmd {
     /// servers: `compare --out DIR tpc=RUN ws=RUN tpc=RUN ...` (repeats of a
     /// label are merged; ratios are to the first label).
     Compare(CompareArgs),
+    /// Issue 52: rooms with known faults (a lossy publisher uplink, a
+    /// limited subscriber downlink, clean pairs, and with --server-pid a
+    /// stretch of server stalls by SIGSTOP/SIGCONT); scores the server's
+    /// per-second verdicts (GET …/diagnosis) against them. See
+    /// docs/benchmarks.md, "Verdict".
+    Verdict(VerdictArgs),
+}
+
+#[derive(Args, Debug)]
+struct VerdictArgs {
+    /// Scored time, after the warm-up.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    duration: Duration,
+    /// Not scored: joins, ICE, the estimates' climb.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    warmup: Duration,
+    /// Not scored after each change of phase (into and out of the stalls).
+    #[arg(long, default_value = "3s", value_parser = parse_duration)]
+    settle: Duration,
+    /// Share of the lossy publisher's datagrams dropped on its uplink.
+    #[arg(long, default_value_t = 0.1)]
+    uplink_loss: f64,
+    /// The limited subscriber's downlink (token bucket in the client).
+    #[arg(long, default_value = "250kbit", value_parser = parse_rate)]
+    downlink_limit: u64,
+    /// How long the server is stopped in each second of the stall phase
+    /// (needs --server-pid).
+    #[arg(long, default_value = "300ms", value_parser = parse_duration)]
+    stall: Duration,
+    /// The stall phase's share of the scored time, in its middle (0: none).
+    #[arg(long, default_value_t = 0.25)]
+    stall_share: f64,
 }
 
 #[derive(Args, Debug)]
@@ -587,8 +620,35 @@ fn main() {
             execute(&common, plan, shape, config, vs)
         }
         Cmd::Cluster(a) => run_cluster(&mut common, &a),
+        Cmd::Verdict(a) => run_verdict(&common, &a),
     };
     std::process::exit(code);
+}
+
+/// The `verdict` scenario ([`verdict`]).
+fn run_verdict(common: &run::Common, a: &VerdictArgs) -> i32 {
+    let spec = verdict::Spec {
+        duration: a.duration,
+        warmup: a.warmup,
+        settle: a.settle,
+        uplink_loss: a.uplink_loss,
+        downlink_limit_bps: a.downlink_limit,
+        stall: a.stall,
+        stall_share: a.stall_share,
+    };
+    match verdict::run(common, &spec) {
+        Ok(s) => {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&s["verdict"]).unwrap_or_default()
+            );
+            0
+        }
+        Err(e) => {
+            eprintln!("corelay-bench verdict: {e}");
+            2
+        }
+    }
 }
 
 /// The `cluster` scenario: start the cluster, run its plan, stop it.

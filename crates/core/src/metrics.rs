@@ -206,15 +206,20 @@ impl Default for LatencyHistogram {
 
 impl LatencyHistogram {
     pub fn record_us(&mut self, us: u64) {
+        self.record_us_n(us, 1);
+    }
+
+    /// `n` samples of `us` at once (a batch's figure for each of its items).
+    pub fn record_us_n(&mut self, us: u64, n: u64) {
         let i = LATENCY_EDGES_US
             .iter()
             .position(|&e| us <= e)
             .unwrap_or(LATENCY_EDGES_US.len());
         if let Some(c) = self.counts.get_mut(i) {
-            *c += 1;
+            *c += n;
         }
-        self.count += 1;
-        self.sum_us += us;
+        self.count += n;
+        self.sum_us = self.sum_us.saturating_add(us.saturating_mul(n));
         self.max_us = self.max_us.max(us);
     }
 

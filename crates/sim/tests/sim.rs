@@ -2064,3 +2064,65 @@ fn sim_verdicts_follow_the_link_that_is_at_fault() {
         all(&s, v2)
     );
 }
+
+/// (20l) Issue 52: a stalled shard is the server's, for the subscribers on
+/// it only. p and v1 on shard 0, v2 on shard 1. Shard 1 stalls 400 ms of
+/// every second (its loop busy elsewhere): p's media waits in the lane to
+/// it, and v2's slot reads `server`, on the cross-shard hop's p99; v1,
+/// whose shard and publisher's shard are fine, reads `good` throughout.
+/// When the stalls stop, v2 is `good` again. Then shard 0 stalls, the
+/// publisher's: its socket holds p's media (socket dwell), and both
+/// viewers, who see p through it, read `server`.
+#[test]
+fn sim_a_stalled_shard_is_the_servers_for_the_subscribers_on_it() {
+    let mut s = sim(36, 2);
+    let p = s.join("r", keyframe_once("p"), 0);
+    let v1 = s.join("r", viewer("v1", 1), 0);
+    let v2 = s.join("r", viewer("v2", 1), 1);
+    let p_id = s.id(p);
+    // `who`'s video slot showing p: its last `n` verdicts and its evidence.
+    let recent = |s: &Sim, who: C, n: usize| -> (String, Vec<&'static str>) {
+        let d = s.diagnosis(who);
+        let slot = d
+            .into_iter()
+            .find(|x| x.kind == "video" && x.participant.as_deref() == Some(p_id.as_str()));
+        slot.map(|x| {
+            let h: Vec<char> = x.history.chars().collect();
+            let last: String = h[h.len().saturating_sub(n)..].iter().collect();
+            (last, x.evidence.iter().map(|e| e.figure).collect())
+        })
+        .unwrap_or_default()
+    };
+    let stalls = |s: &mut Sim, shard: usize, seconds: u32| {
+        for _ in 0..seconds {
+            s.stall(shard, Duration::from_millis(400));
+            s.run_for(Duration::from_secs(1));
+        }
+    };
+    s.run_for(Duration::from_secs(8));
+    for v in [v1, v2] {
+        assert_eq!(recent(&s, v, 3).0, "ggg", "clean");
+    }
+
+    stalls(&mut s, 1, 4);
+    let (v2_recent, v2_evidence) = recent(&s, v2, 3);
+    assert_eq!(v2_recent, "sss", "v2's shard stalls: {v2_evidence:?}");
+    assert_eq!(v2_evidence, vec!["peer_hop_p99_us"]);
+    assert_eq!(
+        recent(&s, v1, 4).0,
+        "gggg",
+        "v1 and its publisher are on the other shard"
+    );
+
+    s.run_for(Duration::from_secs(6));
+    for v in [v1, v2] {
+        assert_eq!(recent(&s, v, 2).0, "gg", "the stalls are over");
+    }
+
+    stalls(&mut s, 0, 4);
+    for v in [v1, v2] {
+        let (last, evidence) = recent(&s, v, 3);
+        assert_eq!(last, "sss", "the publisher's shard stalls: {evidence:?}");
+        assert!(evidence.contains(&"dwell_p99_us"), "{evidence:?}");
+    }
+}

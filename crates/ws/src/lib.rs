@@ -1167,6 +1167,9 @@ impl Hub {
             dwell: sum.dwell,
             forward_local: sum.forward_local,
             forward_cross: sum.forward_cross,
+            // Not kept here: the baseline's tasks hand media over by
+            // channel, and forward_cross times that hop end to end.
+            peer_hop: LatencyHistogram::default(),
             iteration: sum.iteration,
             participants_detail: detail,
             relay_links: Vec::new(),

@@ -87,7 +87,7 @@ use self::participant::Participant;
 use crate::events::RoomEvent;
 use crate::ids::{LayerKey, ParticipantId, RoomId, ShardId, TrackKey};
 use crate::media::{MediaCopy, MediaPacket};
-use crate::metrics::Counters;
+use crate::metrics::{Counters, LatencyHistogram};
 use crate::offer::{Accepted, MediaLine, OfferError, RtcSettings, apply_prepared};
 use crate::room::{RoomUpdate, RoomView, TrackState};
 
@@ -378,6 +378,14 @@ impl Engine {
     /// [`Engine::poll_timeout`] then asks for a `handle_timeout` at once.
     pub fn finish_batch(&mut self) {
         self.drain_pending();
+        self.io.peer_hop.end_batch();
+    }
+
+    /// The cross-shard hop's latency so far (cumulative): how long media
+    /// from peer shards waited before this shard handled it, per message
+    /// (`io::PeerHop`). The verdict's server evidence reads it per second.
+    pub fn peer_hop(&self) -> LatencyHistogram {
+        self.io.peer_hop.hist
     }
 
     /// What accumulated since the driver last emptied it (after
@@ -972,6 +980,7 @@ impl Engine {
         match msg {
             PeerMsg::Media { room, packet } => {
                 self.io.counters.cross_shard_in += 1;
+                self.io.peer_hop.message(now, packet.received);
                 let media = MediaPacket::from(packet);
                 self.fan_out_relayed(room, &media);
                 self.forward(now, room, &media, false);

@@ -630,6 +630,7 @@ impl ShardLoop {
             dwell: self.dwell,
             forward_local: self.forward_local,
             forward_cross: self.forward_cross,
+            peer_hop: self.engine.peer_hop(),
             iteration: self.iteration,
             participants_detail: self
                 .reports
