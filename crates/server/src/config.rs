@@ -185,6 +185,15 @@ pub struct Config {
     #[arg(long, env = "CORELAY_MAX_MESSAGE_BYTES", default_value_t = 16 * 1024, value_parser = clap::value_parser!(u32).range(1024..=262_144))]
     pub max_message_bytes: u32,
 
+    /// Where recordings go (`POST /api/v1/rooms/{room}/recordings`): one
+    /// WebM file per track under DIR/ROOM/ID/, with a `recording.json`.
+    #[arg(long, env = "CORELAY_RECORDINGS_DIR", default_value = "./recordings")]
+    pub recordings_dir: std::path::PathBuf,
+
+    /// Recordings that may run at once; another is refused with 429.
+    #[arg(long, env = "CORELAY_MAX_RECORDINGS", default_value_t = 4)]
+    pub max_recordings: usize,
+
     /// A participant whose ICE and DTLS are not up this long after its join
     /// is removed and its admission slot freed (e.g. 15s, 500ms).
     #[arg(long, env = "CORELAY_CONNECT_TIMEOUT", default_value = "15s", value_parser = parse_duration)]

@@ -14,6 +14,7 @@
 pub mod config;
 pub mod control;
 pub mod logging;
+pub mod recorder;
 mod shard;
 
 use std::net::{IpAddr, SocketAddr};
@@ -183,6 +184,14 @@ fn serve<P: DataPlane>(
         },
         plane.handles(),
     )));
+
+    control::lock(&state).set_recordings(recorder::Recordings::new(
+        recorder::Settings {
+            dir: cfg.recordings_dir.clone(),
+            max_active: cfg.max_recordings,
+        },
+        cfg.runtime != Runtime::WorkStealing,
+    ));
 
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -66,9 +66,11 @@ mod slot;
 mod stats;
 mod streams;
 mod subscriber;
+mod tap;
 mod timers;
 
 pub use streams::MAX_LAYERS;
+pub use tap::{RoomTap, TapChange, Tapped};
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -294,6 +296,8 @@ pub struct Engine {
     nack_scratch: Vec<str0m::rtp::SeqNo>,
     /// The publisher packets the own egress may still resend.
     recent: egress::Recent,
+    /// The rooms recorded now ([`tap`]): empty but while one is.
+    taps: tap::Taps,
 }
 
 impl Engine {
@@ -312,6 +316,7 @@ impl Engine {
             io: Io::default(),
             nack_scratch: Vec::new(),
             recent: egress::Recent::default(),
+            taps: tap::Taps::default(),
         }
     }
 

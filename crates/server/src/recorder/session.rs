@@ -1,0 +1,225 @@
+//! One recording's thread: reads its queue (the shards' [`Feed`]s fill it),
+//! hands each packet to its track's [`TrackRec`], asks the shards for the
+//! keyframes the tracks want, publishes its status for `GET` a few times a
+//! second, and at the end finalizes every file and writes the sidecar
+//! `recording.json`. The first failure (a full disk) is told to the room
+//! once, as a `recording` event with its error, through the shards.
+//!
+//! A thread of its own, outside the shards: file I/O never runs on one.
+#![allow(
+    clippy::disallowed_types,
+    reason = "the recording's status, shared with the control thread only; shards never see it"
+)]
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use corelay_core::engine::TapChange;
+use corelay_core::events::RoomEvent;
+use corelay_core::{RoomId, TrackKey};
+use corelay_plane::ShardCommand;
+use serde::Serialize;
+use tokio::sync::mpsc::UnboundedSender;
+
+use super::feed::Item;
+use super::track::{FileStatus, TrackRec};
+
+/// Tracks one recording writes at most (one file each).
+const MAX_TRACKS: usize = 64;
+/// How often the status is published.
+const PUBLISH_EVERY: Duration = Duration::from_millis(250);
+
+/// A recording as `GET` shows it.
+#[derive(Clone, Debug, Serialize)]
+pub struct Status {
+    pub id: String,
+    pub room: String,
+    /// `recording`, `stopped`, or `failed` (it stopped, and a file has an
+    /// error).
+    pub state: &'static str,
+    pub dir: String,
+    /// Unix milliseconds.
+    pub started_ms: u64,
+    pub stopped_ms: Option<u64>,
+    /// Packets the recorder's queue refused (it fell behind).
+    pub dropped_packets: u64,
+    /// The first failure, if any (also in the `recording` event).
+    pub error: Option<String>,
+    pub files: Vec<FileStatus>,
+}
+
+pub fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// What the thread needs.
+pub struct Session {
+    pub id: String,
+    pub room_id: RoomId,
+    pub dir: PathBuf,
+    pub rx: Receiver<Item>,
+    /// Per shard: where its keyframe wishes go.
+    pub wants: Vec<SyncSender<TrackKey>>,
+    /// The shards, to tell the room of a failure.
+    pub shards: Vec<UnboundedSender<ShardCommand>>,
+    pub status: Arc<Mutex<Status>>,
+    pub stop: Arc<AtomicBool>,
+}
+
+impl Session {
+    pub fn run(self) {
+        let mut tracks: Vec<TrackRec> = Vec::new();
+        let mut refused: Vec<FileStatus> = Vec::new();
+        let mut dropped = 0u64;
+        let mut told_failure = false;
+        let mut published = Instant::now();
+        loop {
+            let stopping = self.stop.load(Ordering::Acquire);
+            let got = if stopping {
+                // What is queued still goes in; nothing more is awaited.
+                self.rx.try_recv().map_err(|_| RecvTimeoutError::Timeout)
+            } else {
+                self.rx.recv_timeout(Duration::from_millis(20))
+            };
+            let now = Instant::now();
+            match got {
+                Ok(item) => {
+                    dropped += item.dropped_before;
+                    self.on_item(item, now, &mut tracks, &mut refused);
+                }
+                Err(RecvTimeoutError::Timeout) if stopping => break,
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+            for t in &mut tracks {
+                t.release(now);
+                if t.wants_keyframe(now)
+                    && let Some(tx) = self.wants.get(t.shard)
+                {
+                    let _ = tx.try_send(t.key);
+                }
+            }
+            if now >= published + PUBLISH_EVERY {
+                published = now;
+                let error = self.publish(&tracks, &refused, dropped, None);
+                if let Some(e) = error
+                    && !told_failure
+                {
+                    told_failure = true;
+                    tracing::warn!(recording = %self.id, "recording failed: {e}");
+                    self.tell_room(true, Some(e));
+                }
+            }
+        }
+        for t in &mut tracks {
+            t.finish();
+        }
+        let stopped = unix_ms(SystemTime::now());
+        self.publish(&tracks, &refused, dropped, Some(stopped));
+        let sidecar = self.status.lock().map(|s| s.clone()).ok();
+        if let Some(s) = sidecar {
+            let path = self.dir.join("recording.json");
+            if let Err(e) = serde_json::to_vec_pretty(&s)
+                .map_err(std::io::Error::other)
+                .and_then(|b| std::fs::write(&path, b))
+            {
+                tracing::warn!(recording = %self.id, "cannot write {}: {e}", path.display());
+            }
+        }
+        tracing::info!(recording = %self.id, files = tracks.len(), dropped, "recording stopped");
+    }
+
+    fn on_item(
+        &self,
+        item: Item,
+        now: Instant,
+        tracks: &mut Vec<TrackRec>,
+        refused: &mut Vec<FileStatus>,
+    ) {
+        let key = item.media.track;
+        let behind = item.dropped_before > 0;
+        if behind {
+            // The shard's queue dropped packets of some of its tracks.
+            for t in tracks.iter_mut().filter(|t| t.shard == item.shard) {
+                t.note_behind();
+            }
+        }
+        if let Some(t) = tracks.iter_mut().find(|t| t.key == key) {
+            t.push(item.media, now);
+            return;
+        }
+        if refused
+            .iter()
+            .any(|f| f.participant == key.participant.to_string() && f.mid == key.mid.to_string())
+        {
+            return;
+        }
+        if tracks.len() + refused.len() >= MAX_TRACKS {
+            return;
+        }
+        match TrackRec::new(&item.media, item.shard, &self.dir) {
+            Ok(mut t) => {
+                tracing::info!(recording = %self.id, file = %t.status.file, "recording a track");
+                t.push(item.media, now);
+                tracks.push(t);
+            }
+            Err(f) => refused.push(f),
+        }
+    }
+
+    /// Publishes the status; returns the first error of a file.
+    fn publish(
+        &self,
+        tracks: &[TrackRec],
+        refused: &[FileStatus],
+        dropped: u64,
+        stopped: Option<u64>,
+    ) -> Option<String> {
+        let files: Vec<FileStatus> = tracks
+            .iter()
+            .map(|t| t.status.clone())
+            .chain(refused.iter().cloned())
+            .collect();
+        let error = tracks
+            .iter()
+            .filter(|t| t.failed())
+            .find_map(|t| t.status.error.clone())
+            .map(|e| format!("{}: {e}", self.dir.display()));
+        if let Ok(mut s) = self.status.lock() {
+            s.files = files;
+            s.dropped_packets = dropped;
+            if s.error.is_none() {
+                s.error.clone_from(&error);
+            }
+            if let Some(t) = stopped {
+                s.stopped_ms = Some(t);
+                s.state = if s.error.is_some() {
+                    "failed"
+                } else {
+                    "stopped"
+                };
+            }
+        }
+        error
+    }
+
+    fn tell_room(&self, active: bool, error: Option<String>) {
+        let notice = RoomEvent::Recording {
+            active,
+            id: self.id.clone(),
+            error,
+        };
+        for tx in &self.shards {
+            let _ = tx.send(ShardCommand::Recording {
+                room: self.room_id,
+                change: TapChange::Notice,
+                notice: notice.clone(),
+            });
+        }
+    }
+}
