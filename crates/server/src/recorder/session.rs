@@ -168,7 +168,7 @@ impl Session {
                 t.push(item.media, now);
                 tracks.push(t);
             }
-            Err(f) => refused.push(f),
+            Err(f) => refused.push(*f),
         }
     }
 

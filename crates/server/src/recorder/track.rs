@@ -169,7 +169,7 @@ pub struct TrackRec {
 impl TrackRec {
     /// A track seen for the first time; `None` for a codec this recorder
     /// does not write (its reason in `Err`).
-    pub fn new(media: &MediaCopy, shard: usize, dir: &std::path::Path) -> Result<Self, FileStatus> {
+    pub fn new(media: &MediaCopy, shard: usize, dir: &std::path::Path) -> Result<Self, Box<FileStatus>> {
         let ext = "webm";
         let name = format!(
             "{}-{}-{}.{ext}",
@@ -192,11 +192,11 @@ impl TrackRec {
             error: None,
         };
         if !matches!(codec, Codec::Vp8 | Codec::Opus) {
-            return Err(FileStatus {
+            return Err(Box::new(FileStatus {
                 file: String::new(),
                 error: Some(format!("{codec} is not recorded (VP8 and Opus are)")),
                 ..status
-            });
+            }));
         }
         Ok(TrackRec {
             key: media.track,
