@@ -33,10 +33,10 @@ pub mod io;
 use std::net::SocketAddr;
 use std::time::Instant;
 
-use corelay_core::faults::Faults;
-use corelay_core::metrics::{Counters, LatencyHistogram, ParticipantStats};
 use corelay_core::engine::TapChange;
 use corelay_core::events::RoomEvent;
+use corelay_core::faults::Faults;
+use corelay_core::metrics::{Counters, LatencyHistogram, ParticipantStats};
 use corelay_core::room::RoomUpdate;
 use corelay_core::{
     Accepted, Engine, LeaveReason, OfferError, ParticipantId, RoomId, ShardEvent, ShardId,

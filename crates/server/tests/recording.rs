@@ -23,8 +23,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::*;
 use corelay_client::VideoCodec;
-use corelay_testkit::say;
 use corelay_client::signal::mint_claims;
+use corelay_testkit::say;
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -34,10 +34,7 @@ fn scratch_dir(tag: &str) -> PathBuf {
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .as_nanos();
-    let d = std::env::temp_dir().join(format!(
-        "corelay-rec-{tag}-{}-{nanos}",
-        std::process::id()
-    ));
+    let d = std::env::temp_dir().join(format!("corelay-rec-{tag}-{}-{nanos}", std::process::id()));
     std::fs::create_dir_all(&d).unwrap();
     d
 }
@@ -65,7 +62,14 @@ fn have_ffmpeg() -> bool {
 
 fn ffprobe_duration(f: &Path) -> f64 {
     let out = Command::new("ffprobe")
-        .args(["-v", "error", "-show_entries", "format=duration", "-of", "csv=p=0"])
+        .args([
+            "-v",
+            "error",
+            "-show_entries",
+            "format=duration",
+            "-of",
+            "csv=p=0",
+        ])
         .arg(f)
         .output()
         .unwrap();
@@ -290,10 +294,7 @@ fn an_unwritable_directory_is_refused_with_a_reason() {
     assert_eq!(status, 409, "{body}");
     let e = json_of(&body);
     assert_eq!(e["code"], "recording_unavailable", "{e}");
-    assert!(
-        e["message"].as_str().unwrap().contains("not-a-dir"),
-        "{e}"
-    );
+    assert!(e["message"].as_str().unwrap().contains("not-a-dir"), "{e}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -324,7 +325,9 @@ fn a_full_disk_keeps_the_call_going_and_reports_the_failure() {
             .status()
             .is_ok_and(|s| s.success());
     if !mounted {
-        say("SKIPPED a_full_disk_keeps_the_call_going_and_reports_the_failure (needs root to mount a tmpfs)");
+        say(
+            "SKIPPED a_full_disk_keeps_the_call_going_and_reports_the_failure (needs root to mount a tmpfs)",
+        );
         let _ = std::fs::remove_dir_all(&dir);
         return;
     }

@@ -24,8 +24,8 @@ use serde::Deserialize;
 
 use super::auth::{Access, Claims, Needs, sdp_needs};
 use super::turn::IceServers;
-use crate::recorder::RecError;
 use super::{Flavor, RoomError, Shared, assets, lock, renegotiate, sdpfrag, turn, views};
+use crate::recorder::RecError;
 use corelay_core::{OfferError, ParticipantId, ShardId};
 
 /// Seconds a refused client is asked to wait before retrying.

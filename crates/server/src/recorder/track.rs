@@ -169,7 +169,11 @@ pub struct TrackRec {
 impl TrackRec {
     /// A track seen for the first time; `None` for a codec this recorder
     /// does not write (its reason in `Err`).
-    pub fn new(media: &MediaCopy, shard: usize, dir: &std::path::Path) -> Result<Self, Box<FileStatus>> {
+    pub fn new(
+        media: &MediaCopy,
+        shard: usize,
+        dir: &std::path::Path,
+    ) -> Result<Self, Box<FileStatus>> {
         let ext = "webm";
         let name = format!(
             "{}-{}-{}.{ext}",
@@ -308,7 +312,11 @@ impl TrackRec {
             self.write(&p.payload, ts, true);
             return;
         }
-        if self.frame.first().is_some_and(|f| f.timestamp != p.timestamp) {
+        if self
+            .frame
+            .first()
+            .is_some_and(|f| f.timestamp != p.timestamp)
+        {
             // A new frame began without the last one's marker.
             self.finish_frame();
         }
@@ -335,9 +343,11 @@ impl TrackRec {
         let mut out = std::mem::take(&mut self.scratch);
         out.clear();
         let mut extra = CodecExtra::None;
-        let ok = parts
-            .iter()
-            .all(|p| self.depack.depacketize(&p.payload, &mut out, &mut extra).is_ok());
+        let ok = parts.iter().all(|p| {
+            self.depack
+                .depacketize(&p.payload, &mut out, &mut extra)
+                .is_ok()
+        });
         if ok && !out.is_empty() {
             self.need_keyframe = false;
             self.write(&out, ts, keyframe);
@@ -511,7 +521,9 @@ mod tests {
 
     #[test]
     fn vp8_size_reads_a_keyframe_header() {
-        let f = [0x10, 0x02, 0x00, 0x9d, 0x01, 0x2a, 0x80, 0x02, 0xe0, 0x01, 0];
+        let f = [
+            0x10, 0x02, 0x00, 0x9d, 0x01, 0x2a, 0x80, 0x02, 0xe0, 0x01, 0,
+        ];
         assert_eq!(vp8_size(&f), Some((640, 480)));
         assert_eq!(vp8_size(&f[..5]), None);
         assert_eq!(vp8_size(&[0u8; 12]), None);
