@@ -1,9 +1,9 @@
 // Recording (issue 53, item 3) with real media: two Chromium demo pages in a
-// recorded room for about 12 s. Both pages show the "● REC" mark while it
-// runs and drop it after; each of the four tracks (two VP8 videos, two Opus
-// audios) is its own WebM file, whose duration ffprobe reads within 1 s of
-// the time its publisher was in the call, and which ffmpeg decodes, every
-// frame, without an error.
+// recorded room for about 10 s, once on a VP8 server and once on an H.264
+// one. Both pages show the "● REC" mark while it runs and drop it after;
+// each of the four tracks is its own file (VP8 and Opus in WebM, H.264 in
+// MP4), whose duration ffprobe reads within 1 s of the time its publisher
+// was in the call, and which ffmpeg decodes, every frame, without an error.
 //
 // Needs Debian's ffmpeg (scripts/test installs it); SKIP_FFMPEG=1 skips the
 // file checks where it is missing.
@@ -19,19 +19,18 @@ import {
   uniqueRoom, waitInPage, waitMediaFlowing, slotOf,
 } from './harness.mjs';
 
-let server;
 let browser;
 const pages = [];
+const servers = [];
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'corelay-rec-browser-'));
 
 before(async () => {
-  server = await startServer({ name: 'recording', extraArgs: ['--recordings-dir', dir] });
   browser = await launchBrowser();
 });
 
 after(async () => {
   await browser?.close();
-  await server?.stop();
+  for (const s of servers) await s.stop();
   fs.rmSync(dir, { recursive: true, force: true });
 });
 
@@ -39,8 +38,12 @@ const haveFfmpeg = () => ['ffmpeg', 'ffprobe'].every((b) => spawnSync(b, ['-vers
 
 const recVisible = (page) => page.evaluate(() => !document.getElementById('rec').hidden);
 
-test('two Chromium pages recorded: REC shown, one playable WebM per track', async (t) => {
+for (const codec of ['vp8', 'h264']) test(`two Chromium pages recorded (${codec}): REC shown, one playable file per track`, async (t) => {
   const room = uniqueRoom('rec');
+  const server = await startServer({
+    name: `recording-${codec}`, defaults: true, extraArgs: ['--video-codecs', codec, '--recordings-dir', dir],
+  });
+  servers.push(server);
   try {
     let res = await fetch(`${server.base}/api/v1/rooms/${room}/recordings`, { method: 'POST' });
     const started = await res.text();
@@ -59,7 +62,7 @@ test('two Chromium pages recorded: REC shown, one playable WebM per track', asyn
       await waitMediaFlowing(page, await slotOf(page, other, 'video'), 'video');
       await waitInPage(page, () => !document.getElementById('rec').hidden, null, { what: 'the REC mark' });
     }
-    await sleep(12000);
+    await sleep(10000);
 
     res = await fetch(`${server.base}/api/v1/rooms/${room}/recordings/${id}`, { method: 'DELETE' });
     const stopped = Date.now();
@@ -80,6 +83,7 @@ test('two Chromium pages recorded: REC shown, one playable WebM per track', asyn
     }
     for (const f of done.files) {
       assert.equal(f.error, null, JSON.stringify(f));
+      assert.ok(f.file.endsWith(f.kind === 'video' && codec === 'h264' ? '.mp4' : '.webm'), f.file);
       const file = path.join(done.dir, f.file);
       const probed = Number(execFileSync('ffprobe', ['-v', 'error', '-show_entries', 'format=duration', '-of', 'csv=p=0', file]).toString().trim());
       const call = (stopped - joined[f.participant]) / 1000;

@@ -8,8 +8,9 @@
 //!
 //! The load client's payloads are synthetic (verifiable stamps behind real
 //! VP8 and Opus headers), so here ffmpeg demuxes every packet (`-c copy`)
-//! rather than decoding it; tests/browser/recording.test.mjs records
-//! Chromium's real VP8 and Opus and decodes every frame.
+//! rather than decoding it, and H.264 is not tried (its synthetic frames
+//! have no SPS and PPS for an MP4 track); tests/browser/recording.test.mjs
+//! records Chromium's real VP8, H.264 and Opus and decodes every frame.
 //!
 //! ffmpeg and ffprobe are Debian's (`apt-get install ffmpeg`, done by
 //! scripts/test); where they are missing the test fails, unless

@@ -1,7 +1,9 @@
 //! One recorded track: a small jitter buffer (reorders by sequence number,
 //! gives up on a missing packet after [`HOLD`] or [`MAX_HELD`] packets),
-//! depacketization (str0m's VP8 depacketizer; an Opus packet is its frame),
-//! and the WebM file it writes, with timestamps from RTP time.
+//! depacketization (str0m's VP8 and H.264 depacketizers; an Opus packet is
+//! its frame), and the file it writes, with timestamps from RTP time: WebM
+//! (libwebm) for VP8 and Opus, MP4 (the `mp4` crate) for H.264, which WebM
+//! cannot hold.
 //!
 //! After a loss a video track drops frames until the next keyframe and asks
 //! for one ([`TrackRec::wants_keyframe`]); every gap is recorded
@@ -24,7 +26,7 @@ use corelay_core::media::MediaCopy;
 use serde::Serialize;
 use str0m::format::{Codec, CodecExtra};
 use str0m::media::MediaKind;
-use str0m::unversioned::{Depacketizer, Vp8Depacketizer};
+use str0m::unversioned::{Depacketizer, H264Depacketizer, Vp8Depacketizer};
 use webm::mux::{AudioCodecId, Segment, SegmentBuilder, SegmentMode, VideoCodecId, Writer};
 
 /// How long a packet after a hole waits for the hole to fill.
@@ -128,8 +130,50 @@ enum Mux {
         track: u64,
         state: Rc<RefCell<SinkState>>,
     },
+    /// H.264 in MP4: each sample's duration is known when the next frame
+    /// comes, so one frame waits (90 kHz ticks from the first, AVC bytes,
+    /// sync).
+    Mp4 {
+        writer: Box<mp4::Mp4Writer<Sink>>,
+        waiting: Option<(u64, Vec<u8>, bool)>,
+        state: Rc<RefCell<SinkState>>,
+    },
     /// Finalized or failed.
     Closed,
+}
+
+/// A frame's depacketizer.
+enum Depack {
+    Vp8(Vp8Depacketizer),
+    H264(H264Depacketizer),
+    /// Opus: a packet is a frame.
+    None,
+}
+
+impl Depack {
+    fn new(codec: Codec) -> Self {
+        match codec {
+            Codec::Vp8 => Depack::Vp8(Vp8Depacketizer::default()),
+            Codec::H264 => {
+                // Length-prefixed NAL units: what MP4 samples hold.
+                let mut d = H264Depacketizer::default();
+                d.is_avc = true;
+                Depack::H264(d)
+            }
+            _ => Depack::None,
+        }
+    }
+
+    fn depacketize(&mut self, packet: &[u8], out: &mut Vec<u8>, extra: &mut CodecExtra) -> bool {
+        match self {
+            Depack::Vp8(d) => d.depacketize(packet, out, extra).is_ok(),
+            Depack::H264(d) => d.depacketize(packet, out, extra).is_ok(),
+            Depack::None => {
+                out.extend_from_slice(packet);
+                true
+            }
+        }
+    }
 }
 
 struct Held {
@@ -155,13 +199,15 @@ pub struct TrackRec {
     need_keyframe: bool,
     last_request: Option<Instant>,
     want: bool,
-    depack: Vp8Depacketizer,
+    depack: Depack,
     scratch: Vec<u8>,
     mux: Mux,
     /// Extended RTP time of the last frame, and of the file's first.
     last_ts: Option<u64>,
     first_ts: Option<u64>,
     last_written_ns: u64,
+    /// The last frame's duration in RTP ticks (the MP4's last sample's).
+    last_frame_ticks: u64,
     behind: bool,
     pub status: FileStatus,
 }
@@ -174,7 +220,11 @@ impl TrackRec {
         shard: usize,
         dir: &std::path::Path,
     ) -> Result<Self, Box<FileStatus>> {
-        let ext = "webm";
+        let ext = if media.spec.codec == Codec::H264 {
+            "mp4"
+        } else {
+            "webm"
+        };
         let name = format!(
             "{}-{}-{}.{ext}",
             media.track.participant,
@@ -195,10 +245,10 @@ impl TrackRec {
             gaps: Vec::new(),
             error: None,
         };
-        if !matches!(codec, Codec::Vp8 | Codec::Opus) {
+        if !matches!(codec, Codec::Vp8 | Codec::H264 | Codec::Opus) {
             return Err(Box::new(FileStatus {
                 file: String::new(),
-                error: Some(format!("{codec} is not recorded (VP8 and Opus are)")),
+                error: Some(format!("{codec} is not recorded (VP8, H.264 and Opus are)")),
                 ..status
             }));
         }
@@ -216,12 +266,13 @@ impl TrackRec {
             need_keyframe: media.kind == MediaKind::Video,
             last_request: None,
             want: false,
-            depack: Vp8Depacketizer::default(),
+            depack: Depack::new(codec),
             scratch: Vec::new(),
             mux: Mux::Pending,
             last_ts: None,
             first_ts: None,
             last_written_ns: 0,
+            last_frame_ticks: 3000,
             behind: false,
             status,
         })
@@ -303,6 +354,8 @@ impl TrackRec {
             self.frame_broken = true;
             self.need_keyframe = true;
             self.want = true;
+            // A fragment it holds belongs to what was lost.
+            self.depack = Depack::new(self.codec);
         }
     }
 
@@ -334,7 +387,7 @@ impl TrackRec {
             return;
         };
         let (ts, keyframe) = (first.timestamp, first.keyframe);
-        if broken || (self.need_keyframe && !keyframe) {
+        if broken || (self.need_keyframe && !keyframe && self.codec != Codec::H264) {
             self.status.frames_skipped += 1;
             self.need_keyframe = true;
             self.want = true;
@@ -343,11 +396,18 @@ impl TrackRec {
         let mut out = std::mem::take(&mut self.scratch);
         out.clear();
         let mut extra = CodecExtra::None;
-        let ok = parts.iter().all(|p| {
-            self.depack
-                .depacketize(&p.payload, &mut out, &mut extra)
-                .is_ok()
-        });
+        let ok = parts
+            .iter()
+            .all(|p| self.depack.depacketize(&p.payload, &mut out, &mut extra));
+        // H.264: an IDR anywhere in the frame makes it a keyframe (the first
+        // packet may carry only SPS and PPS).
+        let keyframe = keyframe || matches!(extra, CodecExtra::H264(e) if e.is_keyframe);
+        if self.need_keyframe && !keyframe {
+            self.status.frames_skipped += 1;
+            self.want = true;
+            self.scratch = out;
+            return;
+        }
         if ok && !out.is_empty() {
             self.need_keyframe = false;
             self.write(&out, ts, keyframe);
@@ -365,18 +425,25 @@ impl TrackRec {
             None => u64::from(ts),
             Some(last) => {
                 let delta = ts.wrapping_sub(last as u32) as i32;
+                if delta > 0 {
+                    self.last_frame_ticks = delta as u64;
+                }
                 last.saturating_add_signed(i64::from(delta))
             }
         };
         if matches!(self.mux, Mux::Pending) {
             self.open(frame);
         }
-        let Mux::Open { segment, track, .. } = &mut self.mux else {
-            return;
-        };
         self.last_ts = Some(ext);
         let first = *self.first_ts.get_or_insert(ext);
         let ticks = ext.saturating_sub(first);
+        if let Mux::Mp4 { .. } = self.mux {
+            self.write_mp4(frame, ticks, keyframe);
+            return;
+        }
+        let Mux::Open { segment, track, .. } = &mut self.mux else {
+            return;
+        };
         let ns = (u128::from(ticks) * 1_000_000_000 / u128::from(self.clock)) as u64;
         let ns = ns.max(self.last_written_ns);
         if segment.add_frame(*track, frame, ns, keyframe).is_err() {
@@ -386,6 +453,30 @@ impl TrackRec {
         self.last_written_ns = ns;
         self.status.frames += 1;
         self.status.duration_ms = ns / 1_000_000;
+        self.refresh_bytes();
+    }
+
+    /// One H.264 frame into the MP4 file: the frame before it is written
+    /// now that its duration is known.
+    fn write_mp4(&mut self, frame: &[u8], ticks: u64, keyframe: bool) {
+        let Mux::Mp4 {
+            writer, waiting, ..
+        } = &mut self.mux
+        else {
+            return;
+        };
+        let mut ok = true;
+        if let Some((start, bytes, sync)) = waiting.take() {
+            let duration = ticks.saturating_sub(start).clamp(1, 90_000) as u32;
+            ok = write_sample(writer, start, duration, bytes, sync);
+        }
+        *waiting = Some((ticks, frame.to_vec(), keyframe));
+        if !ok {
+            self.fail();
+            return;
+        }
+        self.status.frames += 1;
+        self.status.duration_ms = ticks * 1000 / self.clock;
         self.refresh_bytes();
     }
 
@@ -408,6 +499,9 @@ impl TrackRec {
             pos: 0,
             state: state.clone(),
         };
+        if self.codec == Codec::H264 {
+            return open_mp4(sink, state, frame);
+        }
         let failed = |e: webm::mux::Error| {
             let io = state.borrow().error.clone();
             io.unwrap_or_else(|| format!("cannot start the WebM file: {e}"))
@@ -438,10 +532,9 @@ impl TrackRec {
 
     /// A write failed: the file ends here, with the OS's reason.
     fn fail(&mut self) {
-        if let Mux::Open { state, .. } = &self.mux {
+        if let Mux::Open { state, .. } | Mux::Mp4 { state, .. } = &self.mux {
             let io = state.borrow().error.clone();
-            self.status.error =
-                Some(io.unwrap_or_else(|| "the WebM muxer refused a frame".to_string()));
+            self.status.error = Some(io.unwrap_or_else(|| "the muxer refused a frame".to_string()));
         }
         self.refresh_bytes();
         // Dropped unfinalized: what was written stays, as far as it went.
@@ -449,7 +542,7 @@ impl TrackRec {
     }
 
     fn refresh_bytes(&mut self) {
-        if let Mux::Open { state, .. } = &self.mux {
+        if let Mux::Open { state, .. } | Mux::Mp4 { state, .. } = &self.mux {
             self.status.bytes = state.borrow().end;
         }
     }
@@ -477,6 +570,30 @@ impl TrackRec {
                     });
                 }
             }
+            Mux::Mp4 {
+                mut writer,
+                waiting,
+                state,
+            } => {
+                // The last frame lasts as long as the one before it did, at
+                // most a second.
+                let mut ok = true;
+                if let Some((start, bytes, sync)) = waiting {
+                    let last = self.last_frame_ticks.clamp(1, 90_000) as u32;
+                    ok = write_sample(&mut writer, start, last, bytes, sync);
+                }
+                let ok = ok && writer.write_end().is_ok() && {
+                    let mut sink = (*writer).into_writer();
+                    sink.flush().is_ok()
+                };
+                self.status.bytes = state.borrow().end;
+                if !ok {
+                    let io = state.borrow().error.clone();
+                    self.status.error.get_or_insert_with(|| {
+                        io.unwrap_or_else(|| "the MP4 file could not be finalized".into())
+                    });
+                }
+            }
             Mux::Pending => {
                 if self.status.error.is_none() {
                     self.status.error = Some(if self.kind == MediaKind::Video {
@@ -490,6 +607,85 @@ impl TrackRec {
             Mux::Closed => {}
         }
     }
+}
+
+/// An MP4 file with one H.264 track (90 kHz), its parameter sets from the
+/// first keyframe.
+fn open_mp4(sink: Sink, state: Rc<RefCell<SinkState>>, frame: &[u8]) -> Result<Mux, String> {
+    let failed = |e: mp4::Error| {
+        let io = state.borrow().error.clone();
+        io.unwrap_or_else(|| format!("cannot start the MP4 file: {e}"))
+    };
+    let (sps, pps) = (nal_of(frame, 7), nal_of(frame, 8));
+    let (Some(sps), Some(pps)) = (sps, pps) else {
+        return Err("the first H.264 keyframe has no SPS and PPS".into());
+    };
+    let config = mp4::Mp4Config {
+        major_brand: "isom".parse().map_err(failed)?,
+        minor_version: 512,
+        compatible_brands: ["isom", "iso2", "avc1", "mp41"]
+            .iter()
+            .filter_map(|b| b.parse().ok())
+            .collect(),
+        timescale: 1000,
+    };
+    let mut writer = mp4::Mp4Writer::write_start(sink, &config).map_err(failed)?;
+    writer
+        .add_track(&mp4::TrackConfig {
+            track_type: mp4::TrackType::Video,
+            timescale: 90_000,
+            language: "und".into(),
+            media_conf: mp4::MediaConfig::AvcConfig(mp4::AvcConfig {
+                // The decoder reads the size from the SPS; these are the
+                // track header's.
+                width: 640,
+                height: 360,
+                seq_param_set: sps.to_vec(),
+                pic_param_set: pps.to_vec(),
+            }),
+        })
+        .map_err(failed)?;
+    Ok(Mux::Mp4 {
+        writer: Box::new(writer),
+        waiting: None,
+        state,
+    })
+}
+
+fn write_sample(
+    writer: &mut mp4::Mp4Writer<Sink>,
+    start: u64,
+    duration: u32,
+    bytes: Vec<u8>,
+    sync: bool,
+) -> bool {
+    writer
+        .write_sample(
+            1,
+            &mp4::Mp4Sample {
+                start_time: start,
+                duration,
+                rendering_offset: 0,
+                is_sync: sync,
+                bytes: bytes.into(),
+            },
+        )
+        .is_ok()
+}
+
+/// The first NAL unit of `kind` in an AVC (length-prefixed) frame.
+fn nal_of(frame: &[u8], kind: u8) -> Option<&[u8]> {
+    let mut rest = frame;
+    while let Some(len) = rest.get(..4) {
+        let n =
+            u32::from_be_bytes([*len.first()?, *len.get(1)?, *len.get(2)?, *len.get(3)?]) as usize;
+        let nal = rest.get(4..4 + n)?;
+        if nal.first().is_some_and(|b| b & 0x1f == kind) {
+            return Some(nal);
+        }
+        rest = rest.get(4 + n..)?;
+    }
+    None
 }
 
 /// A VP8 keyframe's size (RFC 6386 9.1: start code, then 14-bit width and
@@ -527,5 +723,15 @@ mod tests {
         assert_eq!(vp8_size(&f), Some((640, 480)));
         assert_eq!(vp8_size(&f[..5]), None);
         assert_eq!(vp8_size(&[0u8; 12]), None);
+    }
+
+    #[test]
+    fn nal_of_finds_parameter_sets_in_an_avc_frame() {
+        let f = [0, 0, 0, 2, 0x67, 1, 0, 0, 0, 1, 0x68, 0, 0, 0, 2, 0x65, 9];
+        assert_eq!(nal_of(&f, 7), Some(&[0x67, 1][..]));
+        assert_eq!(nal_of(&f, 8), Some(&[0x68][..]));
+        assert_eq!(nal_of(&f, 5), Some(&[0x65, 9][..]));
+        assert_eq!(nal_of(&f, 1), None);
+        assert_eq!(nal_of(&f[..6], 8), None);
     }
 }
