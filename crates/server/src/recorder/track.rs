@@ -714,6 +714,93 @@ fn opus_head() -> [u8; 19] {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use corelay_core::ParticipantId;
+    use corelay_core::media::{E2eExt, Media};
+    use str0m::format::{CodecSpec, FormatParams};
+    use str0m::media::Frequency;
+
+    fn scratch() -> PathBuf {
+        let d = std::env::temp_dir().join(format!(
+            "corelay-track-{}-{}",
+            std::process::id(),
+            fastrand::u64(..)
+        ));
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    /// A one-packet VP8 frame: descriptor (S bit), then the frame tag
+    /// (bit 0 clear on a keyframe).
+    fn vp8(seq: u64, frame: u32, keyframe: bool) -> MediaCopy {
+        Media {
+            track: TrackKey {
+                participant: ParticipantId(7),
+                mid: "0".into(),
+            },
+            kind: MediaKind::Video,
+            spec: CodecSpec {
+                codec: Codec::Vp8,
+                clock_rate: Frequency::NINETY_KHZ,
+                channels: None,
+                format: FormatParams::default(),
+            },
+            seq,
+            timestamp: frame * 3000,
+            marker: true,
+            keyframe,
+            layer: 0,
+            layers: 1,
+            temporal: None,
+            vp8: None,
+            ext: E2eExt::default(),
+            payload: vec![0x10, u8::from(!keyframe), 0, 0, 9, 9].into_boxed_slice(),
+            received: Instant::now(),
+            kernel_rx: None,
+        }
+    }
+
+    #[test]
+    fn reordered_packets_are_written_in_order_and_a_loss_waits_for_a_keyframe() {
+        let dir = scratch();
+        let t0 = Instant::now();
+        let mut t = TrackRec::new(&vp8(10, 0, true), 0, &dir).unwrap();
+        // Frames 0..4, with 2 and 1 swapped on the way: no gap.
+        for (seq, frame, key) in [
+            (10, 0, true),
+            (12, 2, false),
+            (11, 1, false),
+            (13, 3, false),
+        ] {
+            t.push(vp8(seq, frame, key), t0);
+        }
+        assert_eq!(t.status.frames, 4);
+        assert!(t.status.gaps.is_empty());
+        // Packet 14 is lost: 15 waits for it, then the hole is given up on,
+        // the frames up to the next keyframe are skipped and one is asked for.
+        t.push(vp8(15, 5, false), t0);
+        assert_eq!(t.status.frames, 4);
+        t.release(t0 + HOLD + HOLD);
+        assert_eq!(t.status.gaps.len(), 1);
+        assert_eq!(
+            t.status.gaps.first().map(|g| (g.packets, g.reason)),
+            Some((1, "lost"))
+        );
+        assert!(t.wants_keyframe(t0 + HOLD + HOLD));
+        t.push(vp8(16, 6, false), t0 + HOLD + HOLD);
+        assert_eq!(t.status.frames, 4);
+        t.push(vp8(17, 7, true), t0 + HOLD + HOLD);
+        assert_eq!(t.status.frames, 5);
+        assert_eq!(t.status.frames_skipped, 2);
+        // A late packet of the hole changes nothing.
+        t.push(vp8(14, 4, false), t0 + HOLD + HOLD);
+        assert_eq!(t.status.frames, 5);
+        t.finish();
+        assert_eq!(t.status.error, None);
+        assert_eq!(t.status.duration_ms, 7 * 3000 / 90);
+        let size = std::fs::metadata(dir.join(&t.status.file)).unwrap().len();
+        assert_eq!(t.status.bytes, size);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn vp8_size_reads_a_keyframe_header() {
