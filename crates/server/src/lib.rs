@@ -302,6 +302,24 @@ fn serve<P: DataPlane>(
             );
         })
         .await;
+        // Recordings end before the calls do: their taps withdrawn, their
+        // files finalized (cues, duration, the MP4 index) within the
+        // deadline.
+        let recordings = control::lock(&state).stop_all_recordings();
+        if !recordings.is_empty() {
+            let n = recordings.len();
+            let finished = tokio::time::timeout(
+                cfg.shutdown_timeout,
+                tokio::task::spawn_blocking(move || {
+                    for r in recordings {
+                        r.finish();
+                    }
+                }),
+            )
+            .await
+            .is_ok();
+            tracing::info!(recordings = n, finished, "recordings stopped for the shutdown");
+        }
         let waits = control::lock(&state).shutdown();
         let shards_closed = tokio::time::timeout(cfg.shutdown_timeout, async {
             for w in waits {

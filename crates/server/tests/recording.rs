@@ -374,3 +374,41 @@ fn a_full_disk_keeps_the_call_going_and_reports_the_failure() {
     assert_eq!(done["state"], "failed", "{done:#}");
     both_keep_flowing(&server, &a, &b);
 }
+
+#[test]
+fn a_shutdown_finalizes_the_running_recordings() {
+    let dir = scratch_dir("shutdown");
+    let server = start_server(1, &["--recordings-dir", dir.to_str().unwrap()]);
+    let (status, _, body) = server.request("POST", "/api/v1/rooms/r1/recordings", &[], "");
+    assert_eq!(status, 201, "{body}");
+    let rec_dir = PathBuf::from(json_of(&body)["dir"].as_str().unwrap());
+    let a = join_with(&server, "r1", "a", vp8);
+    let b = join_with(&server, "r1", "b", vp8);
+    let (ok, _) = a.wait_until(WAIT, |s| video_sources(s, 1) == names(&["b"]));
+    assert!(ok, "a does not receive b");
+    let flowing = Instant::now();
+    std::thread::sleep(Duration::from_secs(3));
+    let call = flowing.elapsed().as_secs_f64();
+    // SIGTERM: the recording stops and its files are finalized before the
+    // process exits.
+    assert!(server.stop().success());
+    drop((a, b));
+    let sidecar = json_of(&std::fs::read_to_string(rec_dir.join("recording.json")).unwrap());
+    assert_eq!(sidecar["state"], "stopped", "{sidecar:#}");
+    let files = sidecar["files"].as_array().unwrap();
+    assert_eq!(files.len(), 4, "{sidecar:#}");
+    if have_ffmpeg() {
+        for f in files {
+            let path = rec_dir.join(f["file"].as_str().unwrap());
+            let probed = ffprobe_duration(&path);
+            assert!(
+                (probed - call).abs() <= 1.0,
+                "{}: ffprobe says {probed} s, the call lasted {call} s",
+                path.display()
+            );
+            let errors = ffmpeg_errors(&path, false);
+            assert!(errors.is_empty(), "{}: ffmpeg: {errors}", path.display());
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -188,6 +188,15 @@ impl State {
         recs.stop(room_id, id, &handles)
     }
 
+    /// Stops every recording (shutdown): their threads, to join.
+    pub fn stop_all_recordings(&mut self) -> Vec<crate::recorder::Stopping> {
+        let handles: Vec<ShardHandle> = self.shards.iter().map(|s| s.handle.clone()).collect();
+        self.recordings
+            .as_mut()
+            .map(|r| r.stop_all(&handles))
+            .unwrap_or_default()
+    }
+
     pub fn recordings(&self, room: &str) -> Vec<crate::recorder::Status> {
         self.recordings
             .as_ref()

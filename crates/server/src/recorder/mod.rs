@@ -239,6 +239,20 @@ impl Recordings {
         })
     }
 
+    /// Stops every running recording (the server shuts down): the threads
+    /// to join so that their files are finalized.
+    pub fn stop_all(&mut self, shards: &[ShardHandle]) -> Vec<Stopping> {
+        let running: Vec<(RoomId, String)> = self
+            .active
+            .iter()
+            .filter_map(|a| a.status.lock().ok().map(|s| (a.room_id, s.id.clone())))
+            .collect();
+        running
+            .into_iter()
+            .filter_map(|(room, id)| self.stop(room, &id, shards).ok())
+            .collect()
+    }
+
     fn finished_push(&mut self, status: Arc<Mutex<Status>>) {
         self.stopped.push(status);
         if self.stopped.len() > KEEP_FINISHED {
