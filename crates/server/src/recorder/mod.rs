@@ -40,8 +40,9 @@ use corelay_plane::{ShardCommand, ShardHandle};
 pub use self::session::Status;
 use self::session::{Session, unix_ms};
 
-/// Packets a recording's queue holds (about 4 s of a 4-party call's media
-/// at 400 kbps video): a recorder further behind drops.
+/// Packets a recording's queue holds (about 11 s of a 4-party room's media
+/// at 400 kbps video; each recording has its own): a recorder further
+/// behind drops.
 pub const QUEUE_PACKETS: usize = 4096;
 /// Finished recordings `GET` still lists (the oldest go first).
 const KEEP_FINISHED: usize = 64;
