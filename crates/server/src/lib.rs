@@ -185,10 +185,13 @@ fn serve<P: DataPlane>(
         plane.handles(),
     )));
 
+    let (stall, queue) = cfg.recorder_faults();
     control::lock(&state).set_recordings(recorder::Recordings::new(
         recorder::Settings {
             dir: cfg.recordings_dir.clone(),
             max_active: cfg.max_recordings,
+            queue,
+            stall,
         },
         cfg.runtime != Runtime::WorkStealing,
     ));

@@ -4,7 +4,9 @@
 //! file per track; `DELETE` finalizes them; `ffprobe` reads each file's
 //! duration within 1 s of the call's, and `ffmpeg` reads every packet of it
 //! without an error. A recorder on a full disk (a 1 MiB tmpfs) keeps the
-//! call going and reports the failure; only an admin may record.
+//! call going and reports the failure; one that falls behind (a hung disk:
+//! `--test-recorder-stall-ms`) drops, counts and marks the gap while the
+//! call goes on; a shutdown finalizes the files; only an admin may record.
 //!
 //! The load client's payloads are synthetic (verifiable stamps behind real
 //! VP8 and Opus headers), so here ffmpeg demuxes every packet (`-c copy`)
@@ -406,6 +408,71 @@ fn a_shutdown_finalizes_the_running_recordings() {
                 "{}: ffprobe says {probed} s, the call lasted {call} s",
                 path.display()
             );
+            let errors = ffmpeg_errors(&path, false);
+            assert!(errors.is_empty(), "{}: ffmpeg: {errors}", path.display());
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_recorder_that_falls_behind_drops_counts_and_marks_the_gap() {
+    let dir = scratch_dir("behind");
+    // A hung disk: the recorder stops for 3 s after its first packet, and
+    // its queue holds 128 packets.
+    let server = start_server(
+        1,
+        &[
+            "--recordings-dir",
+            dir.to_str().unwrap(),
+            "--test-recorder-stall-ms",
+            "3000",
+            "--test-recording-queue",
+            "128",
+        ],
+    );
+    let (status, _, body) = server.request("POST", "/api/v1/rooms/r1/recordings", &[], "");
+    assert_eq!(status, 201, "{body}");
+    let id = json_of(&body)["id"].as_str().unwrap().to_string();
+    let a = join_with(&server, "r1", "a", vp8);
+    let b = join_with(&server, "r1", "b", vp8);
+    let (ok, _) = a.wait_until(WAIT, |s| video_sources(s, 1) == names(&["b"]));
+    assert!(ok, "a does not receive b");
+    let flowing = Instant::now();
+    // The call goes on while the recorder is stuck.
+    both_keep_flowing(&server, &a, &b);
+    std::thread::sleep(Duration::from_secs(5).saturating_sub(flowing.elapsed()));
+    assert!(server.stats_total("recording_dropped") > 0);
+    let (status, _, body) = server.request(
+        "DELETE",
+        &format!("/api/v1/rooms/r1/recordings/{id}"),
+        &[],
+        "",
+    );
+    let call = flowing.elapsed().as_secs_f64();
+    assert_eq!(status, 200, "{body}");
+    let done = json_of(&body);
+    assert_eq!(done["state"], "stopped", "{done:#}");
+    assert!(done["dropped_packets"].as_u64().unwrap() > 0, "{done:#}");
+    let files = done["files"].as_array().unwrap();
+    assert_eq!(files.len(), 4, "{done:#}");
+    let behind = files
+        .iter()
+        .flat_map(|f| f["gaps"].as_array().unwrap())
+        .filter(|g| g["reason"] == "recorder_behind")
+        .count();
+    assert!(behind > 0, "no gap marked recorder_behind: {done:#}");
+    let rec_dir = PathBuf::from(done["dir"].as_str().unwrap());
+    if have_ffmpeg() {
+        for f in files {
+            let path = rec_dir.join(f["file"].as_str().unwrap());
+            let probed = ffprobe_duration(&path);
+            say(&format!(
+                "{}: ffprobe {probed:.2} s, the call {call:.2} s, gaps {}",
+                path.display(),
+                f["gaps"]
+            ));
+            assert!((probed - call).abs() <= 1.0, "{f}: ffprobe {probed} s");
             let errors = ffmpeg_errors(&path, false);
             assert!(errors.is_empty(), "{}: ffmpeg: {errors}", path.display());
         }

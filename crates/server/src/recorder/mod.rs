@@ -51,6 +51,12 @@ const KEEP_FINISHED: usize = 64;
 pub struct Settings {
     pub dir: PathBuf,
     pub max_active: usize,
+    /// Packets a recording's queue holds ([`QUEUE_PACKETS`]; the tests'
+    /// `--test-recording-queue` makes it small).
+    pub queue: usize,
+    /// The tests' hung disk (`--test-recorder-stall-ms`): the thread stops
+    /// this long after its first packet. Zero in any other build.
+    pub stall: std::time::Duration,
 }
 
 /// Why a recording could not start or stop.
@@ -155,7 +161,7 @@ impl Recordings {
             files: Vec::new(),
         }));
         let stop = Arc::new(AtomicBool::new(false));
-        let (tx, rx) = sync_channel(QUEUE_PACKETS);
+        let (tx, rx) = sync_channel(self.settings.queue);
         let notice = RoomEvent::Recording {
             active: true,
             id: id.clone(),
@@ -188,6 +194,7 @@ impl Recordings {
             shards: shards.iter().map(|s| s.commands.clone()).collect(),
             status: status.clone(),
             stop: stop.clone(),
+            stall: self.settings.stall,
         };
         let thread = std::thread::Builder::new()
             .name(format!("corelay-rec-{}", self.counter))

@@ -74,6 +74,9 @@ pub struct Session {
     pub shards: Vec<UnboundedSender<ShardCommand>>,
     pub status: Arc<Mutex<Status>>,
     pub stop: Arc<AtomicBool>,
+    /// The tests' hung disk: a stall after the first packet (zero but in a
+    /// `fault-injection` build's tests).
+    pub stall: Duration,
 }
 
 impl Session {
@@ -83,6 +86,7 @@ impl Session {
         let mut dropped = 0u64;
         let mut told_failure = false;
         let mut published = Instant::now();
+        let mut stalled = false;
         loop {
             let stopping = self.stop.load(Ordering::Acquire);
             // The queue is polled, never waited on: a shard's send then
@@ -97,6 +101,10 @@ impl Session {
                         taken += 1;
                         dropped += item.dropped_before;
                         self.on_item(item, Instant::now(), &mut tracks, &mut refused);
+                        if !stalled && !self.stall.is_zero() {
+                            stalled = true;
+                            std::thread::sleep(self.stall);
+                        }
                     }
                     Err(TryRecvError::Empty) => break,
                     Err(TryRecvError::Disconnected) => {
