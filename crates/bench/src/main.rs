@@ -14,12 +14,14 @@ mod compare;
 mod floor;
 mod metrics;
 mod packetize;
+mod reach;
 mod report;
 mod run;
 mod scenario;
 mod simulcast;
 mod svg;
 mod util;
+mod verdict;
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -136,6 +138,30 @@ struct CommonArgs {
     /// is used only with the corelay dialect and a loopback --bind-ip.
     #[arg(long, global = true)]
     socket_per_participant: bool,
+    /// A TURN server (coturn, use-auth-secret) that --relayed-share of the
+    /// participants join through, over UDP: `turn:HOST:PORT` (see
+    /// docs/benchmarks.md, "Reach"). Needs --turn-secret-file.
+    #[arg(long, global = true, requires = "turn_secret_file")]
+    turn: Option<String>,
+    /// File holding coturn's static auth secret (its --static-auth-secret):
+    /// each relayed participant gets credentials minted with it
+    /// (username `expiry:name`, password base64(HMAC-SHA1)).
+    #[arg(long, global = true, requires = "turn")]
+    turn_secret_file: Option<PathBuf>,
+    /// Share of participants that join through --turn (0..1; every k-th
+    /// by join order).
+    #[arg(long, global = true, default_value_t = 0.5)]
+    relayed_share: f64,
+    /// When into the run (e.g. 20s) a share of the participants moves to
+    /// a new local address (a new socket: a new port, and 127.0.0.2 for
+    /// 127.0.0.1 on loopback) and carries on; summary.json's `reach` then
+    /// has each one's time until it received media again.
+    #[arg(long, global = true, value_parser = parse_duration)]
+    network_change_at: Option<Duration>,
+    /// Share of participants that move at --network-change-at (0..1;
+    /// relayed ones never move).
+    #[arg(long, global = true, default_value_t = 0.5)]
+    network_change_share: f64,
 }
 
 #[derive(Subcommand, Debug)]
@@ -158,6 +184,38 @@ enum Cmd {
     /// servers: `compare --out DIR tpc=RUN ws=RUN tpc=RUN ...` (repeats of a
     /// label are merged; ratios are to the first label).
     Compare(CompareArgs),
+    /// Issue 52: rooms with known faults (a lossy publisher uplink, a
+    /// limited subscriber downlink, clean pairs, and with --server-pid a
+    /// stretch of server stalls by SIGSTOP/SIGCONT); scores the server's
+    /// per-second verdicts (GET …/diagnosis) against them. See
+    /// docs/benchmarks.md, "Verdict".
+    Verdict(VerdictArgs),
+}
+
+#[derive(Args, Debug)]
+struct VerdictArgs {
+    /// Scored time, after the warm-up.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    duration: Duration,
+    /// Not scored: joins, ICE, the estimates' climb.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    warmup: Duration,
+    /// Not scored after each change of phase (into and out of the stalls).
+    #[arg(long, default_value = "3s", value_parser = parse_duration)]
+    settle: Duration,
+    /// Share of the lossy publisher's datagrams dropped on its uplink.
+    #[arg(long, default_value_t = 0.1)]
+    uplink_loss: f64,
+    /// The limited subscriber's downlink (token bucket in the client).
+    #[arg(long, default_value = "250kbit", value_parser = parse_rate)]
+    downlink_limit: u64,
+    /// How long the server is stopped in each second of the stall phase
+    /// (needs --server-pid).
+    #[arg(long, default_value = "300ms", value_parser = parse_duration)]
+    stall: Duration,
+    /// The stall phase's share of the scored time, in its middle (0: none).
+    #[arg(long, default_value_t = 0.25)]
+    stall_share: f64,
 }
 
 #[derive(Args, Debug)]
@@ -363,6 +421,38 @@ fn layer_media(given: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
     Ok(if found.len() == 3 { found } else { Vec::new() })
 }
 
+/// `--turn`, `--turn-secret-file`, `--relayed-share`,
+/// `--network-change-at`, `--network-change-share`.
+fn reach_opts(c: &CommonArgs) -> Result<reach::ReachOpts, String> {
+    for (flag, v) in [
+        ("--relayed-share", c.relayed_share),
+        ("--network-change-share", c.network_change_share),
+    ] {
+        if !(0.0..=1.0).contains(&v) {
+            return Err(format!("{flag} must be in 0..1"));
+        }
+    }
+    let turn = match (&c.turn, &c.turn_secret_file) {
+        (Some(url), Some(file)) => {
+            let addr = reach::parse_turn_url(url)?;
+            let secret = std::fs::read_to_string(file)
+                .map_err(|e| format!("--turn-secret-file {}: {e}", file.display()))?;
+            let secret = secret.trim();
+            if secret.is_empty() {
+                return Err(format!("--turn-secret-file {} is empty", file.display()));
+            }
+            Some((addr, secret.as_bytes().to_vec()))
+        }
+        _ => None,
+    };
+    Ok(reach::ReachOpts {
+        turn,
+        relayed_share: c.relayed_share,
+        change_at: c.network_change_at,
+        change_share: c.network_change_share,
+    })
+}
+
 fn main() {
     let cli = Cli::parse();
     let c = &cli.common;
@@ -382,7 +472,18 @@ fn main() {
         downlink_limit_bps: c.downlink_limit,
         limited_share: c.limited_share,
     };
+    let reach = match reach_opts(c) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("corelay-bench: {e}");
+            std::process::exit(2);
+        }
+    };
     let janus = c.dialect == run::Dialect::Janus;
+    if janus && reach.reported() {
+        eprintln!("corelay-bench: --turn and --network-change-at are for the corelay dialect");
+        std::process::exit(2);
+    }
     if janus && (c.simulcast || c.auth_secret.as_ref().is_some_and(|s| !s.is_empty())) {
         eprintln!("corelay-bench: --dialect janus takes neither --simulcast nor --auth-secret");
         std::process::exit(2);
@@ -424,6 +525,7 @@ fn main() {
         layers,
         own_media_path: !c.str0m_media,
         shared_socket: !c.socket_per_participant && !janus && c.bind_ip.is_loopback(),
+        reach,
     };
     let code = match cli.cmd {
         Cmd::Packetize(a) => packetize(&a),
@@ -518,8 +620,35 @@ fn main() {
             execute(&common, plan, shape, config, vs)
         }
         Cmd::Cluster(a) => run_cluster(&mut common, &a),
+        Cmd::Verdict(a) => run_verdict(&common, &a),
     };
     std::process::exit(code);
+}
+
+/// The `verdict` scenario ([`verdict`]).
+fn run_verdict(common: &run::Common, a: &VerdictArgs) -> i32 {
+    let spec = verdict::Spec {
+        duration: a.duration,
+        warmup: a.warmup,
+        settle: a.settle,
+        uplink_loss: a.uplink_loss,
+        downlink_limit_bps: a.downlink_limit,
+        stall: a.stall,
+        stall_share: a.stall_share,
+    };
+    match verdict::run(common, &spec) {
+        Ok(s) => {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&s["verdict"]).unwrap_or_default()
+            );
+            0
+        }
+        Err(e) => {
+            eprintln!("corelay-bench verdict: {e}");
+            2
+        }
+    }
 }
 
 /// The `cluster` scenario: start the cluster, run its plan, stop it.

@@ -38,6 +38,11 @@ pub struct Interval {
     pub video_lat_same: Option<Histogram<u64>>,
     /// The same, of publisher and subscriber on different nodes.
     pub video_lat_cross: Option<Histogram<u64>>,
+    /// The same, of pairs with an end relayed through TURN (None: no
+    /// `--turn` or `--network-change-at` run, or no such frame yet).
+    pub video_lat_relayed: Option<Histogram<u64>>,
+    /// The same, of pairs with neither end relayed.
+    pub video_lat_direct: Option<Histogram<u64>>,
     /// Audio packet end-to-end latency, µs.
     pub audio_lat: Histogram<u64>,
     /// ICE round-trip time, µs.
@@ -76,6 +81,8 @@ impl Interval {
             video_lat: new_hist(),
             video_lat_same: None,
             video_lat_cross: None,
+            video_lat_relayed: None,
+            video_lat_direct: None,
             audio_lat: new_hist(),
             ice_rtt: new_hist(),
             rx_video_packets: 0,
@@ -99,6 +106,8 @@ impl Interval {
         for (mine, theirs) in [
             (&mut self.video_lat_same, &o.video_lat_same),
             (&mut self.video_lat_cross, &o.video_lat_cross),
+            (&mut self.video_lat_relayed, &o.video_lat_relayed),
+            (&mut self.video_lat_direct, &o.video_lat_direct),
         ] {
             if let Some(h) = theirs {
                 let _ = mine.get_or_insert_with(new_hist).add(h);
@@ -123,9 +132,14 @@ impl Interval {
     fn reset(&mut self, second: u64) {
         self.second = second;
         self.video_lat.reset();
-        for h in [&mut self.video_lat_same, &mut self.video_lat_cross]
-            .into_iter()
-            .flatten()
+        for h in [
+            &mut self.video_lat_same,
+            &mut self.video_lat_cross,
+            &mut self.video_lat_relayed,
+            &mut self.video_lat_direct,
+        ]
+        .into_iter()
+        .flatten()
         {
             h.reset();
         }
@@ -210,6 +224,8 @@ pub struct ThreadObserver {
     tx: Sender<Report>,
     /// A cluster run: who is on which node.
     nodes: Option<Arc<NodeMap>>,
+    /// A reach run: who goes through TURN.
+    reach: Option<Arc<crate::reach::ReachMap>>,
 }
 
 impl ThreadObserver {
@@ -220,7 +236,14 @@ impl ThreadObserver {
             cur: Interval::new(0),
             tx,
             nodes: None,
+            reach: None,
         }
+    }
+
+    /// Splits video latency by whether a pair is relayed through TURN.
+    pub fn with_reach(mut self, reach: Option<Arc<crate::reach::ReachMap>>) -> Self {
+        self.reach = reach;
+        self
     }
 
     /// Splits video latency by whether publisher and subscriber share a
@@ -248,6 +271,14 @@ impl Observer for ThreadObserver {
     fn frame_from(&mut self, tag: u64, source: &str, kind: Kind, latency_us: u64) {
         if kind != Kind::Video {
             return;
+        }
+        if let Some(reach) = &self.reach {
+            let h = if reach.pair_relayed(tag, source) {
+                &mut self.cur.video_lat_relayed
+            } else {
+                &mut self.cur.video_lat_direct
+            };
+            rec(h.get_or_insert_with(new_hist), latency_us);
         }
         let Some(nodes) = &self.nodes else { return };
         let (Some(sub), Some(publ)) = (nodes.of_tag(tag), nodes.of_name(source)) else {

@@ -639,6 +639,10 @@ pub fn summary(o: &Outcome, rows: &[Row], config: Value, video_slots: usize) -> 
         out["relay_tx_bytes"] = c["relay_tx_bytes"].clone();
         out["cluster"] = c;
     }
+    // Only a run with --turn or --network-change-at has it.
+    if o.reach.reported() {
+        out["reach"] = crate::reach::summary(o);
+    }
     out
 }
 
@@ -897,6 +901,9 @@ pub fn table(s: &Value) -> String {
     }
     if s["simulcast"].is_object() {
         t.push_str(&crate::simulcast::table(&s["simulcast"]));
+    }
+    if s["reach"].is_object() {
+        t.push_str(&crate::reach::table(&s["reach"]));
     }
     if let Some(ws) = s["warnings"].as_array() {
         for w in ws {

@@ -78,6 +78,8 @@ pub struct Common {
     /// loopback address of its own ([`Driver::spawn_shared`]), instead of
     /// with a socket each.
     pub shared_socket: bool,
+    /// TURN-relayed participants and the network change (issue 50).
+    pub reach: crate::reach::ReachOpts,
 }
 
 /// `--simulcast`, `--downlink-limit`, `--limited-share`.
@@ -382,6 +384,8 @@ pub struct Outcome {
     pub subscription_updates: u64,
     /// Nodes the participants were spread over (`Common::urls`).
     pub nodes: usize,
+    /// The reach options of the run.
+    pub reach: crate::reach::ReachOpts,
 }
 
 fn raise_nofile() {
@@ -521,11 +525,22 @@ pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String>
             plan.joins.iter().map(|j| (j.tag, j.name.as_str())),
         ))
     });
+    // Relayed participants: who they are, to split latency by pair.
+    let reach_map = common.reach.reported().then(|| {
+        Arc::new(crate::reach::ReachMap::new(
+            &common.reach,
+            plan.joins.iter().map(|j| (j.tag, j.name.as_str())),
+        ))
+    });
+    let reach_opts = Arc::new(common.reach.clone());
+    let mut network_changed = false;
     let (rep_tx, rep_rx) = channel::<Report>();
     let mut drivers = Vec::new();
     for i in 0..common.threads.max(1) {
         let pin = (!common.pin.is_empty()).then(|| common.pin[i % common.pin.len()]);
-        let obs = ThreadObserver::new(start, rep_tx.clone()).with_nodes(nodes.clone());
+        let obs = ThreadObserver::new(start, rep_tx.clone())
+            .with_nodes(nodes.clone())
+            .with_reach(reach_map.clone());
         let name = format!("bench-{i}");
         let d = if common.shared_socket {
             Driver::spawn_shared(&name, Box::new(obs), pin)
@@ -554,9 +569,10 @@ pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String>
         let ph = phase.clone();
         let dialect = common.dialect;
         let nodes = nodes.clone();
+        let reach = reach_opts.clone();
         let h = std::thread::Builder::new()
             .name(format!("joiner-{i}"))
-            .spawn(move || joiner(rx, tx, drivers, urls, nodes, bind, ph, dialect))
+            .spawn(move || joiner(rx, tx, drivers, urls, nodes, bind, ph, dialect, reach))
             .map_err(|e| format!("joiner thread: {e}"))?;
         joiners.push(h);
     }
@@ -679,6 +695,28 @@ pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String>
                     j.speaking = want;
                     drivers[j.driver].send(Command::Speaking(j.tag, want));
                 }
+            }
+        }
+        if !network_changed && common.reach.change_at.is_some_and(|at| el >= at) {
+            // The network change: a share of the participants moves to a
+            // new local address (each driver rebinds and checks at once).
+            network_changed = true;
+            let (moved, errors) = crate::reach::move_participants(
+                &common.reach,
+                joined.values(),
+                &drivers,
+                common.bind_ip,
+            );
+            if common.progress {
+                eprintln!(
+                    "\nnetwork change at {:.1} s: {moved} participants moved{}",
+                    el.as_secs_f64(),
+                    if errors.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; {}", errors.join("; "))
+                    }
+                );
             }
         }
         if marked_ns.is_none() && el.as_secs() >= window.0 {
@@ -875,6 +913,7 @@ pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String>
         marks_span_ns: marked_ns.map(|m| (m, finals_ns)),
         subscription_updates,
         nodes: common.urls.len(),
+        reach: common.reach.clone(),
     })
 }
 
@@ -941,6 +980,7 @@ fn joiner(
     bind: IpAddr,
     phase: Arc<AtomicU8>,
     dialect: Dialect,
+    reach: Arc<crate::reach::ReachOpts>,
 ) {
     let url_of = |node: usize| urls[node % urls.len().max(1)].as_str();
     loop {
@@ -980,13 +1020,27 @@ fn joiner(
                 let post_ns = clock::mono_ns();
                 let Some(d) = drivers.get(driver) else { return };
                 let token_ref = token.as_deref();
-                let connected = if d.has_shared() {
-                    corelay_client::connect_shared(url, &room_name, d, *cfg, token_ref)
-                } else {
-                    corelay_client::connect_auth(url, &room_name, bind, *cfg, token_ref)
+                // A relayed participant allocates its relay from a socket
+                // of its own, and one that will move needs one to move from.
+                let turn = reach
+                    .relayed(plan.tag)
+                    .then(|| reach.turn_for(&plan.name))
+                    .flatten();
+                let connected = match turn {
+                    Some(Err(e)) => Err(JoinError::local(e)),
+                    Some(Ok(turn)) => corelay_client::connect_relayed(
+                        url, &room_name, bind, *cfg, token_ref, &turn,
+                    )
+                    .map(|(c, r)| (c, Some(r))),
+                    None if d.has_shared() && !reach.own_socket(plan.tag) => {
+                        corelay_client::connect_shared(url, &room_name, d, *cfg, token_ref)
+                            .map(|c| (c, None))
+                    }
+                    None => corelay_client::connect_auth(url, &room_name, bind, *cfg, token_ref)
+                        .map(|c| (c, None)),
                 };
                 match connected {
-                    Ok(c) => {
+                    Ok((c, relay)) => {
                         let shared = c.participant.shared();
                         let answered_ns = clock::mono_ns();
                         let on = node_of(&urls, node, &c.joined.location);
@@ -994,11 +1048,19 @@ fn joiner(
                         if let Some(m) = &nodes {
                             m.set(plan.tag, on);
                         }
-                        d.send(Command::Add {
-                            id: plan.tag,
-                            participant: c.participant,
-                            socket: c.socket,
-                        });
+                        match (relay, c.socket) {
+                            (Some(relay), Some(socket)) => d.send(Command::AddRelayed {
+                                id: plan.tag,
+                                participant: c.participant,
+                                socket,
+                                relay,
+                            }),
+                            (_, socket) => d.send(Command::Add {
+                                id: plan.tag,
+                                participant: c.participant,
+                                socket,
+                            }),
+                        };
                         let _ = tx.send(JobResult::Joined(Box::new(Joined {
                             tag: plan.tag,
                             room: plan.room,

@@ -49,6 +49,7 @@ use std::time::{Duration, Instant};
 use crate::participant::Participant;
 use crate::shaper::{Shaper, Verdict};
 use crate::stats::Observer;
+use crate::turn::Relay;
 use corelay_udp::{self as udp, CopyBatch, RecvBatch, RxClock, SendResult};
 
 /// A command to a driver thread.
@@ -65,6 +66,21 @@ pub enum Command {
         /// with that address taken, the participant is dropped, its
         /// snapshot's `failed` saying why.
         socket: Option<UdpSocket>,
+    },
+    /// [`Command::Add`] for a participant that reaches the server through
+    /// a TURN relay allocated on its socket ([`crate::connect_relayed`]):
+    /// everything it sends is wrapped for the relay, everything the relay
+    /// hands back unwrapped, and the allocation is kept alive. It needs a
+    /// socket of its own.
+    AddRelayed {
+        /// Key for later commands.
+        id: u64,
+        /// The participant (answer applied).
+        participant: Box<Participant>,
+        /// Its socket, the one the relay was allocated from.
+        socket: UdpSocket,
+        /// The allocation.
+        relay: Box<Relay>,
     },
     /// Stop driving and drop a participant.
     Remove(u64),
@@ -95,10 +111,13 @@ pub enum Command {
     /// ([`Participant::accept_answer`]).
     Answer(u64, String, SyncSender<Result<(), String>>),
     /// Move a participant with its own socket to this new socket, as a NAT
-    /// rebinding does: what it sends leaves from the new address, its
-    /// str0m session is not told (its candidate stays the old address), so
-    /// the server sees the same ICE session from a new address. The reply
-    /// says whether it was moved.
+    /// rebinding or a switch to another network does: what it sends leaves
+    /// from the new address, its str0m session is not told (its candidate
+    /// stays the old address), so the server sees the same ICE session from
+    /// a new address. A nominating connectivity check goes out from the new
+    /// socket at once ([`Participant::nominating_check`]), as a browser's
+    /// ICE agent checks its new pair, and the participant notes the move
+    /// ([`Participant::moved`]). The reply says whether it was moved.
     Rebind(u64, UdpSocket, SyncSender<bool>),
     /// Stop the thread (drops every participant).
     Shutdown,
@@ -489,6 +508,11 @@ struct Entry {
     shaper: Option<Shaper>,
     /// Latest time handed to the participant (receive times never go back).
     fed: Option<Instant>,
+    /// Its TURN relay, if it reaches the server through one (then what it
+    /// sends is wrapped in [`flush`] and what it receives unwrapped in
+    /// [`Entry::feed_relayed`]; a direct participant's path has no new step
+    /// but one test per flush and one per read batch).
+    relay: Option<Box<Relay>>,
 }
 
 impl Entry {
@@ -538,6 +562,35 @@ impl Entry {
             flush(self, now, idx, out);
             false
         }
+    }
+
+    /// [`Entry::feed`] for a datagram read by a relayed participant: from
+    /// its TURN server, unwrapped first (anything else is dropped: a relayed
+    /// client hears only its relay, and the relay's own answers are
+    /// handled by it).
+    fn feed_relayed(
+        &mut self,
+        d: &udp::Datagram<'_>,
+        now: Instant,
+        idx: usize,
+        out: &mut Out,
+    ) -> bool {
+        let Some(r) = &mut self.relay else {
+            return self.feed(d, now, idx, out);
+        };
+        if d.source != r.server {
+            return false;
+        }
+        let Some((source, data)) = r.unwrap(d.data) else {
+            return false;
+        };
+        let inner = udp::Datagram {
+            source,
+            data,
+            kernel_rx: d.kernel_rx,
+            dest: d.dest,
+        };
+        self.feed(&inner, now, idx, out)
     }
 
     /// One drain for everything fed since the last: str0m (patched, see
@@ -644,10 +697,27 @@ fn flush(e: &mut Entry, now: Instant, idx: usize, out: &mut Out) {
     // sendmmsg, in order, right after the poll; on the shared socket with
     // what the other participants' polls of this read batch or timer pass
     // produce ([`Out::send_shared`]).
-    let next =
-        e.p.poll_output(now, &mut **obs, &mut |dest: SocketAddr, data: &[u8]| {
-            tx.push_from(sock, src, dest, data, &mut sent)
-        });
+    let next = match &mut e.relay {
+        None => {
+            e.p.poll_output(now, &mut **obs, &mut |dest: SocketAddr, data: &[u8]| {
+                tx.push_from(sock, src, dest, data, &mut sent)
+            })
+        }
+        Some(r) => {
+            // Through the relay: each datagram wrapped for the TURN
+            // server, and the relay's own refreshes when they are due.
+            let server = r.server;
+            let next =
+                e.p.poll_output(now, &mut **obs, &mut |dest: SocketAddr, data: &[u8]| {
+                    tx.push_from(sock, src, server, r.wrap(dest, data), &mut sent)
+                });
+            r.poll(now, &mut |m: &[u8]| {
+                tx.push_from(sock, src, server, m, &mut sent)
+            });
+            e.p.set_relay_stats(r.relayed, r.server_saw, r.refreshes, r.errors);
+            next.min(r.next_due())
+        }
+    };
     if e.sock.is_some() {
         tx.flush(sock, &mut sent);
     }
@@ -781,9 +851,17 @@ impl Loop {
             let clock = RxClock::sample();
             // `n` counts messages, against the read budget; with GRO one
             // message may be several datagrams.
-            for d in self.batch.iter() {
-                got += 1;
-                e.feed(&d, clock.at(d.kernel_rx), idx, &mut self.out);
+            // Relayed or not is asked once per batch, not per datagram.
+            if e.relay.is_some() {
+                for d in self.batch.iter() {
+                    got += 1;
+                    e.feed_relayed(&d, clock.at(d.kernel_rx), idx, &mut self.out);
+                }
+            } else {
+                for d in self.batch.iter() {
+                    got += 1;
+                    e.feed(&d, clock.at(d.kernel_rx), idx, &mut self.out);
+                }
             }
             // One drain per batch, not per datagram.
             e.drain(idx, &mut self.out);
@@ -855,10 +933,22 @@ impl Loop {
                     id,
                     participant,
                     socket,
-                } => self.add(id, participant, socket),
+                } => self.add(id, participant, socket, None),
+                Command::AddRelayed {
+                    id,
+                    participant,
+                    socket,
+                    relay,
+                } => self.add(id, participant, Some(socket), Some(relay)),
                 Command::Remove(id) => {
                     if let Some(idx) = self.by_id.remove(&id) {
                         if let Some(mut e) = self.entries.get_mut(idx).and_then(Option::take) {
+                            // A relay is given back (best effort).
+                            if let (Some(r), Some(s)) = (&mut e.relay, &e.sock) {
+                                if let Some(m) = r.release() {
+                                    let _ = s.send_to(&m, r.server);
+                                }
+                            }
                             match &e.sock {
                                 Some(s) => self.epoll.del(s.as_raw_fd()),
                                 None => {
@@ -876,13 +966,19 @@ impl Loop {
                 }
                 Command::Event(id, text) => self.with(id, |e, _| e.p.send_event(&text)),
                 Command::Raw(id, bytes) => {
-                    let e = self.by_id.get(&id).and_then(|&i| self.entries.get(i));
+                    let e = self.by_id.get(&id).and_then(|&i| self.entries.get_mut(i));
                     if let Some(Some(e)) = e
                         && let Some(dest) = e.p.remote_addr()
                     {
                         match (&e.sock, &self.out.shared) {
                             (Some(s), _) => {
-                                let _ = s.send_to(&bytes, dest);
+                                let _ = match &mut e.relay {
+                                    Some(r) => {
+                                        let server = r.server;
+                                        s.send_to(r.wrap(dest, &bytes), server)
+                                    }
+                                    None => s.send_to(&bytes, dest),
+                                };
                             }
                             (None, Some(s)) => {
                                 let mut res = SendResult::default();
@@ -964,11 +1060,39 @@ impl Loop {
             return false;
         }
         self.epoll.del(old.as_raw_fd());
+        let now = Instant::now();
+        if let Ok(to) = sock.local_addr() {
+            e.p.moved(now, to);
+        }
+        // Check the path from the new address at once: the server moves
+        // the media there at the first nominating check it hears from it.
+        if let Some((dest, check)) = e.p.nominating_check() {
+            let sent = match &mut e.relay {
+                Some(r) => {
+                    let server = r.server;
+                    sock.send_to(r.wrap(dest, &check), server)
+                }
+                None => sock.send_to(&check, dest),
+            };
+            if sent.is_ok() {
+                self.out.stats.tx_datagrams.fetch_add(1, Relaxed);
+            }
+        }
         e.sock = Some(sock);
         true
     }
 
-    fn add(&mut self, id: u64, mut p: Box<Participant>, sock: Option<UdpSocket>) {
+    fn add(
+        &mut self,
+        id: u64,
+        mut p: Box<Participant>,
+        sock: Option<UdpSocket>,
+        relay: Option<Box<Relay>>,
+    ) {
+        if relay.is_some() && sock.is_none() {
+            p.fail("driver: a relayed participant needs the socket its relay was allocated from");
+            return;
+        }
         let shared_ip = match &sock {
             Some(sock) => {
                 if let Err(e) = sock.set_nonblocking(true) {
@@ -1038,6 +1162,7 @@ impl Loop {
             scheduled: None,
             shaper,
             fed: None,
+            relay,
         });
         self.out.stats.participants.fetch_add(1, Relaxed);
         let now = Instant::now();

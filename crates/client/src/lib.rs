@@ -39,6 +39,7 @@ pub mod signal;
 pub mod simulcast;
 pub mod stats;
 pub mod stun;
+pub mod turn;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -127,6 +128,43 @@ pub fn connect_auth(
         .local_addr()
         .map_err(|e| JoinError::local(format!("local_addr: {e}")))?;
     negotiate(url, room, local, Some(socket), cfg, token)
+}
+
+/// [`connect_auth`] through a TURN relay: allocate one on `turn` from
+/// the participant's socket (before the offer, as a browser gathers its
+/// relay candidate), join, then install a permission for the server's
+/// media address (the answer's UDP candidate) and bind a channel to it.
+/// Hand the result to a driver with [`Command::AddRelayed`]: what the
+/// participant sends then reaches the server from coturn's relayed address.
+pub fn connect_relayed(
+    url: &str,
+    room: &str,
+    bind_ip: IpAddr,
+    cfg: ParticipantConfig,
+    token: Option<&str>,
+    turn: &turn::TurnServer,
+) -> Result<(Connected, Box<turn::Relay>), JoinError> {
+    let socket = UdpSocket::bind(SocketAddr::new(bind_ip, 0))
+        .map_err(|e| JoinError::local(format!("bind {bind_ip}:0: {e}")))?;
+    let mut relay = turn::Relay::allocate(&socket, turn)
+        .map_err(|e| JoinError::local(format!("TURN allocate on {}: {e}", turn.addr)))?;
+    let local = socket
+        .local_addr()
+        .map_err(|e| JoinError::local(format!("local_addr: {e}")))?;
+    let c = negotiate(url, room, local, Some(socket), cfg, token)?;
+    let bound = match (turn::udp_candidate(&c.joined.answer), &c.socket) {
+        (Some(peer), Some(sock)) => relay.bind(sock, peer),
+        _ => Err("the answer has no UDP candidate to relay to".into()),
+    };
+    if let Err(e) = bound {
+        let _ = signal::delete_auth(url, &c.joined.location, token);
+        return Err(JoinError::local(format!("TURN: {e}")));
+    }
+    // The driver's socket is non-blocking; the relay's set-up was not.
+    if let Some(s) = &c.socket {
+        let _ = s.set_read_timeout(None);
+    }
+    Ok((c, Box::new(relay)))
 }
 
 /// [`connect_auth`] for a participant on `driver`'s shared socket
@@ -266,8 +304,14 @@ impl ParticipantHandle {
     /// does ([`Command::Rebind`]); the participant's ICE session does not
     /// change. Returns the new address.
     pub fn rebind(&self) -> Result<SocketAddr, String> {
-        let sock = std::net::UdpSocket::bind(SocketAddr::new(self.local.ip(), 0))
-            .map_err(|e| format!("bind: {e}"))?;
+        self.rebind_to(self.local.ip())
+    }
+
+    /// [`rebind`](Self::rebind) to a new port on `ip` (a move to another
+    /// network: on loopback, 127.0.0.2 for one at 127.0.0.1).
+    pub fn rebind_to(&self, ip: IpAddr) -> Result<SocketAddr, String> {
+        let sock =
+            std::net::UdpSocket::bind(SocketAddr::new(ip, 0)).map_err(|e| format!("bind: {e}"))?;
         let addr = sock.local_addr().map_err(|e| format!("local_addr: {e}"))?;
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         if !self.driver.send(Command::Rebind(self.key, sock, tx)) {

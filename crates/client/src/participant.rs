@@ -273,7 +273,11 @@ pub struct Participant {
     /// Where [`Participant::publish`] copies `snap` for other threads.
     published: Arc<Mutex<Snapshot>>,
     stun: StunRtt,
+    /// DTLS is up and ICE has a path: media flows.
     connected: bool,
+    /// DTLS came up once (str0m says `Connected` once): ICE back up after
+    /// going down resumes the call.
+    dtls_up: bool,
     dead: bool,
     saw_media: bool,
     sizes: Vec<usize>,
@@ -285,6 +289,24 @@ pub struct Participant {
     /// nothing was handed to it since (every use of `rtc` but a poll
     /// clears it). Until then polling str0m finds nothing to do.
     rtc_idle_until: Option<Instant>,
+    /// The server's ICE ufrag and password, from its latest answer (for
+    /// [`Participant::nominating_check`]).
+    remote_ice: Option<(String, String)>,
+    /// Moved to a new address and no media received since
+    /// ([`Participant::moved`]).
+    await_recovery: bool,
+    /// Transaction id of the last [`Participant::nominating_check`], until
+    /// the server answers it.
+    check_tid: Option<[u8; 12]>,
+}
+
+/// The session-level or first `a=ice-ufrag` and `a=ice-pwd` of an SDP.
+fn ice_credentials(sdp: &str) -> Option<(String, String)> {
+    let find = |key: &str| {
+        sdp.lines()
+            .find_map(|l| l.trim().strip_prefix(key).map(|v| v.trim().to_string()))
+    };
+    Some((find("a=ice-ufrag:")?, find("a=ice-pwd:")?))
 }
 
 fn ticks_to_dur(ticks: u64, clock: u32) -> Duration {
@@ -436,6 +458,7 @@ impl Participant {
                 snap,
                 stun: StunRtt::default(),
                 connected: false,
+                dtls_up: false,
                 dead: false,
                 saw_media: false,
                 sizes: Vec::with_capacity(16),
@@ -443,6 +466,9 @@ impl Participant {
                 nacks: Vec::new(),
                 fast: None,
                 rtc_idle_until: None,
+                remote_ice: None,
+                await_recovery: false,
+                check_tid: None,
             },
             offer_sdp,
         ))
@@ -497,6 +523,7 @@ impl Participant {
                 snap,
                 stun: StunRtt::default(),
                 connected: false,
+                dtls_up: false,
                 dead: false,
                 saw_media: false,
                 sizes: Vec::with_capacity(16),
@@ -504,6 +531,9 @@ impl Participant {
                 nacks: Vec::new(),
                 fast: None,
                 rtc_idle_until: None,
+                remote_ice: None,
+                await_recovery: false,
+                check_tid: None,
             },
             answer.to_sdp_string(),
         ))
@@ -534,6 +564,9 @@ impl Participant {
             .sdp_api()
             .accept_answer(pending, answer)
             .map_err(|e| format!("answer rejected: {e}"))?;
+        if let Some(ice) = ice_credentials(answer_sdp) {
+            self.remote_ice = Some(ice);
+        }
         // The answer names the payload types the server kept for our tracks.
         let vcodec = self.cfg.codec.codec();
         if let Some(v) = &mut self.video {
@@ -742,6 +775,82 @@ impl Participant {
         Ok(offer.to_sdp_string())
     }
 
+    /// It moved to local address `to` at `now` (its driver sends from a
+    /// new socket from now on): the snapshot's
+    /// [`ReachStats`](crate::stats::ReachStats) records when, and when the
+    /// first media packet arrives after it.
+    pub fn moved(&mut self, now: Instant, to: SocketAddr) {
+        let r = &mut self.snap.reach;
+        r.moved_at_ns = Some(self.cfg.clock.ns(now));
+        r.moved_to = Some(to);
+        r.recovered_at_ns = None;
+        r.check_answered_ns = None;
+        self.await_recovery = true;
+    }
+
+    /// Its TURN relay's figures, for the snapshot
+    /// ([`ReachStats`](crate::stats::ReachStats)).
+    pub fn set_relay_stats(
+        &mut self,
+        relayed: SocketAddr,
+        server_saw: Option<SocketAddr>,
+        refreshes: u64,
+        errors: u64,
+    ) {
+        let r = &mut self.snap.reach;
+        r.relayed = Some(relayed);
+        r.server_saw = server_saw;
+        r.turn_refreshes = refreshes;
+        r.turn_errors = errors;
+    }
+
+    /// A connectivity check that nominates (USE-CANDIDATE), as str0m's
+    /// controlling agent sends on its nominated pair, to send to the
+    /// server's media address now: a client whose address changed sends
+    /// one at once, and the server moves the media path at the first one
+    /// from the new address (corelay-core's engine/rebind.rs), instead of
+    /// at str0m's next scheduled check. None before an answer was applied
+    /// or anything was sent.
+    pub fn nominating_check(&mut self) -> Option<(SocketAddr, Vec<u8>)> {
+        let dest = self.remote?;
+        let (ufrag, pwd) = self.remote_ice.as_ref()?;
+        let local = self.rtc.direct_api().local_ice_credentials();
+        let username = format!("{ufrag}:{}", local.ufrag);
+        // A peer-reflexive candidate's priority (RFC 8445 5.1.2: type
+        // preference 110, local preference 65535, component 1).
+        let prio = (110u32 << 24) | (65535 << 8) | 255;
+        let msg = str0m::ice::StunMessage::binding_request(
+            &username,
+            str0m::ice::TransId::new(),
+            true,
+            fastrand::u64(..),
+            prio,
+            true,
+        );
+        // OpenSSL's HMAC (turn.rs): str0m has no process-wide crypto
+        // provider here (the client never installs one), only its Rtc's.
+        let failed = std::cell::Cell::new(false);
+        let hmac = |key: &[u8], parts: &[&[u8]]| {
+            crate::turn::hmac_sha1(key, parts).unwrap_or_else(|_| {
+                failed.set(true);
+                [0; 20]
+            })
+        };
+        let mut buf = vec![0u8; 256];
+        let n = msg.to_bytes(Some(pwd.as_bytes()), &mut buf, hmac).ok()?;
+        if failed.get() {
+            return None;
+        }
+        buf.truncate(n);
+        let mut tid = [0u8; 12];
+        if let Some(t) = buf.get(8..20) {
+            tid.copy_from_slice(t);
+        }
+        self.check_tid = Some(tid);
+        self.stun.on_send(&buf, self.cfg.clock.ns(Instant::now()));
+        Some((dest, buf))
+    }
+
     /// Give up on the participant: `why` goes into its snapshot's
     /// `failed`, it is closed, and the snapshot is published.
     pub fn fail(&mut self, why: impl Into<String>) {
@@ -806,6 +915,13 @@ impl Participant {
         }
         self.rtc_idle_until = None;
         let rx_ns = self.cfg.clock.ns(now);
+        if let Some(tid) = self.check_tid {
+            // The server's success response to our nominating check.
+            if data.get(..2) == Some(&[0x01, 0x01]) && data.get(8..20) == Some(&tid[..]) {
+                self.check_tid = None;
+                self.snap.reach.check_answered_ns = Some(rx_ns);
+            }
+        }
         if let Some(rtt) = self.stun.on_recv(data, rx_ns) {
             let us = rtt / 1000;
             obs.ice_rtt(us);
@@ -964,6 +1080,7 @@ impl Participant {
         match e {
             Event::Connected => {
                 self.connected = true;
+                self.dtls_up = true;
                 self.snap.connected = true;
                 // Before any media: str0m must not have sent on the
                 // streams (or transport-wide numbers) the path takes over.
@@ -987,6 +1104,15 @@ impl Participant {
             Event::IceConnectionStateChange(IceConnectionState::Disconnected) => {
                 self.connected = false;
                 self.snap.connected = false;
+                self.publish();
+            }
+            // Back after it went down (an ICE restart, a path that came
+            // back): the call goes on where it was.
+            Event::IceConnectionStateChange(
+                IceConnectionState::Connected | IceConnectionState::Completed,
+            ) if self.dtls_up && !self.connected => {
+                self.connected = true;
+                self.snap.connected = true;
                 self.publish();
             }
             Event::ChannelOpen(id, _label) => {
@@ -1155,6 +1281,10 @@ impl Participant {
         obs.packet(kind, payload.len(), verified.is_ok());
         let first_media = !self.saw_media;
         self.saw_media = true;
+        if self.await_recovery {
+            self.await_recovery = false;
+            self.snap.reach.recovered_at_ns = Some(rx_ns);
+        }
         if first_media {
             obs.first_media(self.cfg.tag, rx_ns);
         }

@@ -200,6 +200,33 @@ impl SlotStats {
     }
 }
 
+/// How a participant reaches the server (issue 50): through a TURN relay,
+/// and whether it moved to a new local address mid-call.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ReachStats {
+    /// coturn's relayed address (None: direct).
+    pub relayed: Option<std::net::SocketAddr>,
+    /// Relayed: what the server's latest binding success response said our
+    /// address was (its XOR-MAPPED-ADDRESS): the relayed address when the
+    /// server hears us through coturn.
+    pub server_saw: Option<std::net::SocketAddr>,
+    /// Relayed: allocation refreshes answered, and TURN errors.
+    pub turn_refreshes: u64,
+    /// Error answers to refreshes (a stale nonce is one, then retried).
+    pub turn_errors: u64,
+    /// CLOCK_MONOTONIC ns when it moved to a new local address.
+    pub moved_at_ns: Option<u64>,
+    /// The address it moved to.
+    pub moved_to: Option<std::net::SocketAddr>,
+    /// CLOCK_MONOTONIC ns (receive time) of the first media packet after
+    /// the move.
+    pub recovered_at_ns: Option<u64>,
+    /// CLOCK_MONOTONIC ns (receive time) of the server's success response
+    /// to the nominating check sent from the new address at the move (the
+    /// server's ICE agent took it).
+    pub check_answered_ns: Option<u64>,
+}
+
 /// Everything a participant observed so far (a copy).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Snapshot {
@@ -261,6 +288,9 @@ pub struct Snapshot {
     pub layer_messages: u64,
     /// The emulated downlink bottleneck's counters (None: not limited).
     pub downlink: Option<crate::shaper::ShaperStats>,
+    /// Its path to the server: through a TURN relay, moved to a new
+    /// address ([`ReachStats`]).
+    pub reach: ReachStats,
 }
 
 /// Makes `dst` equal to `src` where `src` only ever appended to what `dst`
@@ -382,6 +412,7 @@ impl Snapshot {
             layers_active,
             layer_messages,
             downlink,
+            reach,
         } = src;
         extend_from(&mut self.events, events);
         extend_from(&mut self.ice_rtt_us, ice_rtt_us);
@@ -416,6 +447,7 @@ impl Snapshot {
         self.layers_active = *layers_active;
         self.layer_messages = *layer_messages;
         self.downlink = *downlink;
+        self.reach = *reach;
     }
 
     /// The spans of time in which frames from publisher `name` arrived, over

@@ -49,10 +49,11 @@ impl PeerMsg {
     /// The lane this message takes.
     pub fn lane(&self) -> Lane {
         match self {
-            PeerMsg::Media { .. } => Lane::Media,
+            PeerMsg::Media { .. } | PeerMsg::Datagram { .. } => Lane::Media,
             PeerMsg::KeyframeRequest { .. }
             | PeerMsg::LayerDemand { .. }
-            | PeerMsg::Message { .. } => Lane::Control,
+            | PeerMsg::Message { .. }
+            | PeerMsg::Claim { .. } => Lane::Control,
         }
     }
 

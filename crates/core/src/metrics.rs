@@ -45,6 +45,11 @@ pub struct Counters {
     pub cross_shard_in: u64,
     /// Cross-shard media dropped because the peer's queue was full.
     pub cross_shard_dropped: u64,
+    /// Datagrams this shard's socket got for another shard's participant
+    /// (one UDP port for all shards) and handed over to it...
+    pub handed_over: u64,
+    /// ...and those another shard handed over to this one.
+    pub handed_in: u64,
     pub keyframe_requests_sent: u64,
     /// PLI/FIR received from subscribers.
     pub keyframe_requests_received: u64,
@@ -59,6 +64,12 @@ pub struct Counters {
     pub participant_panics: u64,
     /// Participants removed because ICE+DTLS was not up within --connect-timeout.
     pub connect_timeouts: u64,
+    /// Connected participants whose ICE went down (consent failed); each
+    /// then has `--reconnect-grace` to come back.
+    pub ice_downs: u64,
+    /// Of those, the ones whose ICE came back up within the grace (their
+    /// call went on as it was).
+    pub reconnects: u64,
     /// New source addresses refused: the participant already uses the most allowed.
     pub dropped_addr_limit: u64,
     /// Data-channel requests over the participant's rate or size limit.
@@ -134,6 +145,8 @@ impl Counters {
             cross_shard_out,
             cross_shard_in,
             cross_shard_dropped,
+            handed_over,
+            handed_in,
             keyframe_requests_sent,
             keyframe_requests_received,
             nacks_received,
@@ -143,6 +156,8 @@ impl Counters {
             rtc_errors,
             participant_panics,
             connect_timeouts,
+            ice_downs,
+            reconnects,
             dropped_addr_limit,
             dropped_requests,
             dropped_by_stack,
@@ -198,15 +213,20 @@ impl Default for LatencyHistogram {
 
 impl LatencyHistogram {
     pub fn record_us(&mut self, us: u64) {
+        self.record_us_n(us, 1);
+    }
+
+    /// `n` samples of `us` at once (a batch's figure for each of its items).
+    pub fn record_us_n(&mut self, us: u64, n: u64) {
         let i = LATENCY_EDGES_US
             .iter()
             .position(|&e| us <= e)
             .unwrap_or(LATENCY_EDGES_US.len());
         if let Some(c) = self.counts.get_mut(i) {
-            *c += 1;
+            *c += n;
         }
-        self.count += 1;
-        self.sum_us += us;
+        self.count += n;
+        self.sum_us = self.sum_us.saturating_add(us.saturating_mul(n));
         self.max_us = self.max_us.max(us);
     }
 

@@ -26,7 +26,7 @@ use str0m::{Candidate, IceCreds, Output, Rtc};
 
 use crate::faults::Faults;
 use crate::guard;
-use crate::ids::ParticipantId;
+use crate::ids::{ParticipantId, ShardId};
 
 /// Extension id we offer for abs-capture-time when the client did not pick one.
 pub const ABS_CAPTURE_TIME_ID: u8 = 9;
@@ -97,6 +97,11 @@ pub struct RtcSettings {
     pub dtls_identity: Option<DtlsIdentity>,
     /// The tests' injected faults: empty but in a `fault-injection` build.
     pub faults: Faults,
+    /// `Some(n)`: this node's `n` shards share one UDP port (`SO_REUSEPORT`:
+    /// the kernel picks a shard's socket by the 4-tuple's hash, not by who
+    /// owns the flow), so a shard hands a datagram for a participant of
+    /// another shard over to it. `None`: a port per shard.
+    pub shared_port: Option<usize>,
 }
 
 /// A server's DTLS certificate and key: one for all its participants (its
@@ -122,6 +127,7 @@ impl Default for RtcSettings {
             bwe_initial_bps: Some(DEFAULT_BWE_INITIAL_BPS),
             dtls_identity: None,
             faults: Faults::none(),
+            shared_port: None,
         }
     }
 }
@@ -154,6 +160,11 @@ impl Default for OfferLimits {
 pub struct ParticipantLimits {
     /// ICE and DTLS must be up this long after the join, or the participant is removed.
     pub connect_timeout: Duration,
+    /// A connected participant whose ICE went down (consent failed: nothing
+    /// from the client for about 14 s) keeps its place this long before it
+    /// is removed; zero removes it at once. Back within it (an ICE restart,
+    /// a check from a new address), nothing of its call changed.
+    pub reconnect_grace: Duration,
     /// Remote addresses (ICE-verified 5-tuples) one participant may use.
     pub max_addrs: usize,
     /// Data-channel requests per second (token bucket; bursts of twice that).
@@ -166,6 +177,7 @@ impl Default for ParticipantLimits {
     fn default() -> Self {
         ParticipantLimits {
             connect_timeout: Duration::from_secs(15),
+            reconnect_grace: Duration::from_secs(10),
             max_addrs: 8,
             requests_per_second: 20,
             max_message_bytes: 16 * 1024,
@@ -362,22 +374,79 @@ fn ice_char(x: u8) -> char {
     })
 }
 
-/// Unguessable ICE credentials from the operating system's CSPRNG: a
-/// 16-character ufrag (96 bits) and a 24-character password (144 bits);
-/// RFC 8445 asks for at least 24 and 128 random bits. str0m's own come from
-/// fastrand, a fast generator that is not made to be unpredictable, and
-/// anyone who joins reads a ufrag and a password in their answer: one who
-/// could work out the next participant's password could answer that
-/// participant's connectivity checks from another address.
-pub fn ice_credentials() -> Result<IceCreds, OfferError> {
+/// The value (0..64) of an ICE character ([`ice_char`]'s inverse).
+fn ice_value(c: u8) -> Option<usize> {
+    Some(usize::from(match c {
+        b'A'..=b'Z' => c - b'A',
+        b'a'..=b'z' => c - b'a' + 26,
+        b'0'..=b'9' => c - b'0' + 52,
+        b'+' => 62,
+        b'/' => 63,
+        _ => return None,
+    }))
+}
+
+/// Shards a ufrag can name ([`ufrag_shard`]): two ICE characters.
+pub const UFRAG_SHARDS: usize = 64 * 64;
+
+/// The shard a server ufrag was drawn for: its first two characters name
+/// it ([`ice_credentials`]), so that a shard sharing its UDP port with the
+/// others can tell whose a STUN binding request is before anything of the
+/// participant is known there.
+pub fn ufrag_shard(ufrag: &str) -> Option<ShardId> {
+    match ufrag.as_bytes() {
+        [a, b, ..] => Some(ShardId(ice_value(*a)? * 64 + ice_value(*b)?)),
+        _ => None,
+    }
+}
+
+/// Unguessable ICE credentials for a participant of `shard` from the
+/// operating system's CSPRNG: a 16-character ufrag, the shard in its first
+/// two characters ([`ufrag_shard`]; no secret) and 84 random bits in the
+/// rest, and a 24-character password (144 bits); RFC 8445 asks for at
+/// least 24 and 128 random bits. str0m's own come from fastrand, a fast
+/// generator that is not made to be unpredictable, and anyone who joins
+/// reads a ufrag and a password in their answer: one who could work out the
+/// next participant's password could answer that participant's
+/// connectivity checks from another address.
+pub fn ice_credentials(shard: ShardId) -> Result<IceCreds, OfferError> {
     let mut bytes = [0u8; 40];
     getrandom::fill(&mut bytes).map_err(|_| OfferError::NoRandomness)?;
     let text = |b: &[u8]| b.iter().map(|&x| ice_char(x)).collect::<String>();
     let (ufrag, pass) = bytes.split_at(16);
+    let tag = shard.0 % UFRAG_SHARDS;
+    let mut ufrag = text(ufrag);
+    ufrag.replace_range(
+        ..2,
+        &[ice_char((tag / 64) as u8), ice_char((tag % 64) as u8)]
+            .iter()
+            .collect::<String>(),
+    );
     Ok(IceCreds {
-        ufrag: text(ufrag),
+        ufrag,
         pass: text(pass),
     })
+}
+
+/// Where a participant's media arrives: its shard (its ICE ufrag names it)
+/// and the addresses of its UDP and ICE-TCP candidates (the same port
+/// unless the shards share one UDP port and ICE-TCP keeps one per shard).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MediaAt {
+    pub shard: ShardId,
+    pub udp: SocketAddr,
+    pub tcp: SocketAddr,
+}
+
+impl From<SocketAddr> for MediaAt {
+    /// Shard 0's, UDP and TCP on `addr`.
+    fn from(addr: SocketAddr) -> Self {
+        MediaAt {
+            shard: ShardId(0),
+            udp: addr,
+            tcp: addr,
+        }
+    }
 }
 
 /// Accepts `sdp` for a participant whose media will arrive at `candidate`
@@ -391,8 +460,20 @@ pub fn accept_offer(
     candidate: SocketAddr,
     room: Option<VideoCodec>,
 ) -> Result<Accepted, OfferError> {
-    let ice = ice_credentials()?;
-    accept_offer_with_ice(settings, now, sdp, candidate, room, Some(ice))
+    accept_offer_on(settings, now, sdp, candidate.into(), room)
+}
+
+/// [`accept_offer`] for a participant of `at.shard` (its ufrag names it),
+/// with its candidates at `at`.
+pub fn accept_offer_on(
+    settings: &RtcSettings,
+    now: Instant,
+    sdp: &str,
+    at: MediaAt,
+    room: Option<VideoCodec>,
+) -> Result<Accepted, OfferError> {
+    let ice = ice_credentials(at.shard)?;
+    accept_offer_with_ice(settings, now, sdp, at, room, Some(ice))
 }
 
 /// [`accept_offer`] with the ICE credentials `ice`, or str0m's own when
@@ -403,18 +484,19 @@ pub fn accept_offer_with_ice(
     settings: &RtcSettings,
     now: Instant,
     sdp: &str,
-    candidate: SocketAddr,
+    at: impl Into<MediaAt>,
     room: Option<VideoCodec>,
     ice: Option<IceCreds>,
 ) -> Result<Accepted, OfferError> {
+    let at = at.into();
     let offer = parse_offer(settings, sdp)?;
     let (codecs, room_codec) = choose_codecs(&settings.video_codecs, room, sdp)?;
     let unusable = |_| OfferError::bad("the server's media address is not usable");
-    let udp = Candidate::host(candidate, "udp").map_err(unusable)?;
+    let udp = Candidate::host(at.udp, "udp").map_err(unusable)?;
     let tcp = if settings.ice_tcp {
         let c = Candidate::builder()
             .tcp()
-            .host(candidate)
+            .host(at.tcp)
             .tcptype(TcpType::Passive)
             .build()
             .map_err(unusable)?;
@@ -493,7 +575,9 @@ pub fn apply_prepared(rtc: &mut Rtc, offer: SdpOffer) -> Result<String, OfferErr
     let answer = apply_offer(rtc, offer)?;
     let mut ice = rtc.direct_api().local_ice_credentials();
     if ice != before {
-        ice = ice_credentials()?;
+        // The same shard's: its first ufrag names it.
+        let shard = ufrag_shard(&before.ufrag).unwrap_or(ShardId(0));
+        ice = ice_credentials(shard)?;
         rtc.direct_api().set_local_ice_credentials(ice.clone());
     }
     Ok(with_ice_credentials(&candidates_everywhere(&answer), &ice))
@@ -1130,8 +1214,12 @@ mod tests {
         let client_ufrag = ice_of(&offer, "a=ice-ufrag:");
         let restart = offer.replace(&client_ufrag, "NewClientUfrag");
         let mut seen = Vec::new();
-        for _ in 0..2 {
-            let mut acc = accept_offer(&settings(), Instant::now(), &offer, addr, None).unwrap();
+        for shard in [3, 4095] {
+            let at = MediaAt {
+                shard: ShardId(shard),
+                ..MediaAt::from(addr)
+            };
+            let mut acc = accept_offer_on(&settings(), Instant::now(), &offer, at, None).unwrap();
             let prepared =
                 check_renegotiation(&settings(), Instant::now(), &offer, &restart, &acc.codecs)
                     .unwrap();
@@ -1143,6 +1231,9 @@ mod tests {
             );
             assert_ne!(ufrag, acc.ufrag);
             assert_eq!((ufrag.len(), pwd.len()), (16, 24));
+            // Still the same shard's (a shared port routes by it).
+            assert_eq!(ufrag_shard(&acc.ufrag), Some(ShardId(shard)));
+            assert_eq!(ufrag_shard(&ufrag), Some(ShardId(shard)));
             // What the answer says is what the agent now answers checks with.
             let live = acc.rtc.direct_api().local_ice_credentials();
             assert_eq!((&live.ufrag, &live.pass), (&ufrag, &pwd));
@@ -1200,6 +1291,14 @@ mod tests {
             ufrag.chars().chain(pwd.chars()).all(ice_char),
             "{ufrag} {pwd}"
         );
+        // The first two name the shard, both ways; nothing else names one.
+        for i in [0, 1, 63, 64, 1000, UFRAG_SHARDS - 1] {
+            let c = ice_credentials(ShardId(i)).unwrap();
+            assert_eq!(ufrag_shard(&c.ufrag), Some(ShardId(i)), "{}", c.ufrag);
+        }
+        assert_eq!(ufrag_shard("A"), None);
+        assert_eq!(ufrag_shard("A:"), None);
+        assert_eq!(ufrag_shard("é"), None);
         // Each of the 64 characters for one of the 64 values.
         let all: std::collections::BTreeSet<char> = (0..=255).map(super::ice_char).collect();
         assert_eq!(all.len(), 64);

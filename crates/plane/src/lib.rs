@@ -115,6 +115,11 @@ pub struct ShardReport {
     pub forward_local: LatencyHistogram,
     /// ...and for packets that crossed from a peer shard (one hop).
     pub forward_cross: LatencyHistogram,
+    /// The cross-shard hop alone: how long media from peer shards waited
+    /// (its receipt on the publisher's shard to its handling here), per
+    /// message ([`corelay_core::Engine::peer_hop`]; needs no kernel
+    /// timestamps, so it is kept even without `packet_metrics`).
+    pub peer_hop: LatencyHistogram,
     /// Work per event-loop wake-up.
     pub iteration: LatencyHistogram,
     /// Per-participant figures, sent once a second (None in between).
@@ -156,6 +161,9 @@ pub struct ShardHandle {
     pub index: ShardId,
     /// The address clients are told to send media to (ICE candidate).
     pub advertised: SocketAddr,
+    /// The ICE-TCP candidate's address: `advertised` but where the shards
+    /// share one UDP port and ICE-TCP keeps a port per shard.
+    pub advertised_tcp: SocketAddr,
     pub commands: mpsc::UnboundedSender<ShardCommand>,
 }
 

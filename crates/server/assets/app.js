@@ -17,6 +17,16 @@
   // after RESTART_RETRY_MS while the connection is still down.
   const RESTART_AFTER_MS = 2000;
   const RESTART_RETRY_MS = 2000;
+  // Chromium calls a connection `disconnected` only ~7 s after its network
+  // went away. A connection that was receiving steadily (media, RTCP
+  // feedback to a publisher: many datagrams a second) and then receives
+  // nothing for SILENT_MS is taken as down at once: the page restarts ICE
+  // (harmless if the path was fine: media goes on over it meanwhile).
+  // Steady: bytes arrived in at least 3 of the last 4 polls of
+  // SILENCE_POLL_MS (an empty room, with only ICE consent every ~5 s,
+  // never is).
+  const SILENT_MS = 750;
+  const SILENCE_POLL_MS = 250;
   // Simulcast encodings, lowest first (docs/api.md, "Simulcast").
   const SIMULCAST_ENCODINGS = [
     { rid: 'q', scaleResolutionDownBy: 4, maxBitrate: 150000 },
@@ -309,6 +319,7 @@ onrtctransform = (ev) => {
         if (pc.connectionState === 'disconnected') downTimer = setTimeout(() => this.restartIce('disconnected'), RESTART_AFTER_MS);
         if (pc.connectionState === 'failed') this.restartIce('failed');
       });
+      this.watchSilence(pc);
 
       const transceivers = [];
       if (this.stream) {
@@ -377,6 +388,35 @@ onrtctransform = (ev) => {
 
     // ICE restart by PATCH: the participant keeps its id, tracks, slots and
     // place in the room; media moves to whatever path the new checks find.
+    // A `silent` event, and an ICE restart, when a connection that was
+    // receiving steadily goes quiet for SILENT_MS (see there). Once per
+    // silence: it must be steady again before the next.
+    watchSilence(pc) {
+      let last = -1;
+      let quietSince = Date.now();
+      let steady = false; // when it last received: steadily
+      const recent = []; // the last 4 polls: did bytes arrive?
+      const timer = setInterval(async () => {
+        if (this.pc !== pc || pc.connectionState === 'closed') { clearInterval(timer); return; }
+        let bytes = 0;
+        try {
+          (await pc.getStats()).forEach((r) => { if (r.type === 'candidate-pair') bytes += r.bytesReceived || 0; });
+        } catch { return; } // closed meanwhile
+        const rose = bytes !== last;
+        last = bytes;
+        recent.push(rose);
+        if (recent.length > 4) recent.shift();
+        if (rose) {
+          quietSince = Date.now();
+          steady = recent.length === 4 && recent.filter(Boolean).length >= 3;
+        } else if (steady && pc.connectionState === 'connected' && Date.now() - quietSince >= SILENT_MS) {
+          steady = false;
+          this.dispatchEvent(new Event('silent'));
+          this.restartIce('silent');
+        }
+      }, SILENCE_POLL_MS);
+    }
+
     // The participant API takes the whole new offer (If-Match: the ETag); a
     // WHIP/WHEP session only its ICE lines as a trickle-ice-sdpfrag
     // (If-Match: *, RFC 9725 §4.3.3), the answer then being the old one
@@ -1218,25 +1258,13 @@ onrtctransform = (ev) => {
       if (e.detail === 'disconnected') probeNode(session);
     });
     // Chromium calls a connection `disconnected` only ~5 s after its node
-    // went silent. A connected node sends something many times a second
-    // (media, RTCP feedback to a publisher), so 1.5 s without a byte is
-    // reason enough to ask the node's HTTP whether it is still there.
+    // went silent; the session says `silent` after 1 s without a byte on a
+    // connection that was receiving steadily: reason enough to ask the
+    // node's HTTP whether it is still there.
     const watched = session;
-    let lastBytes = -1;
-    let quietSince = Date.now();
-    const watchdog = setInterval(async () => {
-      if (session !== watched) { clearInterval(watchdog); return; }
-      if (!watched.nodes?.length || watched.pc?.connectionState !== 'connected') return;
-      let bytes = 0;
-      try {
-        (await watched.pc.getStats()).forEach((r) => { if (r.type === 'candidate-pair') bytes += r.bytesReceived || 0; });
-      } catch { return; } // closed meanwhile
-      if (bytes !== lastBytes) { lastBytes = bytes; quietSince = Date.now(); return; }
-      if (Date.now() - quietSince >= 1500) {
-        quietSince = Date.now(); // one probe per 1.5 s of silence
-        probeNode(watched);
-      }
-    }, 250);
+    watched.addEventListener('silent', () => {
+      if (watched.nodes?.length) probeNode(watched);
+    });
     session.addEventListener('roster', renderRoster);
     session.addEventListener('recording', renderRecording);
     session.addEventListener('message', onChatMessage);

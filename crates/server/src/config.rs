@@ -22,9 +22,19 @@ pub struct Config {
     pub http: SocketAddr,
 
     /// First UDP media port. Shard i listens on udp-port + i, so the port a
-    /// packet arrives on is the shard (core) that owns its participant.
+    /// packet arrives on is the shard (core) that owns its participant
+    /// (with `--port-layout shared`: every shard on this one port).
     #[arg(long, env = "CORELAY_UDP_PORT", default_value_t = 3478)]
     pub udp_port: u16,
+
+    /// `per-shard`: shard i listens on UDP udp-port + i. `shared`: every
+    /// shard listens on udp-port itself (SO_REUSEPORT), so clients and
+    /// firewalls see one UDP port; the kernel spreads flows over the shards'
+    /// sockets by their addresses' hash, and a shard hands a datagram for
+    /// another shard's participant over to it (one hop, counted as
+    /// `handed_over`). ICE-TCP keeps a port per shard (TCP udp-port + i).
+    #[arg(long, env = "CORELAY_PORT_LAYOUT", value_enum, default_value_t = PortLayout::PerShard)]
+    pub port_layout: PortLayout,
 
     /// Address the media sockets bind to.
     #[arg(long, env = "CORELAY_BIND_IP", default_value = "0.0.0.0")]
@@ -209,6 +219,14 @@ pub struct Config {
     /// is removed and its admission slot freed (e.g. 15s, 500ms).
     #[arg(long, env = "CORELAY_CONNECT_TIMEOUT", default_value = "15s", value_parser = parse_duration)]
     pub connect_timeout: Duration,
+
+    /// A participant whose connection went down (ICE consent failed: about
+    /// 14 s without a word from it) keeps its place in rosters and slots
+    /// this long before it is removed, so that a client back within it (an
+    /// ICE restart, a new address) finds its call unchanged and the others
+    /// see no leave and join. 0 removes it at once.
+    #[arg(long, env = "CORELAY_RECONNECT_GRACE", default_value = "10s", value_parser = parse_duration)]
+    pub reconnect_grace: Duration,
 
     /// HTTP: time a client has to send a request's headers, and how long an
     /// idle keep-alive connection waits for its next request.
@@ -1005,4 +1023,14 @@ mod tests {
             .is_ok()
         );
     }
+}
+
+/// How the shards' UDP media sockets take their ports (`--port-layout`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum PortLayout {
+    /// Shard i on udp-port + i.
+    PerShard,
+    /// Every shard on udp-port (SO_REUSEPORT), datagrams handed over to
+    /// their participant's shard.
+    Shared,
 }

@@ -25,7 +25,7 @@ use corelay_plane::{DataPlane, ToControl};
 use corelay_ws::{WorkStealing, WsSpec};
 use tokio::sync::mpsc;
 
-use crate::config::{Config, Runtime, ShardFailure};
+use crate::config::{Config, PortLayout, Runtime, ShardFailure};
 use crate::control::{Limits, State};
 use crate::shard::mesh::Mesh;
 use crate::shard::{ShardSpec, Shards, bind};
@@ -75,6 +75,7 @@ pub fn run(cfg: Config) -> Result<(), Box<dyn std::error::Error>> {
         },
         participant: ParticipantLimits {
             connect_timeout: cfg.connect_timeout,
+            reconnect_grace: cfg.reconnect_grace,
             max_addrs: cfg.max_addrs_per_participant.max(1),
             requests_per_second: cfg.max_requests_per_second.max(1),
             max_message_bytes: cfg.max_message_bytes as usize,
@@ -83,6 +84,7 @@ pub fn run(cfg: Config) -> Result<(), Box<dyn std::error::Error>> {
         bwe_initial_bps: (!cfg.no_bwe).then_some(cfg.bwe_start_kbps.max(50) * 1000),
         dtls_identity: Some(DtlsIdentity(identity)),
         faults: cfg.faults(),
+        shared_port: (cfg.port_layout == PortLayout::Shared && !work_stealing).then_some(n),
     };
     let (to_control, from_shards) = mpsc::unbounded_channel();
     let description = if work_stealing {
@@ -91,11 +93,14 @@ pub fn run(cfg: Config) -> Result<(), Box<dyn std::error::Error>> {
             cfg.udp_port
         )
     } else {
-        format!(
-            "UDP {ip}:{}-{} ({n} shards)",
-            cfg.udp_port,
-            cfg.udp_port as usize + n - 1
-        )
+        match cfg.port_layout {
+            PortLayout::Shared => format!("UDP {ip}:{} (shared by {n} shards)", cfg.udp_port),
+            PortLayout::PerShard => format!(
+                "UDP {ip}:{}-{} ({n} shards)",
+                cfg.udp_port,
+                cfg.udp_port as usize + n - 1
+            ),
+        }
     };
     let started = Started {
         settings,
@@ -379,13 +384,25 @@ fn shard_specs(
     }
     let mesh = Arc::new(Mesh::new(n));
     let source = reply_source(cfg.bind_ip, ip);
+    let shared = cfg.port_layout == PortLayout::Shared;
     for i in 0..n {
+        // ICE-TCP's port, and UDP's unless the shards share one.
         let port = cfg
             .udp_port
             .checked_add(i as u16)
             .ok_or("--udp-port + shard count exceeds 65535")?;
-        let socket = bind(SocketAddr::new(cfg.bind_ip, port), !cfg.no_packet_metrics)
-            .map_err(|e| format!("cannot bind UDP {}:{port} for shard {i}: {e}", cfg.bind_ip))?;
+        let udp_port = if shared { cfg.udp_port } else { port };
+        let socket = shard::bind_with(
+            SocketAddr::new(cfg.bind_ip, udp_port),
+            !cfg.no_packet_metrics,
+            shared,
+        )
+        .map_err(|e| {
+            format!(
+                "cannot bind UDP {}:{udp_port} for shard {i}: {e}",
+                cfg.bind_ip
+            )
+        })?;
         let tcp = if cfg.no_ice_tcp {
             None
         } else {
@@ -426,7 +443,8 @@ fn shard_specs(
                 max_per_ip: cfg.ice_tcp_max_conns_per_ip,
                 auth_timeout: cfg.ice_tcp_auth_timeout,
             },
-            advertised: SocketAddr::new(ip, port),
+            advertised: SocketAddr::new(ip, udp_port),
+            advertised_tcp: SocketAddr::new(ip, port),
             source,
             settings: settings.clone(),
             mesh: mesh.clone(),

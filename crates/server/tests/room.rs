@@ -241,7 +241,8 @@ fn admission_refuses_the_third_participant_with_503() {
 
 #[test]
 fn a_vanished_participant_is_removed_and_its_slot_freed() {
-    let server = start_server(1, &[]);
+    // Removed at ICE consent (about 14.6 s of silence) and the grace after.
+    let server = start_server(1, &["--reconnect-grace", "2s"]);
     let a = join(&server, "gone", "a");
     let b = join(&server, "gone", "b");
     let (ok, _) = a.wait_until(WAIT, |s| video_sources(s, 10) == vec!["b".to_string()]);

@@ -15,6 +15,10 @@
 //! [`MIN_STEP`] after its timer fired, a client no sooner than `MIN_STEP`
 //! after it was polled, so that a timer that keeps asking for "now" cannot
 //! spin the loop (each such engine timer is counted: [`Shard::still_due`]).
+//! A shard can be stalled for a while ([`Driver::stall`], as a shard loop
+//! busy elsewhere or descheduled): its datagrams wait in its socket, its
+//! lanes and its timers until it resumes, and the socket dwell that costs
+//! is recorded as the server's shard records it ([`Shard::dwell`]).
 //!
 //! Must not: touch engine internals (only `corelay_core`'s public API),
 //! decide anything a control plane decides (rooms, rosters, who joins or
@@ -26,10 +30,16 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use corelay_core::metrics::LatencyHistogram;
 use corelay_core::{Engine, PeerMsg, ShardEvent, ShardId};
 
 use crate::mesh::SimMesh;
-use crate::net::Net;
+use crate::net::{Datagram, Net};
+
+/// A duration in whole microseconds, saturating (histogram samples).
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
 
 /// Smallest step a client or engine is re-run after (guards against a
 /// timeout that keeps asking for "now").
@@ -63,6 +73,13 @@ pub struct Shard {
     not_before: Instant,
     /// Times `poll_timeout` still said "now" right after `handle_timeout(now)`.
     pub still_due: u64,
+    /// Socket dwell (arrival to handling) of every datagram it read, as the
+    /// server's shard records it: 0 but after a [`Driver::stall`].
+    pub dwell: LatencyHistogram,
+    /// Stalled until then ([`Driver::stall`]); its datagrams wait in
+    /// `backlog` meanwhile, in arrival order, each with its arrival.
+    stalled_until: Option<Instant>,
+    backlog: Vec<Datagram>,
 }
 
 /// The clock, the shards, the clients, the network and the lanes between
@@ -103,6 +120,9 @@ impl<E: Endpoint> Driver<E> {
                     addr,
                     not_before: start,
                     still_due: 0,
+                    dwell: LatencyHistogram::default(),
+                    stalled_until: None,
+                    backlog: Vec::new(),
                 })
                 .collect(),
             net,
@@ -156,6 +176,41 @@ impl<E: Endpoint> Driver<E> {
     /// Whether client `i` is still run.
     pub fn driven(&self, i: usize) -> bool {
         self.wakes.get(i).is_some_and(Option::is_some)
+    }
+
+    /// Shard `shard` stalls for `d` from now, as a shard loop that is busy
+    /// elsewhere or descheduled: it reads no datagram, drains none of its
+    /// lanes and runs no timer until then. What arrived meanwhile waits (in
+    /// its socket, in its lanes: full lanes drop media as the server's do)
+    /// and is handled when it resumes, its socket dwell recorded.
+    pub fn stall(&mut self, shard: usize, d: Duration) {
+        let until = self.now + d;
+        if let Some(sh) = self.shards.get_mut(shard) {
+            sh.stalled_until = Some(sh.stalled_until.map_or(until, |u| u.max(until)));
+            sh.not_before = sh.not_before.max(until);
+            self.mesh.hold(shard, true);
+        }
+    }
+
+    /// Shards whose stall is over resume: their socket's backlog is read
+    /// (its dwell recorded), their lanes drained.
+    fn resume_stalled(&mut self, on_event: OnEvent<'_, E>) {
+        let now = self.now;
+        for s in 0..self.shards.len() {
+            if self.shards[s].stalled_until.is_none_or(|u| u > now) {
+                continue;
+            }
+            self.shards[s].stalled_until = None;
+            self.mesh.hold(s, false);
+            let backlog = std::mem::take(&mut self.shards[s].backlog);
+            let sh = &mut self.shards[s];
+            for d in backlog {
+                sh.dwell
+                    .record_us(micros(now.saturating_duration_since(d.at)));
+                sh.engine.handle_datagram(now, None, d.from, d.to, &d.data);
+            }
+            self.settle(on_event);
+        }
     }
 
     // ------------------------------------------------------------ event loop
@@ -251,17 +306,27 @@ impl<E: Endpoint> Driver<E> {
             .shards
             .iter()
             .filter_map(|s| s.engine.poll_timeout().map(|t| t.max(s.not_before)));
-        clients.chain(shards).chain(self.net.next_at()).min()
+        let resumes = self.shards.iter().filter_map(|s| s.stalled_until);
+        clients
+            .chain(shards)
+            .chain(resumes)
+            .chain(self.net.next_at())
+            .min()
     }
 
     /// One step at `self.now`: arrivals, engine timers, client timers.
     fn step(&mut self, on_event: OnEvent<'_, E>) {
         let now = self.now;
+        self.resume_stalled(on_event);
         while let Some(d) = self.net.pop_due(now) {
             if let Some(s) = self.shards.iter().position(|s| s.addr == d.to) {
-                self.shards[s]
-                    .engine
-                    .handle_datagram(now, None, d.from, d.to, &d.data);
+                let sh = &mut self.shards[s];
+                if sh.stalled_until.is_some() {
+                    sh.backlog.push(d);
+                    continue;
+                }
+                sh.dwell.record_us(0);
+                sh.engine.handle_datagram(now, None, d.from, d.to, &d.data);
                 self.settle(on_event);
             } else if let Some(i) = self.clients.iter().position(|c| c.addr() == d.to) {
                 if !self.driven(i) {

@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use corelay_client::stats::Received;
 use corelay_client::{Clock, Kind, Observer, Participant, ParticipantConfig, Snapshot};
-use corelay_core::diagnosis::{Board, SlotOut};
+use corelay_core::diagnosis::{Board, ShardSecond, ShardTotals, SlotOut};
 use corelay_core::directory::{Admission, Directory, Flavor, Ids, Limits, NewMember, RoomError};
 use corelay_core::offer::{accept_offer, check_renegotiation};
 use corelay_core::room::RoomUpdate;
@@ -207,9 +207,13 @@ pub struct Sim {
     /// Link parameters new clients get.
     pub default_link: LinkParams,
     /// The verdict on every slot, judged each virtual second as the
-    /// server's control thread does (no shard figures: nothing waits in a
-    /// simulated shard).
+    /// server's control thread does, with each shard's own figures over the
+    /// second: its socket dwell (the driver's) and cross-shard hop (the
+    /// engine's), both nothing but after a [`Driver::stall`]; no busy share
+    /// (a simulated shard uses no CPU) and no forwarding latency.
     board: Board,
+    /// Each shard's totals at the last verdict.
+    shard_totals: Vec<ShardTotals>,
     next_judge: Instant,
     /// Which node of a cluster this is (0 alone).
     node: u8,
@@ -277,6 +281,7 @@ impl Sim {
             rng: fastrand::Rng::with_seed(seed ^ 0x5eed),
             default_link: LinkParams::default(),
             board: Board::new(shards),
+            shard_totals: vec![ShardTotals::default(); shards],
             next_judge: start + Duration::from_secs(1),
         }
     }
@@ -429,9 +434,26 @@ impl Sim {
     /// A refusal leaves the client with its offer pending (no rollback):
     /// a test that expects one should not go on with that client.
     pub fn add_slots(&mut self, c: C, video: usize, audio: usize) -> Result<(), String> {
+        self.renegotiate(c, |p| p.add_slots(video, audio))
+    }
+
+    /// `c` restarts ICE (new credentials, in an offer through the
+    /// renegotiation path, as the demo page does when its connection is
+    /// down).
+    pub fn restart_ice(&mut self, c: C) -> Result<(), String> {
+        self.renegotiate(c, Participant::restart_ice)
+    }
+
+    /// `c` renegotiates with the offer `make` gives, applied as the
+    /// control thread applies a PATCH.
+    fn renegotiate(
+        &mut self,
+        c: C,
+        make: impl FnOnce(&mut Participant) -> Result<String, String>,
+    ) -> Result<(), String> {
         let now = self.now;
         let cl = &mut self.driver.clients_mut()[c.0];
-        let offer = cl.p.add_slots(video, audio)?;
+        let offer = make(&mut cl.p)?;
         let (id, shard) = (cl.id, cl.shard);
         let r = self
             .directory
@@ -530,11 +552,28 @@ impl Sim {
             .map(|st| (st.id, st.clone()))
             .collect();
         let now = self.driver.now;
+        let totals: Vec<ShardTotals> = self
+            .driver
+            .shards
+            .iter()
+            .map(|s| ShardTotals {
+                dwell: s.dwell,
+                peer_hop: s.engine.peer_hop(),
+                ..ShardTotals::default()
+            })
+            .collect();
+        let seconds: Vec<ShardSecond> = self
+            .shard_totals
+            .iter()
+            .zip(&totals)
+            .map(|(start, end)| ShardSecond::between(0.0, start, end))
+            .collect();
+        self.shard_totals = totals;
         for (i, stats) in per_shard.iter().enumerate() {
             for st in stats {
                 let _ = self
                     .board
-                    .judge(now, ShardId(i), st, &detail, &self.directory, &[]);
+                    .judge(now, ShardId(i), st, &detail, &self.directory, &seconds);
             }
         }
     }

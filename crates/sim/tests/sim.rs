@@ -367,7 +367,9 @@ fn sim_consent_failure_evicts_and_refills() {
     assert_eq!(reason, LeaveReason::IceDisconnected);
     let detail = s.client(a).evicted_detail.clone().unwrap_or_default();
     assert!(
-        detail.starts_with("ICE consent failed: no response from the client for"),
+        detail.starts_with(
+            "ICE consent failed and the client did not come back within --reconnect-grace"
+        ),
         "{detail}"
     );
     assert!(s.left_events().iter().all(|(id, _)| *id == s.client(a).id));
@@ -386,6 +388,95 @@ fn sim_consent_failure_evicts_and_refills() {
             .map(Vec::len),
         Some(2)
     );
+}
+
+/// (8b) Reconnect grace: a publisher's link goes away long enough for its
+/// ICE consent to fail, and comes back within `--reconnect-grace`. Nothing
+/// of the call changed for the others: no leave, the same roster all along,
+/// the same slot showing it again once its media is back.
+#[test]
+fn sim_a_link_back_within_the_grace_keeps_its_place() {
+    let mut s = sim(81, 1);
+    let a = s.join("r", publisher("a"), 0);
+    let _b = s.join("r", publisher("b"), 0);
+    let v = s.join("r", viewer("v", 1), 0);
+    s.run_for(Duration::from_secs(2));
+    assert_eq!(s.showing(v, Kind::Video, 500 * MS), ["a"]);
+    let slot = video_slots(&s, v).remove(0);
+    let rosters_before = s.events(v, "roster").len();
+    s.cut(a, true);
+    let cut_at = s.now;
+    let down = s.run_until(Duration::from_secs(60), |s| {
+        s.shards[0].engine.counters().ice_downs == 1
+    });
+    assert!(down, "a's ICE never went down");
+    let down_after = s.now - cut_at;
+    // Half the grace later it is still a member, in v's slot.
+    s.run_for(Duration::from_secs(5));
+    assert!(s.client(a).evicted.is_none(), "{:?}", s.client(a).evicted);
+    assert!(s.left_events().is_empty(), "{:?}", s.left_events());
+    assert_eq!(s.slots(v)[&slot], Some(s.id(a)));
+    // The link is back and the client restarts ICE, as the demo page does.
+    s.cut(a, false);
+    let back_at = s.now;
+    s.restart_ice(a).unwrap();
+    let back = s.run_until(Duration::from_secs(5), |s| {
+        s.shards[0].engine.counters().reconnects == 1
+            && s.showing(v, Kind::Video, 200 * MS) == ["a"]
+    });
+    eprintln!(
+        "ICE down {down_after:?} after the cut; media back {:?} after the link",
+        s.now - back_at
+    );
+    assert!(
+        back,
+        "a's media did not come back to v's slot: reconnects {}, showing {:?}, a connected {}",
+        s.shards[0].engine.counters().reconnects,
+        s.showing(v, Kind::Video, 200 * MS),
+        s.snapshot(a).connected
+    );
+    assert!(s.left_events().is_empty(), "{:?}", s.left_events());
+    assert_eq!(s.slots(v)[&slot], Some(s.id(a)));
+    // No roster since the cut left a out (none needed to be sent at all).
+    for r in &s.events(v, "roster")[rosters_before..] {
+        let ids: Vec<_> = r["participants"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|m| m["id"].as_str())
+            .collect();
+        assert!(ids.contains(&s.id(a).as_str()), "{r}");
+    }
+    // Well past the grace now: still there.
+    s.run_for(Duration::from_secs(15));
+    assert!(s.client(a).evicted.is_none());
+}
+
+/// (8c) The grace ends: a link that stays away is removed a grace after its
+/// ICE went down, as `ice_disconnected` with the grace in its detail.
+#[test]
+fn sim_a_link_away_past_the_grace_is_removed_when_it_ends() {
+    let mut s = sim(82, 1);
+    let a = s.join("r", publisher("a"), 0);
+    let v = s.join("r", viewer("v", 1), 0);
+    s.run_for(Duration::from_secs(2));
+    s.cut(a, true);
+    let down = s.run_until(Duration::from_secs(60), |s| {
+        s.shards[0].engine.counters().ice_downs == 1
+    });
+    assert!(down, "a's ICE never went down");
+    let down_at = s.now;
+    let evicted = s.run_until(Duration::from_secs(30), |s| s.client(a).evicted.is_some());
+    assert!(evicted, "a was never removed");
+    let grace = s.settings.participant.reconnect_grace;
+    let held = s.now - down_at;
+    assert!(
+        held >= grace && held < grace + Duration::from_secs(1),
+        "removed {held:?} after ICE went down (grace {grace:?})"
+    );
+    assert_eq!(s.client(a).evicted, Some(LeaveReason::IceDisconnected));
+    assert_eq!(s.shards[0].engine.counters().reconnects, 0);
+    let _ = v;
 }
 
 /// (9) Renegotiation: a subscriber adds a video slot with a new offer; the
@@ -1972,4 +2063,66 @@ fn sim_verdicts_follow_the_link_that_is_at_fault() {
         "the other viewer is fine: {}",
         all(&s, v2)
     );
+}
+
+/// (20l) Issue 52: a stalled shard is the server's, for the subscribers on
+/// it only. p and v1 on shard 0, v2 on shard 1. Shard 1 stalls 400 ms of
+/// every second (its loop busy elsewhere): p's media waits in the lane to
+/// it, and v2's slot reads `server`, on the cross-shard hop's p99; v1,
+/// whose shard and publisher's shard are fine, reads `good` throughout.
+/// When the stalls stop, v2 is `good` again. Then shard 0 stalls, the
+/// publisher's: its socket holds p's media (socket dwell), and both
+/// viewers, who see p through it, read `server`.
+#[test]
+fn sim_a_stalled_shard_is_the_servers_for_the_subscribers_on_it() {
+    let mut s = sim(36, 2);
+    let p = s.join("r", keyframe_once("p"), 0);
+    let v1 = s.join("r", viewer("v1", 1), 0);
+    let v2 = s.join("r", viewer("v2", 1), 1);
+    let p_id = s.id(p);
+    // `who`'s video slot showing p: its last `n` verdicts and its evidence.
+    let recent = |s: &Sim, who: C, n: usize| -> (String, Vec<&'static str>) {
+        let d = s.diagnosis(who);
+        let slot = d
+            .into_iter()
+            .find(|x| x.kind == "video" && x.participant.as_deref() == Some(p_id.as_str()));
+        slot.map(|x| {
+            let h: Vec<char> = x.history.chars().collect();
+            let last: String = h[h.len().saturating_sub(n)..].iter().collect();
+            (last, x.evidence.iter().map(|e| e.figure).collect())
+        })
+        .unwrap_or_default()
+    };
+    let stalls = |s: &mut Sim, shard: usize, seconds: u32| {
+        for _ in 0..seconds {
+            s.stall(shard, Duration::from_millis(400));
+            s.run_for(Duration::from_secs(1));
+        }
+    };
+    s.run_for(Duration::from_secs(8));
+    for v in [v1, v2] {
+        assert_eq!(recent(&s, v, 3).0, "ggg", "clean");
+    }
+
+    stalls(&mut s, 1, 4);
+    let (v2_recent, v2_evidence) = recent(&s, v2, 3);
+    assert_eq!(v2_recent, "sss", "v2's shard stalls: {v2_evidence:?}");
+    assert_eq!(v2_evidence, vec!["peer_hop_p99_us"]);
+    assert_eq!(
+        recent(&s, v1, 4).0,
+        "gggg",
+        "v1 and its publisher are on the other shard"
+    );
+
+    s.run_for(Duration::from_secs(6));
+    for v in [v1, v2] {
+        assert_eq!(recent(&s, v, 2).0, "gg", "the stalls are over");
+    }
+
+    stalls(&mut s, 0, 4);
+    for v in [v1, v2] {
+        let (last, evidence) = recent(&s, v, 3);
+        assert_eq!(last, "sss", "the publisher's shard stalls: {evidence:?}");
+        assert!(evidence.contains(&"dwell_p99_us"), "{evidence:?}");
+    }
 }

@@ -180,6 +180,7 @@ fn spawn(spec: WsSpec) -> io::Result<WorkStealing> {
     let handle = ShardHandle {
         index: LOGICAL,
         advertised: spec.advertised,
+        advertised_tcp: spec.advertised,
         commands: commands_tx,
     };
     let (reader_tx, reader_rx) = mpsc::channel(READER_CTL);
@@ -1168,6 +1169,9 @@ impl Hub {
             dwell: sum.dwell,
             forward_local: sum.forward_local,
             forward_cross: sum.forward_cross,
+            // Not kept here: the baseline's tasks hand media over by
+            // channel, and forward_cross times that hop end to end.
+            peer_hop: LatencyHistogram::default(),
             iteration: sum.iteration,
             participants_detail: detail,
             relay_links: Vec::new(),

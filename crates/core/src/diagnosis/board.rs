@@ -12,7 +12,7 @@ use serde::Serialize;
 use super::{Evidence, Figures, Judgement, SETTLE, Verdict, judge};
 use crate::directory::Directory;
 use crate::ids::{ParticipantId, ShardId, TrackKey};
-use crate::metrics::ParticipantStats;
+use crate::metrics::{LatencyHistogram, ParticipantStats};
 
 /// Seconds of verdicts a slot keeps for the API.
 const HISTORY: usize = 60;
@@ -22,16 +22,56 @@ pub const WARN_AFTER: u32 = 10;
 const WARN_EVERY: Duration = Duration::from_secs(60);
 
 /// A shard's own figures over its last second (the server reads them from
-/// its reports; in the simulator, where nothing waits, the default).
+/// its reports, the simulator from its engines and its driver: both
+/// through [`ShardSecond::between`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct ShardSecond {
     pub busy: f64,
     pub dwell_p99_us: Option<f64>,
     pub forward_p99_us: Option<f64>,
+    /// The cross-shard hop into this shard (`Engine::peer_hop`).
+    pub peer_hop_p99_us: Option<f64>,
     pub drops: u64,
 }
 
+/// A shard's cumulative figures at one instant, as its reports carry them:
+/// what [`ShardSecond::between`] takes the difference of.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ShardTotals {
+    /// Socket dwell.
+    pub dwell: LatencyHistogram,
+    /// Forwarding latency, both hops (local and cross-shard).
+    pub forward: LatencyHistogram,
+    /// The cross-shard hop alone.
+    pub peer_hop: LatencyHistogram,
+    /// Packets the server dropped itself (send buffer full, a peer shard's
+    /// lane full).
+    pub drops: u64,
+}
+
+/// Fewer latency samples than this in a second say nothing of a p99.
+pub const MIN_SAMPLES: u64 = 50;
+
 impl ShardSecond {
+    /// The second from `start` to `end` (cumulative totals) of a shard that
+    /// was at most `busy` busy in it. A p99 is the upper edge of its
+    /// histogram bucket; `None` with fewer than [`MIN_SAMPLES`] samples.
+    pub fn between(busy: f64, start: &ShardTotals, end: &ShardTotals) -> ShardSecond {
+        let p99 = |h: LatencyHistogram| {
+            (h.count >= MIN_SAMPLES)
+                .then(|| h.quantile_edge_us(0.99))
+                .flatten()
+                .map(|us| us as f64)
+        };
+        ShardSecond {
+            busy,
+            dwell_p99_us: p99(end.dwell.since(&start.dwell)),
+            forward_p99_us: p99(end.forward.since(&start.forward)),
+            peer_hop_p99_us: p99(end.peer_hop.since(&start.peer_hop)),
+            drops: end.drops.saturating_sub(start.drops),
+        }
+    }
+
     /// Two shards' seconds as one hop sees them: the worse of each figure,
     /// the drops of both.
     fn both(self, other: ShardSecond) -> ShardSecond {
@@ -43,6 +83,7 @@ impl ShardSecond {
             busy: self.busy.max(other.busy),
             dwell_p99_us: worse(self.dwell_p99_us, other.dwell_p99_us),
             forward_p99_us: worse(self.forward_p99_us, other.forward_p99_us),
+            peer_hop_p99_us: worse(self.peer_hop_p99_us, other.peer_hop_p99_us),
             drops: self.drops + other.drops,
         }
     }
@@ -220,6 +261,7 @@ impl Board {
                 busy: server.busy,
                 dwell_p99_us: server.dwell_p99_us,
                 forward_p99_us: server.forward_p99_us,
+                peer_hop_p99_us: server.peer_hop_p99_us,
                 server_drops: server.drops,
             };
             judgements.push((slot, judge(&f), publisher.map(|(m, _)| m.name.clone())));

@@ -14,7 +14,7 @@ mod board;
 
 use serde::Serialize;
 
-pub use self::board::{Board, ShardSecond, SlotOut, WARN_AFTER};
+pub use self::board::{Board, MIN_SAMPLES, ShardSecond, ShardTotals, SlotOut, WARN_AFTER};
 
 use crate::room::TrackState;
 
@@ -96,6 +96,11 @@ pub const BUSY: f64 = 0.95;
 pub const DWELL_P99_US: f64 = 5_000.0;
 /// Forwarding latency p99 (kernel receive to send) above this, µs.
 pub const FORWARD_P99_US: f64 = 10_000.0;
+/// The cross-shard hop's p99 above this, µs: media a peer shard handed
+/// over waited longer than this (in the lane, then for this shard to drain
+/// it). A healthy hop is one loop iteration of the receiving shard, tens of
+/// µs; 10 ms, the forwarding bound, is the whole budget of a forward.
+pub const PEER_HOP_P99_US: f64 = 10_000.0;
 
 /// What the verdict on one slot reads, for the last second.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -126,6 +131,9 @@ pub struct Figures {
     pub busy: f64,
     pub dwell_p99_us: Option<f64>,
     pub forward_p99_us: Option<f64>,
+    /// The cross-shard hop into the subscriber's shard (or the publisher's
+    /// for a relayed track's fan-out), p99, µs.
+    pub peer_hop_p99_us: Option<f64>,
     /// Packets the server dropped on its side in the second (send buffer
     /// full, a peer shard's queue full).
     pub server_drops: u64,
@@ -183,6 +191,9 @@ pub fn judge(f: &Figures) -> Judgement {
     }
     if let Some(v) = f.forward_p99_us.filter(|v| *v > FORWARD_P99_US) {
         server.push(ev("forward_p99_us", v, FORWARD_P99_US));
+    }
+    if let Some(v) = f.peer_hop_p99_us.filter(|v| *v > PEER_HOP_P99_US) {
+        server.push(ev("peer_hop_p99_us", v, PEER_HOP_P99_US));
     }
     if f.server_drops > 0 {
         server.push(ev("server_drops", f.server_drops as f64, 0.0));
@@ -256,6 +267,7 @@ mod tests {
             busy: 0.3,
             dwell_p99_us: Some(80.0),
             forward_p99_us: Some(300.0),
+            peer_hop_p99_us: Some(50.0),
             server_drops: 0,
         }
     }
@@ -287,6 +299,7 @@ mod tests {
             estimate_bps: None,
             dwell_p99_us: None,
             forward_p99_us: None,
+            peer_hop_p99_us: None,
             ..clean()
         };
         assert_eq!(verdict(&unknown), Verdict::Good);
@@ -363,6 +376,13 @@ mod tests {
             ),
             (
                 Figures {
+                    peer_hop_p99_us: Some(20_000.0),
+                    ..clean()
+                },
+                "peer_hop_p99_us",
+            ),
+            (
+                Figures {
                     server_drops: 1,
                     ..clean()
                 },
@@ -377,6 +397,7 @@ mod tests {
             busy: BUSY - 0.01,
             dwell_p99_us: Some(DWELL_P99_US),
             forward_p99_us: Some(FORWARD_P99_US),
+            peer_hop_p99_us: Some(PEER_HOP_P99_US),
             ..clean()
         };
         assert_eq!(verdict(&under), Verdict::Good);
@@ -404,6 +425,57 @@ mod tests {
             ..clean()
         };
         assert_ne!(verdict(&lossy), Verdict::Server);
+    }
+
+    /// The cross-shard hop: a second in which the shard that subscribers
+    /// are on held its peers' media 300 ms (a stall) is the server's, from
+    /// that figure alone; a second of prompt hops, or too few to say, is not.
+    #[test]
+    fn a_late_cross_shard_hop_is_the_servers() {
+        let start = ShardTotals::default();
+        let with = |late: u64, prompt: u64| {
+            let mut end = start;
+            end.peer_hop.record_us_n(40, prompt);
+            end.peer_hop.record_us_n(300_000, late);
+            ShardSecond::between(0.2, &start, &end)
+        };
+        let judged = |second: ShardSecond| {
+            judge(&Figures {
+                peer_hop_p99_us: second.peer_hop_p99_us,
+                ..clean()
+            })
+        };
+        let stalled = with(30, 70);
+        assert_eq!(stalled.peer_hop_p99_us, Some(300_000.0));
+        let j = judged(stalled);
+        assert_eq!(
+            (j.verdict, j.evidence),
+            (
+                Verdict::Server,
+                vec![Evidence {
+                    figure: "peer_hop_p99_us",
+                    value: 300_000.0,
+                    threshold: PEER_HOP_P99_US
+                }]
+            )
+        );
+        // One late message in 200: under the p99, not the server.
+        assert_eq!(judged(with(1, 199)).verdict, Verdict::Good);
+        // Prompt hops: good.
+        let prompt = with(0, 100);
+        assert_eq!(prompt.peer_hop_p99_us, Some(50.0));
+        assert_eq!(judged(prompt).verdict, Verdict::Good);
+        // Fewer than MIN_SAMPLES messages in the second say nothing.
+        assert_eq!(with(10, MIN_SAMPLES - 11).peer_hop_p99_us, None);
+        // The other figures of a second are its differences too.
+        let mut end = start;
+        end.drops = 3;
+        end.dwell.record_us_n(20_000, MIN_SAMPLES);
+        let second = ShardSecond::between(0.5, &start, &end);
+        assert_eq!(
+            (second.drops, second.dwell_p99_us, second.forward_p99_us),
+            (3, Some(20_000.0), None)
+        );
     }
 
     #[test]

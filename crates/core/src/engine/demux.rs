@@ -19,6 +19,9 @@ pub(super) enum Route {
     /// A STUN binding request naming this participant's ufrag, from an
     /// address not yet known.
     New(ParticipantId),
+    /// A STUN binding request whose server ufrag no participant here has,
+    /// and which names another shard ([`crate::offer::ufrag_shard`]).
+    Elsewhere(crate::ids::ShardId),
     Unknown,
 }
 
@@ -51,20 +54,25 @@ impl Demux {
         if let Some(id) = self.by_addr.get(&source) {
             return Route::Known(*id);
         }
-        match self.stun_owner(data) {
-            Some(id) => Route::New(id),
-            None => Route::Unknown,
-        }
+        self.stun_owner(data)
     }
 
-    /// The participant a STUN binding request from a new address is for.
-    fn stun_owner(&self, data: &[u8]) -> Option<ParticipantId> {
-        let msg = str0m::ice::StunMessage::parse(data).ok()?;
+    /// Whom a STUN binding request from a new address is for: a participant
+    /// here, or (its ufrag not one of ours) the shard its ufrag names.
+    fn stun_owner(&self, data: &[u8]) -> Route {
+        let Ok(msg) = str0m::ice::StunMessage::parse(data) else {
+            return Route::Unknown;
+        };
         if !msg.is_binding_request() {
-            return None;
+            return Route::Unknown;
         }
-        let (ours, _theirs) = msg.split_username()?;
-        self.by_ufrag.get(ours).copied()
+        let Some((ours, _theirs)) = msg.split_username() else {
+            return Route::Unknown;
+        };
+        match self.by_ufrag.get(ours) {
+            Some(id) => Route::New(*id),
+            None => crate::offer::ufrag_shard(ours).map_or(Route::Unknown, Route::Elsewhere),
+        }
     }
 
     /// How many addresses `id` has proved.

@@ -21,7 +21,7 @@ use super::timers::Timers;
 use super::{LeaveReason, Outputs};
 use crate::guard;
 use crate::ids::{LayerKey, ParticipantId};
-use crate::metrics::Counters;
+use crate::metrics::{Counters, LatencyHistogram};
 
 /// Upper bound of outputs drained from one `Rtc` in one go (defensive).
 pub(super) const MAX_DRAIN: usize = 100_000;
@@ -50,6 +50,48 @@ pub(super) struct Io {
     pub(super) todo: Todo,
     /// The participants whose drain waits for the end of the receive batch.
     pub(super) batch: Batch,
+    /// How long peer-shard media waited between its receipt on its
+    /// publisher's shard and its handling here ([`PeerHop`]).
+    pub(super) peer_hop: PeerHop,
+}
+
+/// The cross-shard hop's latency: how long the media handed over by peer
+/// shards waited (queued in the lane, then for this shard to drain it),
+/// from its `received` instant on the publisher's shard to the `now` of the
+/// step that handles it here. Costs no clock read: both instants exist
+/// already. Per message, a subtraction and a comparison; per batch (a
+/// mesh drain, ended by [`super::Engine::finish_batch`]), one histogram
+/// record of the batch's oldest message, weighted by the messages in the
+/// batch, so a stall that held many messages weighs as many (a p99 over
+/// packets, not over batches), the young ones of a batch counted at its
+/// oldest's age. Must not: read a clock.
+#[derive(Clone, Debug, Default)]
+pub(super) struct PeerHop {
+    batch_oldest: Duration,
+    batch_len: u64,
+    /// Cumulative, as every latency histogram a shard reports.
+    pub(super) hist: LatencyHistogram,
+}
+
+impl PeerHop {
+    /// A peer's media message received on its own shard at `received`,
+    /// handled here at `now`.
+    pub(super) fn message(&mut self, now: Instant, received: Instant) {
+        self.batch_oldest = self
+            .batch_oldest
+            .max(now.saturating_duration_since(received));
+        self.batch_len += 1;
+    }
+
+    /// The batch ends: its figure goes into the histogram.
+    pub(super) fn end_batch(&mut self) {
+        if self.batch_len > 0 {
+            let us = u64::try_from(self.batch_oldest.as_micros()).unwrap_or(u64::MAX);
+            self.hist.record_us_n(us, self.batch_len);
+            self.batch_oldest = Duration::ZERO;
+            self.batch_len = 0;
+        }
+    }
 }
 
 /// Work a step leaves for its end ([`super::Engine`]'s `settle`).
@@ -359,6 +401,27 @@ pub(super) mod fixture {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_peer_hop_counts_each_message_at_its_batchs_oldest_age() {
+        let t0 = Instant::now();
+        let mut hop = super::PeerHop::default();
+        hop.end_batch();
+        assert_eq!(hop.hist.count, 0, "an empty batch records nothing");
+        // A batch of three, the oldest received 30 ms before it is handled.
+        let now = t0 + Duration::from_millis(30);
+        for received in [t0, t0 + Duration::from_millis(20), now] {
+            hop.message(now, received);
+        }
+        hop.end_batch();
+        assert_eq!((hop.hist.count, hop.hist.max_us), (3, 30_000));
+        assert_eq!(hop.hist.quantile_edge_us(0.01), Some(50_000));
+        // The next batch starts afresh: prompt.
+        hop.message(now, now);
+        hop.end_batch();
+        assert_eq!(hop.hist.count, 4);
+        assert_eq!(hop.hist.quantile_edge_us(0.25), Some(1));
+    }
+
     use super::*;
 
     const ID: ParticipantId = ParticipantId(5);

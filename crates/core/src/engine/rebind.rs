@@ -32,34 +32,40 @@ impl Engine {
     /// After str0m took `data` from `source` for `id`: when it is an
     /// authenticated nominating binding request from another address than
     /// the one str0m sends to, retire that old address's remote candidates.
-    pub(super) fn follow_nomination(&mut self, id: ParticipantId, source: SocketAddr, data: &[u8]) {
+    /// Whether the send path moved.
+    pub(super) fn follow_nomination(
+        &mut self,
+        id: ParticipantId,
+        source: SocketAddr,
+        data: &[u8],
+    ) -> bool {
         // STUN's first two bits are zero; RTP, RTCP and DTLS never start so.
         if data.first().is_none_or(|b| *b > 1) {
-            return;
+            return false;
         }
         let Ok(msg) = StunMessage::parse(data) else {
-            return;
+            return false;
         };
         if !msg.is_binding_request() || !msg.use_candidate() {
-            return;
+            return false;
         }
         let Some(p) = self.participants.get_mut(&id) else {
-            return;
+            return false;
         };
         let mut api = p.session.rtc.direct_api();
         let Some((Protocol::Udp, _, old)) = api.send_addr() else {
-            return;
+            return false;
         };
         if old == source {
-            return;
+            return false;
         }
         let Some(crypto) = str0m::crypto::CryptoProvider::get_default() else {
-            return;
+            return false;
         };
         let pass = api.local_ice_credentials().pass;
         let hmac = |key: &[u8], parts: &[&[u8]]| crypto.sha1_hmac_provider.sha1_hmac(key, parts);
         if !msg.verify(pass.as_bytes(), hmac) {
-            return;
+            return false;
         }
         let host = Candidate::host(old, "udp").ok();
         let prflx = Candidate::from_parts(
@@ -80,5 +86,6 @@ impl Engine {
         if retired {
             tracing::debug!(participant = %id, "the client nominated a new address: the send path follows it");
         }
+        retired
     }
 }

@@ -84,6 +84,9 @@ pub(super) struct Session {
     pub(super) poisoned: bool,
     /// ICE and DTLS came up (the connect deadline no longer applies).
     pub(super) connected: bool,
+    /// Since when its ICE has been down, within `--reconnect-grace` (it is
+    /// removed when the grace ends; ICE back up clears it).
+    pub(super) down_since: Option<Instant>,
     /// What its connection did, so that an eviction can say why.
     pub(super) trail: Trail,
     pub(super) channel: Option<ChannelId>,
@@ -131,6 +134,7 @@ impl Session {
             rtc,
             poisoned: false,
             connected: false,
+            down_since: None,
             trail: Trail::default(),
             channel: None,
             stats: ParticipantStats {

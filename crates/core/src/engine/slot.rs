@@ -121,6 +121,15 @@ pub(super) struct Outgoing {
 }
 
 impl Slot {
+    /// The layer of its source it forwards (or aims at, before the first
+    /// switch): where a keyframe for it must come from.
+    pub(super) fn source_layer(&self) -> Option<crate::ids::LayerKey> {
+        Some(crate::ids::LayerKey {
+            track: self.source?,
+            layer: self.layer.current.or(self.layer.target)?,
+        })
+    }
+
     pub(super) fn new(mid: Mid, kind: MediaKind) -> Self {
         Slot {
             mid,

@@ -1,5 +1,6 @@
 //! The engine's deadlines: each participant's str0m timeout, each
-//! participant's connect deadline, and the room tick (active speaker).
+//! participant's connect deadline and reconnect grace, and the room tick
+//! (active speaker).
 //!
 //! One heap per kind with lazy deletion: an entry whose participant left, or
 //! whose deadline moved, is skipped when it surfaces, so nothing is ever
@@ -29,6 +30,7 @@ pub(super) struct Timers {
     rtc_heap: BinaryHeap<Reverse<(Instant, ParticipantId)>>,
     rtc: super::IdMap<ParticipantId, RtcDeadline>,
     connect: BinaryHeap<Reverse<(Instant, ParticipantId)>>,
+    grace: BinaryHeap<Reverse<(Instant, ParticipantId)>>,
     room_tick: Option<Instant>,
 }
 
@@ -89,6 +91,23 @@ impl Timers {
         }
     }
 
+    /// `id`'s reconnect grace ends at `at` (the engine checks whether it is
+    /// still down then, and since when).
+    pub(super) fn grace_until(&mut self, id: ParticipantId, at: Instant) {
+        self.grace.push(Reverse((at, id)));
+    }
+
+    /// The next participant whose reconnect grace ended.
+    pub(super) fn pop_grace_due(&mut self, now: Instant) -> Option<ParticipantId> {
+        match self.grace.peek() {
+            Some(&Reverse((t, id))) if t <= now => {
+                self.grace.pop();
+                Some(id)
+            }
+            _ => None,
+        }
+    }
+
     /// Starts the room tick if it is not running.
     pub(super) fn start_room_tick(&mut self, now: Instant) {
         if self.room_tick.is_none() {
@@ -119,7 +138,11 @@ impl Timers {
     pub(super) fn next(&self) -> Option<Instant> {
         let rtc = self.rtc_heap.peek().map(|Reverse((t, _))| *t);
         let connect = self.connect.peek().map(|Reverse((t, _))| *t);
-        [rtc, connect, self.room_tick].into_iter().flatten().min()
+        let grace = self.grace.peek().map(|Reverse((t, _))| *t);
+        [rtc, connect, grace, self.room_tick]
+            .into_iter()
+            .flatten()
+            .min()
     }
 }
 

@@ -4,7 +4,8 @@
 //! figures, those of the publisher it shows (on any shard), the roster's
 //! state of that track, and both shards' own figures over that second.
 //!
-//! Owns each shard's second (its dwell and forwarding p99s, busy and drops,
+//! Owns each shard's second (its dwell, forwarding and cross-shard hop
+//! p99s, busy and drops,
 //! from the differences of its reports) and the logging: one WARN when a
 //! slot has been bad for 10 s (at most one a minute per participant),
 //! naming the cause in words, and one line with the totals when the
@@ -16,21 +17,17 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use corelay_core::ParticipantId;
-use corelay_core::diagnosis::{Board, ShardSecond, SlotOut, WARN_AFTER};
-use corelay_core::metrics::{LatencyHistogram, ParticipantStats};
+use corelay_core::diagnosis::{Board, ShardSecond, ShardTotals, SlotOut, WARN_AFTER};
+use corelay_core::metrics::ParticipantStats;
 use corelay_plane::ShardReport;
 
 use super::rooms::Directory;
 
-/// Fewer latency samples than this in a second say nothing of a p99.
-const MIN_SAMPLES: u64 = 50;
-
 /// Where a shard's current second started, and its last whole one.
 #[derive(Default)]
 struct ShardWindow {
-    /// Dwell, forwarding latency (both hops) and server-side drops, as
-    /// cumulative at the start of the current second.
-    start: Option<(LatencyHistogram, LatencyHistogram, u64)>,
+    /// The shard's totals at the start of the current second.
+    start: Option<ShardTotals>,
     /// The busiest report of the current second.
     busy: f64,
     last: ShardSecond,
@@ -46,27 +43,20 @@ impl ShardWindow {
         }
         let mut forward = r.forward_local;
         forward.add(&r.forward_cross);
-        let drops = r.counters.dropped_send + r.counters.cross_shard_dropped;
-        let p99 = |h: LatencyHistogram| {
-            (h.count >= MIN_SAMPLES)
-                .then(|| h.quantile_edge_us(0.99))
-                .flatten()
-                .map(|us| us as f64)
+        let totals = ShardTotals {
+            dwell: r.dwell,
+            forward,
+            peer_hop: r.peer_hop,
+            drops: r.counters.dropped_send + r.counters.cross_shard_dropped,
         };
-        if let Some((dwell0, forward0, drops0)) = &self.start {
-            self.last = ShardSecond {
-                busy: self.busy,
-                dwell_p99_us: p99(r.dwell.since(dwell0)),
-                forward_p99_us: p99(forward.since(forward0)),
-                drops: drops.saturating_sub(*drops0),
-            };
-        } else {
-            self.last = ShardSecond {
+        self.last = match &self.start {
+            Some(start) => ShardSecond::between(self.busy, start, &totals),
+            None => ShardSecond {
                 busy: self.busy,
                 ..ShardSecond::default()
-            };
-        }
-        self.start = Some((r.dwell, forward, drops));
+            },
+        };
+        self.start = Some(totals);
         self.busy = 0.0;
     }
 }

@@ -297,6 +297,18 @@ impl Collector for MetricsSnapshot {
         }
         c(
             &mut enc,
+            "corelay_packets_handed_over",
+            "Datagrams this shard's socket got for another shard's participant (--port-layout shared), handed over to it.",
+            &|r| r.counters.handed_over,
+        )?;
+        c(
+            &mut enc,
+            "corelay_packets_handed_in",
+            "Datagrams another shard handed over to this one (--port-layout shared).",
+            &|r| r.counters.handed_in,
+        )?;
+        c(
+            &mut enc,
             "corelay_cross_shard_out",
             "Media packets sent to a peer shard (one hop).",
             &|r| r.counters.cross_shard_out,
@@ -426,6 +438,18 @@ impl Collector for MetricsSnapshot {
             "corelay_connect_timeouts",
             "Participants removed because ICE and DTLS were not up within --connect-timeout.",
             &|r| r.counters.connect_timeouts,
+        )?;
+        c(
+            &mut enc,
+            "corelay_ice_downs",
+            "Connected participants whose ICE went down (consent failed); each gets --reconnect-grace to come back.",
+            &|r| r.counters.ice_downs,
+        )?;
+        c(
+            &mut enc,
+            "corelay_reconnects",
+            "Participants whose ICE came back up within --reconnect-grace (their call went on unchanged).",
+            &|r| r.counters.reconnects,
         )?;
         c(
             &mut enc,

@@ -56,7 +56,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use corelay_core::metrics::ParticipantStats;
-use corelay_core::offer::{Accepted, accept_offer, check_renegotiation};
+use corelay_core::offer::{Accepted, MediaAt, accept_offer_on, check_renegotiation};
 use corelay_core::room::RoomUpdate;
 use corelay_core::{LeaveReason, OfferError, ParticipantId, RtcSettings, ShardEvent, ShardId};
 use corelay_plane::{ShardCommand, ShardHandle, ShardReport, ToControl};
@@ -217,9 +217,14 @@ impl State {
     }
 
     /// The address a shard's participants send media to (their ICE candidate).
-    fn advertised(&self, shard: ShardId) -> Result<std::net::SocketAddr, RoomError> {
+    /// Where a participant of `shard` sends its media.
+    fn advertised(&self, shard: ShardId) -> Result<MediaAt, RoomError> {
         self.link(shard)
-            .map(|s| s.handle.advertised)
+            .map(|s| MediaAt {
+                shard,
+                udp: s.handle.advertised,
+                tcp: s.handle.advertised_tcp,
+            })
             .ok_or(RoomError::NoShard)
     }
 
@@ -497,7 +502,7 @@ pub async fn join(
         let accepted = {
             let (settings, offer) = (settings.clone(), sdp.to_owned());
             tokio::task::spawn_blocking(move || {
-                accept_offer(&settings, Instant::now(), &offer, advertised, codec)
+                accept_offer_on(&settings, Instant::now(), &offer, advertised, codec)
             })
             .await
             .map_err(|_| {

@@ -1,6 +1,8 @@
 //! A shard: one pinned OS thread, one single-threaded tokio runtime, one UDP
-//! socket on its own port (and an ICE-TCP listener on the same port number,
-//! see [`tcp`]), one [`Engine`].
+//! socket on its own port, or on the port every shard shares
+//! (`--port-layout shared`: the engine hands over what belongs to another
+//! shard), an ICE-TCP listener on its own port number (see [`tcp`]), one
+//! [`Engine`].
 //!
 //! The loop waits on socket readiness, the control thread's commands, the
 //! peer-shard wake-up, the engine's next timer, and ICE-TCP (new connections,
@@ -86,6 +88,9 @@ pub struct ShardSpec {
     /// per client address, and for how long before they authenticate.
     pub tcp_limits: tcp::TcpLimits,
     pub advertised: SocketAddr,
+    /// Its ICE-TCP candidate's address (`advertised` but with a shared UDP
+    /// port: ICE-TCP keeps a port per shard).
+    pub advertised_tcp: SocketAddr,
     /// Where every datagram is sent from (a socket bound to a wildcard
     /// address): the advertised address, when it is this host's.
     pub source: Option<IpAddr>,
@@ -114,8 +119,17 @@ pub struct RelaySpec {
 /// Binds shard `index`'s socket: its own port, large buffers, receive
 /// timestamps (unless `timestamps` is false).
 pub fn bind(addr: SocketAddr, timestamps: bool) -> io::Result<UdpSocket> {
+    bind_with(addr, timestamps, false)
+}
+
+/// [`bind`], sharing the port with the other shards' sockets
+/// (`SO_REUSEPORT`) when `shared`.
+pub fn bind_with(addr: SocketAddr, timestamps: bool, shared: bool) -> io::Result<UdpSocket> {
     use socket2::{Domain, Protocol, Socket, Type};
     let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    if shared {
+        s.set_reuse_port(true)?;
+    }
     // Best effort: the kernel caps these at net.core.{r,w}mem_max.
     let _ = s.set_recv_buffer_size(4 << 20);
     let _ = s.set_send_buffer_size(4 << 20);
@@ -176,6 +190,7 @@ fn spawn(spec: ShardSpec) -> io::Result<(ShardHandle, std::thread::JoinHandle<()
     let handle = ShardHandle {
         index: spec.index,
         advertised: spec.advertised,
+        advertised_tcp: spec.advertised_tcp,
         commands: tx,
     };
     let join = std::thread::Builder::new()
@@ -218,6 +233,7 @@ struct ShardLoop {
     engine: Engine,
     tcp: TcpConns,
     advertised: SocketAddr,
+    advertised_tcp: SocketAddr,
     recv: RecvBatch,
     send: SendBatch,
     mesh: Arc<Mesh>,
@@ -284,6 +300,7 @@ async fn run(
         index: spec.index,
         engine: Engine::new(spec.index, spec.settings),
         advertised: spec.advertised,
+        advertised_tcp: spec.advertised_tcp,
         recv,
         send,
         touched_peers: Vec::new(),
@@ -481,7 +498,7 @@ impl ShardLoop {
                     // (a valid STUN check, DTLS or media).
                     if self
                         .engine
-                        .handle_tcp_frame(now, peer, self.advertised, &packet)
+                        .handle_tcp_frame(now, peer, self.advertised_tcp, &packet)
                     {
                         self.tcp.accepted_frame(&peer, now);
                     }
@@ -613,6 +630,7 @@ impl ShardLoop {
             dwell: self.dwell,
             forward_local: self.forward_local,
             forward_cross: self.forward_cross,
+            peer_hop: self.engine.peer_hop(),
             iteration: self.iteration,
             participants_detail: self
                 .reports
