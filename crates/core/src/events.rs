@@ -91,6 +91,15 @@ pub enum RoomEvent {
         muted: bool,
         paused: bool,
     },
+    /// The room is being recorded (`active`), or its recording `id`
+    /// stopped; `error`: the recorder failed (a full disk) or fell behind,
+    /// while the call goes on. Sent on start, stop and failure, and to a
+    /// member who joins while a recording runs.
+    Recording {
+        active: bool,
+        id: String,
+        error: Option<String>,
+    },
     /// A request of this participant's that was refused, and why (a
     /// message is never dropped without one).
     Error {

@@ -112,6 +112,11 @@ pub struct Counters {
     pub relay_dropped_replayed: u64,
     /// Relay datagrams the kernel refused to take, or for no known peer.
     pub relay_dropped_send: u64,
+    /// Publishers' packets handed to a recording's queue (issue 53).
+    pub recording_queued: u64,
+    /// Publishers' packets a recording's full queue refused: the recorder
+    /// fell behind (slow or full disk); the shard forwarded them anyway.
+    pub recording_dropped: u64,
 }
 
 impl Counters {
@@ -169,7 +174,9 @@ impl Counters {
             relay_dropped_unknown,
             relay_dropped_bad,
             relay_dropped_replayed,
-            relay_dropped_send
+            relay_dropped_send,
+            recording_queued,
+            recording_dropped
         );
     }
 }

@@ -33,6 +33,8 @@ pub mod io;
 use std::net::SocketAddr;
 use std::time::Instant;
 
+use corelay_core::engine::TapChange;
+use corelay_core::events::RoomEvent;
 use corelay_core::faults::Faults;
 use corelay_core::metrics::{Counters, LatencyHistogram, ParticipantStats};
 use corelay_core::room::RoomUpdate;
@@ -67,6 +69,14 @@ pub enum ShardCommand {
     },
     Shutdown {
         done: oneshot::Sender<()>,
+    },
+    /// A recording of `room` starts, changes its notice, or stops (issue
+    /// 53): the shard's tap for it, and the `recording` event its members
+    /// get.
+    Recording {
+        room: RoomId,
+        change: TapChange,
+        notice: RoomEvent,
     },
     /// The other nodes of the cluster, whole (`--cluster`): where their
     /// shards' relay sockets are. The shard loop's, not the engine's.
@@ -245,6 +255,14 @@ pub fn apply(engine: &mut Engine, now: Instant, cmd: ShardCommand) -> Applied {
         ShardCommand::Shutdown { done } => {
             engine.close_all(now);
             Applied::Shutdown(done)
+        }
+        ShardCommand::Recording {
+            room,
+            change,
+            notice,
+        } => {
+            engine.set_recording(now, room, change, notice);
+            Applied::Done
         }
         ShardCommand::Relay(nodes) => Applied::Relay(nodes),
     }

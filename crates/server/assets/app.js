@@ -521,6 +521,11 @@ onrtctransform = (ev) => {
         case 'layers':
           this.applyLayers(ev.active || []);
           break;
+        case 'recording':
+          // The room is being recorded (issue 53): its id and, if the
+          // recorder failed (a full disk), why; null once it stopped.
+          this.recording = ev.active ? ev : null;
+          break;
         case 'track': {
           // A published track muted/unmuted or paused/resumed: the roster
           // keeps each track's state.
@@ -1072,6 +1077,16 @@ onrtctransform = (ev) => {
   let session = null;
   let grid = null;
 
+  // The "● REC" mark while the room is recorded; its title says why if
+  // the recorder failed.
+  function renderRecording() {
+    const r = session?.recording;
+    const mark = $('rec');
+    mark.hidden = !r;
+    mark.classList.toggle('failed', !!r?.error);
+    mark.title = r?.error ? `recording failed: ${r.error}` : 'this room is being recorded';
+  }
+
   function renderRoster() {
     const list = $('roster-list');
     list.replaceChildren(...session.roster.map((p) => {
@@ -1251,6 +1266,7 @@ onrtctransform = (ev) => {
       if (watched.nodes?.length) probeNode(watched);
     });
     session.addEventListener('roster', renderRoster);
+    session.addEventListener('recording', renderRecording);
     session.addEventListener('message', onChatMessage);
     session.addEventListener('error', onServerError);
     $('chat').hidden = false;
@@ -1322,6 +1338,7 @@ onrtctransform = (ev) => {
     grid.clear();
     await s.leave(opts);
     $('roster').hidden = true;
+    $('rec').hidden = true;
     $('chat').hidden = true;
     $('chat-log').replaceChildren();
     form.hidden = false;

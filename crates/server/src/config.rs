@@ -119,6 +119,17 @@ pub struct Config {
     #[arg(long, env = "CORELAY_TEST_STALL_MS", hide = true, default_value_t = 5)]
     pub test_stall_ms: u64,
 
+    /// Testing only: a recording's thread stalls this long (milliseconds)
+    /// after its first packet, as on a hung disk.
+    #[cfg(feature = "fault-injection")]
+    #[arg(long, env = "CORELAY_TEST_RECORDER_STALL_MS", hide = true)]
+    pub test_recorder_stall_ms: Option<u64>,
+
+    /// Testing only: the packets a recording's queue holds.
+    #[cfg(feature = "fault-injection")]
+    #[arg(long, env = "CORELAY_TEST_RECORDING_QUEUE", hide = true)]
+    pub test_recording_queue: Option<usize>,
+
     /// Do not offer ICE-TCP. By default each shard also listens on TCP at its
     /// UDP port number and offers it as a passive candidate (RFC 6544), for
     /// clients whose network blocks UDP.
@@ -194,6 +205,15 @@ pub struct Config {
     /// `error` event. SCTP carries at most 256 KiB.
     #[arg(long, env = "CORELAY_MAX_MESSAGE_BYTES", default_value_t = 16 * 1024, value_parser = clap::value_parser!(u32).range(1024..=262_144))]
     pub max_message_bytes: u32,
+
+    /// Where recordings go (`POST /api/v1/rooms/{room}/recordings`): one
+    /// WebM file per track under DIR/ROOM/ID/, with a `recording.json`.
+    #[arg(long, env = "CORELAY_RECORDINGS_DIR", default_value = "./recordings")]
+    pub recordings_dir: std::path::PathBuf,
+
+    /// Recordings that may run at once; another is refused with 429.
+    #[arg(long, env = "CORELAY_MAX_RECORDINGS", default_value_t = 4)]
+    pub max_recordings: usize,
 
     /// A participant whose ICE and DTLS are not up this long after its join
     /// is removed and its admission slot freed (e.g. 15s, 500ms).
@@ -480,6 +500,24 @@ impl Config {
     #[cfg(not(feature = "fault-injection"))]
     pub fn faults(&self) -> Faults {
         Faults
+    }
+
+    /// The recorder's test faults: its stall after the first packet, its
+    /// queue's size (`--test-recorder-stall-ms`, `--test-recording-queue`).
+    #[cfg(feature = "fault-injection")]
+    pub fn recorder_faults(&self) -> (Duration, usize) {
+        (
+            Duration::from_millis(self.test_recorder_stall_ms.unwrap_or(0)),
+            self.test_recording_queue
+                .unwrap_or(crate::recorder::QUEUE_PACKETS)
+                .max(1),
+        )
+    }
+
+    /// No stall, the real queue: this build has no `fault-injection`.
+    #[cfg(not(feature = "fault-injection"))]
+    pub fn recorder_faults(&self) -> (Duration, usize) {
+        (Duration::ZERO, crate::recorder::QUEUE_PACKETS)
     }
 
     pub fn video_codecs(&self) -> Vec<VideoCodec> {

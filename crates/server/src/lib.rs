@@ -14,6 +14,7 @@
 pub mod config;
 pub mod control;
 pub mod logging;
+pub mod recorder;
 mod shard;
 
 use std::net::{IpAddr, SocketAddr};
@@ -189,6 +190,17 @@ fn serve<P: DataPlane>(
         plane.handles(),
     )));
 
+    let (stall, queue) = cfg.recorder_faults();
+    control::lock(&state).set_recordings(recorder::Recordings::new(
+        recorder::Settings {
+            dir: cfg.recordings_dir.clone(),
+            max_active: cfg.max_recordings,
+            queue,
+            stall,
+        },
+        cfg.runtime != Runtime::WorkStealing,
+    ));
+
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -298,6 +310,24 @@ fn serve<P: DataPlane>(
             );
         })
         .await;
+        // Recordings end before the calls do: their taps withdrawn, their
+        // files finalized (cues, duration, the MP4 index) within the
+        // deadline.
+        let recordings = control::lock(&state).stop_all_recordings();
+        if !recordings.is_empty() {
+            let n = recordings.len();
+            let finished = tokio::time::timeout(
+                cfg.shutdown_timeout,
+                tokio::task::spawn_blocking(move || {
+                    for r in recordings {
+                        r.finish();
+                    }
+                }),
+            )
+            .await
+            .is_ok();
+            tracing::info!(recordings = n, finished, "recordings stopped for the shutdown");
+        }
         let waits = control::lock(&state).shutdown();
         let shards_closed = tokio::time::timeout(cfg.shutdown_timeout, async {
             for w in waits {

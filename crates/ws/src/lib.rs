@@ -941,7 +941,9 @@ impl Hub {
                 let _ = done.send(());
             }
             // The baseline is one node (`--cluster` is refused with it).
-            ShardCommand::Relay(_) => {}
+            // Recording is the pinned shards' (the control thread refuses it
+            // in this mode).
+            ShardCommand::Relay(_) | ShardCommand::Recording { .. } => {}
         }
     }
 

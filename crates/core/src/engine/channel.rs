@@ -41,6 +41,7 @@ impl Engine {
         self.send_event(now, id, &roster);
         self.send_slots(now, id);
         self.send_event(now, id, &speaker);
+        self.send_recording_notice(now, id, room_id);
     }
 
     /// A message on the data channel: a request, if the budget allows.

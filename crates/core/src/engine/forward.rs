@@ -224,6 +224,9 @@ impl Engine {
             kernel_rx,
         };
         let room = p.room;
+        if self.taps.any() {
+            self.tap(now, room, &media);
+        }
         self.forward(now, room, &media, true);
     }
 

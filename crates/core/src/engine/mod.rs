@@ -67,9 +67,11 @@ mod slot;
 mod stats;
 mod streams;
 mod subscriber;
+mod tap;
 mod timers;
 
 pub use streams::MAX_LAYERS;
+pub use tap::{RoomTap, TapChange, Tapped};
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -331,6 +333,8 @@ pub struct Engine {
     nack_scratch: Vec<str0m::rtp::SeqNo>,
     /// The publisher packets the own egress may still resend.
     recent: egress::Recent,
+    /// The rooms recorded now ([`tap`]): empty but while one is.
+    taps: tap::Taps,
 }
 
 impl Engine {
@@ -350,6 +354,7 @@ impl Engine {
             io: Io::default(),
             nack_scratch: Vec::new(),
             recent: egress::Recent::default(),
+            taps: tap::Taps::default(),
         }
     }
 

@@ -25,6 +25,7 @@ use serde::Deserialize;
 use super::auth::{Access, Claims, Needs, sdp_needs};
 use super::turn::IceServers;
 use super::{Flavor, RoomError, Shared, assets, lock, renegotiate, sdpfrag, turn, views};
+use crate::recorder::RecError;
 use corelay_core::{OfferError, ParticipantId, ShardId};
 
 /// Seconds a refused client is asked to wait before retrying.
@@ -135,6 +136,14 @@ pub fn router(state: Shared, access: Arc<Access>) -> Router {
         .route(
             "/api/v1/rooms/{room}/participants/{id}/diagnosis",
             get(diagnosis),
+        )
+        .route(
+            "/api/v1/rooms/{room}/recordings",
+            get(list_recordings).post(start_recording),
+        )
+        .route(
+            "/api/v1/rooms/{room}/recordings/{id}",
+            get(one_recording).delete(stop_recording),
         )
         // One join and one leave handler serve all three dialects; the
         // flavor travels as a request extension.
@@ -383,6 +392,116 @@ async fn room(
         .into_response(),
         None => ApiError::not_found(format!("no room {room}")).into_response(),
     })
+}
+
+impl From<RecError> for ApiError {
+    fn from(e: RecError) -> Self {
+        match e {
+            RecError::Unavailable(why) => ApiError::new(
+                StatusCode::CONFLICT,
+                "recording_unavailable",
+                format!("recording is unavailable: {why}"),
+            ),
+            RecError::AlreadyRecording(id) => ApiError::new(
+                StatusCode::CONFLICT,
+                "already_recording",
+                format!("the room is already being recorded ({id})"),
+            ),
+            RecError::TooMany(n) => ApiError {
+                retry_after: Some(RETRY_AFTER_SECS),
+                ..ApiError::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "too_many_recordings",
+                    format!("{n} recordings run already (--max-recordings)"),
+                )
+            },
+            RecError::NotFound => ApiError::not_found("no such recording"),
+        }
+    }
+}
+
+fn recording_room(room: &str) -> Result<(), ApiError> {
+    if super::valid_room_name(room) {
+        Ok(())
+    } else {
+        Err(RoomError::BadRoomName.into())
+    }
+}
+
+/// `POST /api/v1/rooms/{room}/recordings` (admin): records every track
+/// published in the room, each into its own WebM file (docs/api.md,
+/// "Recording"). 201 with the recording's status and its `Location`.
+async fn start_recording(
+    State(state): State<Shared>,
+    Extension(access): Extension<Arc<Access>>,
+    Path(room): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    admin_only(&access, &headers)?;
+    recording_room(&room)?;
+    let status = lock(&state).start_recording(&room)?;
+    let location = format!("/api/v1/rooms/{room}/recordings/{}", status.id);
+    let mut res = (StatusCode::CREATED, axum::Json(status)).into_response();
+    if let Ok(v) = HeaderValue::from_str(&location) {
+        res.headers_mut().insert(header::LOCATION, v);
+    }
+    Ok(res)
+}
+
+/// `GET /api/v1/rooms/{room}/recordings` (admin): the room's recordings,
+/// running and stopped, with their files, sizes, durations, gaps, errors.
+async fn list_recordings(
+    State(state): State<Shared>,
+    Extension(access): Extension<Arc<Access>>,
+    Path(room): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    admin_only(&access, &headers)?;
+    recording_room(&room)?;
+    let list = lock(&state).recordings(&room);
+    Ok(axum::Json(serde_json::json!({"room": room, "recordings": list})).into_response())
+}
+
+async fn one_recording(
+    State(state): State<Shared>,
+    Extension(access): Extension<Arc<Access>>,
+    Path((room, id)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    admin_only(&access, &headers)?;
+    let found = lock(&state)
+        .recordings(&room)
+        .into_iter()
+        .find(|r| r.id == id);
+    match found {
+        Some(r) => Ok(axum::Json(r).into_response()),
+        None => Err(RecError::NotFound.into()),
+    }
+}
+
+/// `DELETE /api/v1/rooms/{room}/recordings/{id}` (admin): stops it; answers
+/// once its files are finalized, with its last status.
+async fn stop_recording(
+    State(state): State<Shared>,
+    Extension(access): Extension<Arc<Access>>,
+    Path((room, id)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    admin_only(&access, &headers)?;
+    let stopping = lock(&state).stop_recording(&room, &id)?;
+    let done = tokio::time::timeout(
+        Duration::from_secs(30),
+        tokio::task::spawn_blocking(move || stopping.finish()),
+    )
+    .await;
+    match done {
+        Ok(Ok(Some(status))) => Ok(axum::Json(status).into_response()),
+        _ => Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "recording_stop_failed",
+            "the recording was stopped but its files could not be finished in time",
+        )),
+    }
 }
 
 /// `GET /api/v1/rooms/{room}/participants/{id}/diagnosis` (`id`: the

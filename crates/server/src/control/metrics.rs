@@ -241,6 +241,12 @@ impl Collector for MetricsSnapshot {
             "RTP packets written to a subscriber's slot.",
             &|r| r.counters.forwarded,
         )?;
+        c(
+            &mut enc,
+            "corelay_recording_packets",
+            "Publishers' packets handed to a recording's queue.",
+            &|r| r.counters.recording_queued,
+        )?;
         {
             let mut m = enc.encode_descriptor(
                 "corelay_packets_dropped",
@@ -267,6 +273,7 @@ impl Collector for MetricsSnapshot {
                     ("relay_bad", c.relay_dropped_bad),
                     ("relay_replayed", c.relay_dropped_replayed),
                     ("relay_send", c.relay_dropped_send),
+                    ("recording_queue_full", c.recording_dropped),
                 ] {
                     m.encode_family(&[("shard", shard.as_str()), ("reason", reason)])?
                         .encode_counter::<NoLabelSet, _, u64>(&v, None)?;

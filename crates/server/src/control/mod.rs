@@ -96,6 +96,8 @@ pub struct State {
     limits: Limits,
     /// This node in a cluster; None without `--cluster`.
     cluster: Option<cluster::Node>,
+    /// The recordings (issue 53); None until the server sets them up.
+    recordings: Option<crate::recorder::Recordings>,
 }
 
 pub type Shared = Arc<Mutex<State>>;
@@ -126,6 +128,7 @@ impl State {
             rooms,
             limits,
             cluster: None,
+            recordings: None,
             shards: shards
                 .into_iter()
                 .map(|handle| ShardLink {
@@ -151,6 +154,54 @@ impl State {
     pub fn set_cluster(&mut self, node: cluster::Node) {
         self.rooms.set_room_key(node.room_key());
         self.cluster = Some(node);
+    }
+
+    pub fn set_recordings(&mut self, recordings: crate::recorder::Recordings) {
+        self.recordings = Some(recordings);
+    }
+
+    /// Starts recording `room` on every shard.
+    pub fn start_recording(
+        &mut self,
+        room: &str,
+    ) -> Result<crate::recorder::Status, crate::recorder::RecError> {
+        let room_id = self.rooms.room_id(room);
+        let handles: Vec<ShardHandle> = self.shards.iter().map(|s| s.handle.clone()).collect();
+        let recs = self.recordings.as_mut().ok_or_else(|| {
+            crate::recorder::RecError::Unavailable("recording is not set up".into())
+        })?;
+        recs.start(room, room_id, &handles)
+    }
+
+    /// Stops recording `id` of `room`: the thread to join and its status.
+    pub fn stop_recording(
+        &mut self,
+        room: &str,
+        id: &str,
+    ) -> Result<crate::recorder::Stopping, crate::recorder::RecError> {
+        let room_id = self.rooms.room_id(room);
+        let handles: Vec<ShardHandle> = self.shards.iter().map(|s| s.handle.clone()).collect();
+        let recs = self
+            .recordings
+            .as_mut()
+            .ok_or(crate::recorder::RecError::NotFound)?;
+        recs.stop(room_id, id, &handles)
+    }
+
+    /// Stops every recording (shutdown): their threads, to join.
+    pub fn stop_all_recordings(&mut self) -> Vec<crate::recorder::Stopping> {
+        let handles: Vec<ShardHandle> = self.shards.iter().map(|s| s.handle.clone()).collect();
+        self.recordings
+            .as_mut()
+            .map(|r| r.stop_all(&handles))
+            .unwrap_or_default()
+    }
+
+    pub fn recordings(&self, room: &str) -> Vec<crate::recorder::Status> {
+        self.recordings
+            .as_ref()
+            .map(|r| r.list(room))
+            .unwrap_or_default()
     }
 
     pub fn cluster(&self) -> Option<&cluster::Node> {
