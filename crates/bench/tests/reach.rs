@@ -14,34 +14,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod common;
+
+use common::{out_dir, run_bench};
 use corelay_testkit::{Server, corelay_bin, say};
-use serde_json::Value;
-
-fn out_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("corelay-reach-test-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
-}
-
-fn run_bench(server: &Server, out: &Path, args: &[&str]) -> Value {
-    let st = Command::new(env!("CARGO_BIN_EXE_corelay-bench"))
-        .args([
-            "--url",
-            &server.base(),
-            "--out",
-            out.to_str().unwrap(),
-            "--server-pid",
-            &server.pid().to_string(),
-            "--quiet",
-            "--synthetic",
-        ])
-        .args(args)
-        .status()
-        .expect("run corelay-bench");
-    assert!(st.success(), "corelay-bench failed: {st}");
-    let text = std::fs::read_to_string(out.join("summary.json")).expect("summary.json");
-    serde_json::from_str(&text).expect("summary.json parses")
-}
 
 fn report(out: &Path) -> String {
     std::fs::read_to_string(out.join("report.txt")).expect("report.txt")
@@ -58,6 +34,7 @@ fn every_moved_participant_receives_again_after_a_network_change() {
         &server,
         &dir,
         &[
+            "--synthetic",
             "--network-change-at",
             "4s",
             "--network-change-share",
@@ -257,6 +234,7 @@ fn relayed_participants_reach_the_server_through_coturn() {
         &server,
         &dir.join("run"),
         &[
+            "--synthetic",
             "--turn",
             &turn,
             "--turn-secret-file",

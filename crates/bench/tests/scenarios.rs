@@ -5,10 +5,12 @@
 //! The server binary: [`corelay_bin`] (`$CORELAY_BIN`, else `corelay` in
 //! this test's target directory, built there when missing).
 
-use std::path::PathBuf;
 use std::process::Command;
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
+mod common;
+
+use common::{bench_command, out_dir, run_bench};
 use corelay_testkit::{Server, corelay_bin};
 use serde_json::Value;
 
@@ -24,37 +26,6 @@ fn shared_cpu() -> RwLockReadGuard<'static, ()> {
 
 fn cpu_alone() -> RwLockWriteGuard<'static, ()> {
     CPU.write().unwrap_or_else(|e| e.into_inner())
-}
-
-fn run_bench(server: &Server, out: &std::path::Path, args: &[&str]) -> Value {
-    let pid = server.pid().to_string();
-    let st = bench_command(server, out, &pid, args)
-        .status()
-        .expect("run corelay-bench");
-    assert!(st.success(), "corelay-bench failed: {st}");
-    let text = std::fs::read_to_string(out.join("summary.json")).expect("summary.json");
-    serde_json::from_str(&text).expect("summary.json parses")
-}
-
-fn bench_command(server: &Server, out: &std::path::Path, pid: &str, args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_corelay-bench"));
-    c.args([
-        "--url",
-        &server.base(),
-        "--out",
-        out.to_str().unwrap(),
-        "--server-pid",
-        pid,
-        "--quiet",
-    ])
-    .args(args);
-    c
-}
-
-fn out_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("corelay-bench-test-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
 }
 
 fn assert_percentiles(s: &Value, key: &str) {

@@ -9,26 +9,19 @@
 //! The server binary: `$CORELAY_BIN`, else `corelay` in this test's target
 //! directory (corelay_testkit::corelay_bin).
 
-use std::process::Command;
+mod common;
 
+use common::{out_dir, run_bench};
 use corelay_testkit::{Server, corelay_bin};
-use serde_json::Value;
 
 #[test]
 fn a_short_verdict_run_scores_every_scheduled_verdict() {
     let server = Server::start(corelay_bin(), 2, &[]);
-    let out =
-        std::env::temp_dir().join(format!("corelay-bench-test-verdict-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&out);
-    let st = Command::new(env!("CARGO_BIN_EXE_corelay-bench"))
-        .args([
-            "--url",
-            &server.base(),
-            "--out",
-            out.to_str().unwrap(),
-            "--server-pid",
-            &server.pid().to_string(),
-            "--quiet",
+    let out = out_dir("verdict");
+    let s = run_bench(
+        &server,
+        &out,
+        &[
             "verdict",
             "--warmup",
             "8s",
@@ -38,12 +31,8 @@ fn a_short_verdict_run_scores_every_scheduled_verdict() {
             "2s",
             "--stall-share",
             "0.4",
-        ])
-        .status()
-        .expect("run corelay-bench");
-    assert!(st.success(), "corelay-bench verdict failed: {st}");
-    let text = std::fs::read_to_string(out.join("summary.json")).expect("summary.json");
-    let s: Value = serde_json::from_str(&text).expect("summary.json parses");
+        ],
+    );
     assert_eq!(s["scenario"], "verdict");
     let v = &s["verdict"];
     for share in ["right_share", "false_server_share"] {
