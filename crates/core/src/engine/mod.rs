@@ -650,7 +650,7 @@ impl Engine {
                 // shard sends this address's datagrams here from now on
                 // (told again at each STUN request, in case it forgot).
                 if let Via::Shard(from) = via
-                    && (!known || data.first().is_some_and(|b| *b < 2))
+                    && (!known || is_stun(data))
                 {
                     self.io.out.peers.push((
                         from,
@@ -1506,6 +1506,12 @@ fn is_rtp(data: &[u8]) -> bool {
 /// An RTCP packet (RFC 5761 demux: version 2, packet type 192-223).
 fn is_rtcp(data: &[u8]) -> bool {
     matches!(data, [128..=191, 192..=223, ..])
+}
+
+/// A STUN message by its first byte (RFC 7983: 0-3; STUN's first two bits
+/// are zero, so 0 or 1; RTP, RTCP and DTLS never start so).
+fn is_stun(data: &[u8]) -> bool {
+    matches!(data, [0..=1, ..])
 }
 
 /// Whether str0m dropped a datagram it took, `silent` when the drain after

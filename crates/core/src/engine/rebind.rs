@@ -39,8 +39,7 @@ impl Engine {
         source: SocketAddr,
         data: &[u8],
     ) -> bool {
-        // STUN's first two bits are zero; RTP, RTCP and DTLS never start so.
-        if data.first().is_none_or(|b| *b > 1) {
+        if !super::is_stun(data) {
             return false;
         }
         let Ok(msg) = StunMessage::parse(data) else {
