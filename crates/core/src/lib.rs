@@ -35,6 +35,7 @@ pub mod metrics;
 pub mod offer;
 pub mod room;
 pub mod rtp;
+pub mod svc;
 pub mod wire;
 
 pub use engine::{Engine, LeaveReason, Outputs, PeerMsg, ShardEvent};

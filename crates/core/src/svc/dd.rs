@@ -1,0 +1,1 @@
+//! The dependency descriptor RTP header extension. Being written.
