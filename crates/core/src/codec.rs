@@ -13,6 +13,8 @@ pub fn is_keyframe_start(codec: Codec, payload: &[u8]) -> bool {
     match codec {
         Codec::H264 => h264_keyframe_start(payload),
         Codec::Vp8 => vp8_keyframe_start(payload),
+        Codec::Vp9 => vp9_keyframe_start(payload),
+        Codec::Av1 => av1_keyframe_start(payload),
         // Audio and codecs we do not gate on: every packet is a fine start.
         _ => true,
     }
@@ -81,6 +83,22 @@ fn vp8_keyframe_start(payload: &[u8]) -> bool {
         }
     }
     payload.get(off).is_some_and(|h| h & 0x01 == 0)
+}
+
+/// VP9 (RFC 9628): the first packet (B) of a picture without inter-picture
+/// prediction (P clear) at spatial layer 0 (SID 0, or no layer indices).
+/// A descriptor that does not parse is no start.
+fn vp9_keyframe_start(payload: &[u8]) -> bool {
+    crate::svc::vp9::parse(payload).is_ok_and(|d| d.svc().keyframe)
+}
+
+/// AV1 (AV1 RTP specification 4.4): the aggregation header `Z Y W W N - - -`
+/// of the first packet of a coded video sequence has N set, and Z clear (it
+/// does not continue an OBU from the previous packet).
+fn av1_keyframe_start(payload: &[u8]) -> bool {
+    payload
+        .first()
+        .is_some_and(|&h| h & 0x80 == 0 && h & 0x08 != 0)
 }
 
 /// The frame width of a VP8 keyframe's first packet (RFC 6386 9.1: after
@@ -234,6 +252,35 @@ mod tests {
         assert_eq!(vp8_temporal(&[0x90, 0xc0, 0x81, 0x02, 7, 0]), None);
         assert_eq!(vp8_temporal(&[0x10, 0]), None);
         assert_eq!(vp8_temporal(&[0x90, 0xe0, 0x81]), None);
+    }
+
+    #[test]
+    fn vp9_keyframes() {
+        // No L: B set, P clear.
+        assert!(is_keyframe_start(Codec::Vp9, &[0x08, 0]));
+        // 7-bit picture id, L with SID 0, TL0PICIDX.
+        assert!(is_keyframe_start(Codec::Vp9, &[0xa8, 1, 0x00, 0, 0]));
+        // SID 1 with D: an upper layer of a keyframe, not its start.
+        assert!(!is_keyframe_start(Codec::Vp9, &[0xa8, 1, 0x03, 0, 0]));
+        // P set; B clear.
+        assert!(!is_keyframe_start(Codec::Vp9, &[0xe8, 1, 0x00, 0, 0]));
+        assert!(!is_keyframe_start(Codec::Vp9, &[0xa0, 1, 0x00, 0, 0]));
+        // Truncated or empty after the descriptor.
+        assert!(!is_keyframe_start(Codec::Vp9, &[0xa8, 1, 0x00, 0]));
+        assert!(!is_keyframe_start(Codec::Vp9, &[0x08]));
+        assert!(!is_keyframe_start(Codec::Vp9, &[]));
+    }
+
+    #[test]
+    fn av1_keyframes() {
+        // N set, Z clear (W=1 or 0, Y either way).
+        assert!(is_keyframe_start(Codec::Av1, &[0x18, 0]));
+        assert!(is_keyframe_start(Codec::Av1, &[0x48, 0]));
+        // Z set: continues an OBU, even with N.
+        assert!(!is_keyframe_start(Codec::Av1, &[0x88, 0]));
+        // N clear.
+        assert!(!is_keyframe_start(Codec::Av1, &[0x10, 0]));
+        assert!(!is_keyframe_start(Codec::Av1, &[]));
     }
 
     #[test]
