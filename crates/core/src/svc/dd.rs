@@ -19,6 +19,13 @@
 //! [`MAX_FDIFFS`], [`MAX_SPATIAL_LAYERS`], [`MAX_TEMPORAL_LAYERS`]) and a
 //! descriptor that breaks a cap or refers to a template the structure lacks
 //! is an error.
+//!
+//! Switch points: a `Switch` DTI ([`DdFrame::is_switch`]) lets a decoder
+//! start a decode target only if it holds the frames of the chain that
+//! protects it, which a subscriber an SFU fed lower layers lacks (the
+//! spec's L3T3 marks every spatial 1 T0 frame so). [`DdFrame::svc`] asks
+//! in addition that the frame reference only lower layers of its own
+//! picture, as [`SvcPacket::switch_up`] means.
 
 use std::fmt;
 use std::sync::Arc;
