@@ -449,6 +449,8 @@ pub fn publish(
     let videocodec = match cfg.codec {
         crate::VideoCodec::H264 => "h264",
         crate::VideoCodec::Vp8 => "vp8",
+        crate::VideoCodec::Vp9 => "vp9",
+        crate::VideoCodec::Av1 => "av1",
     };
     let display = cfg.name.clone();
     let (socket, local) = bind(bind_ip)?;

@@ -1614,6 +1614,8 @@ fn build_rtc(cfg: &ParticipantConfig, local: SocketAddr, now: Instant) -> Result
     b = match cfg.codec {
         VideoCodec::H264 => b.enable_h264(true),
         VideoCodec::Vp8 => b.enable_vp8(true),
+        VideoCodec::Vp9 => b.enable_vp9(true),
+        VideoCodec::Av1 => b.enable_av1(true),
     };
     *b.extension_map() = exts;
     b.set_max_stun_rto(cfg.stun_interval);

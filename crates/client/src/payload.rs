@@ -39,6 +39,12 @@ pub enum PayloadCodec {
     H264,
     /// VP8 (RFC 7741): 1-byte payload descriptor, VP8 payload header on the first packet.
     Vp8,
+    /// VP9 (RFC 9628): a 3-byte payload descriptor (I, P, B, E; 15-bit
+    /// picture id), one spatial and temporal layer.
+    Vp9,
+    /// AV1: the 1-byte aggregation header (Z, Y, W=1, N on a keyframe's
+    /// first packet).
+    Av1,
     /// Opus: one TOC byte.
     Opus,
 }
@@ -48,6 +54,8 @@ impl From<corelay_core::VideoCodec> for PayloadCodec {
         match c {
             corelay_core::VideoCodec::H264 => PayloadCodec::H264,
             corelay_core::VideoCodec::Vp8 => PayloadCodec::Vp8,
+            corelay_core::VideoCodec::Vp9 => PayloadCodec::Vp9,
+            corelay_core::VideoCodec::Av1 => PayloadCodec::Av1,
         }
     }
 }
@@ -155,6 +163,8 @@ pub fn codec_header_len(codec: PayloadCodec, keyframe: bool, index: u16, count: 
                 1
             }
         }
+        PayloadCodec::Vp9 => 3,
+        PayloadCodec::Av1 => 1,
         PayloadCodec::Opus => 1,
     }
 }
@@ -218,6 +228,35 @@ fn write_codec_header(
             } else {
                 out.push(0x00);
             }
+        }
+        PayloadCodec::Vp9 => {
+            let mut b0 = 0x80; // I: a picture id follows
+            if !keyframe {
+                b0 |= 0x40; // P: inter-picture predicted
+            }
+            if index == 0 {
+                b0 |= 0x08; // B: start of the frame
+            }
+            if index + 1 == count {
+                b0 |= 0x04; // E: end of the frame
+            }
+            out.push(b0);
+            // M=1, a 15-bit picture id (the stamp carries the real frame
+            // number; any id a decoder would not trip on will do).
+            out.extend_from_slice(&0x8000u16.to_be_bytes());
+        }
+        PayloadCodec::Av1 => {
+            let mut h = 0x10; // W=1: one OBU element, no length field
+            if index > 0 {
+                h |= 0x80; // Z: continues the previous packet's OBU
+            }
+            if index + 1 < count {
+                h |= 0x40; // Y: continues in the next packet
+            }
+            if keyframe && index == 0 {
+                h |= 0x08; // N: a new coded video sequence starts
+            }
+            out.push(h);
         }
         PayloadCodec::Opus => {
             // TOC: config 11 (SILK WB 20 ms), mono, one frame.
@@ -388,6 +427,18 @@ fn parse_codec_header(codec: PayloadCodec, p: &[u8]) -> Result<(usize, Option<bo
             0x00 => Ok((1, None)),
             _ => Err(VerifyError::CodecHeader),
         },
+        PayloadCodec::Vp9 => {
+            if b0 & 0xb3 != 0x80 || p.len() < 3 {
+                return Err(VerifyError::CodecHeader);
+            }
+            Ok((3, (b0 & 0x08 != 0).then_some(b0 & 0x40 == 0)))
+        }
+        PayloadCodec::Av1 => {
+            if b0 & 0x37 != 0x10 {
+                return Err(VerifyError::CodecHeader);
+            }
+            Ok((1, (b0 & 0x80 == 0).then_some(b0 & 0x08 != 0)))
+        }
         PayloadCodec::Opus => Ok((1, None)),
     }
 }
@@ -609,7 +660,13 @@ mod tests {
                 v[2..6].copy_from_slice(&MAGIC);
                 v[6] = rng.u8(0..=4);
             }
-            for c in [PayloadCodec::H264, PayloadCodec::Vp8, PayloadCodec::Opus] {
+            for c in [
+                PayloadCodec::H264,
+                PayloadCodec::Vp8,
+                PayloadCodec::Vp9,
+                PayloadCodec::Av1,
+                PayloadCodec::Opus,
+            ] {
                 let _ = verify(c, &v);
             }
         }

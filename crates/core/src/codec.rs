@@ -158,7 +158,8 @@ pub fn vp8_temporal(payload: &[u8]) -> Option<(u8, bool)> {
 
 /// Whether a subscriber's payload format `cand` can carry what a publisher sends
 /// as `src`: same codec and clock; for H.264 also the same packetization mode
-/// and profile (constrained baseline and baseline count as one).
+/// and profile (constrained baseline and baseline count as one); for VP9 the
+/// same profile.
 pub fn compatible(src: &CodecSpec, cand: &CodecSpec) -> bool {
     if src.codec != cand.codec || src.clock_rate != cand.clock_rate {
         return false;
@@ -167,6 +168,10 @@ pub fn compatible(src: &CodecSpec, cand: &CodecSpec) -> bool {
         let pm = |s: &CodecSpec| s.format.packetization_mode.unwrap_or(0);
         let profile = |s: &CodecSpec| s.format.profile_level_id.map(|p| (p >> 16) & 0xff);
         return pm(src) == pm(cand) && profile(src) == profile(cand);
+    }
+    if src.codec == Codec::Vp9 {
+        // Profile 2 is 10-bit: a profile 0 decoder cannot take it.
+        return src.format.profile_id.unwrap_or(0) == cand.format.profile_id.unwrap_or(0);
     }
     true
 }

@@ -13,6 +13,8 @@ use str0m::media::MediaKind;
 use str0m::rtp::{AbsCaptureTime, ExtensionValues, VideoOrientation, Vp8Descriptor};
 
 use crate::ids::TrackKey;
+use crate::svc::SvcPacket;
+use crate::svc::dd::DdRaw;
 
 /// End-to-end header extension values, copied field by field (all `Copy`).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -71,6 +73,12 @@ pub struct Media<P> {
     /// The VP8 payload descriptor, parsed once on the publisher's shard (a
     /// slot patches picture ids from it without copying the payload).
     pub vp8: Option<Vp8Descriptor>,
+    /// A scalable (VP9/AV1) packet's layers, read once on the publisher's
+    /// shard from its payload descriptor or dependency descriptor.
+    pub svc: Option<SvcPacket>,
+    /// The dependency descriptor as the publisher sent it (str0m's parsed
+    /// value, shared), passed to each subscriber unchanged.
+    pub dd: Option<Arc<DdRaw>>,
     pub ext: E2eExt,
     pub payload: P,
     /// When the datagram that carried it was received (str0m's receive time).
@@ -101,6 +109,8 @@ impl<P> Media<P> {
             layers: self.layers,
             temporal: self.temporal,
             vp8: self.vp8,
+            svc: self.svc,
+            dd: self.dd,
             ext: self.ext,
             payload: f(self.payload),
             received: self.received,
@@ -112,7 +122,10 @@ impl<P> Media<P> {
 impl MediaPacket {
     /// The copy a peer shard gets (one allocation and copy of the payload).
     pub fn to_copy(&self) -> MediaCopy {
-        self.clone().with_payload(|p| Box::from(&p[..]))
+        let mut c = self.clone().with_payload(|p| Box::from(&p[..]));
+        // The descriptor too: a copy shares nothing with the sender.
+        c.dd = self.dd.as_deref().map(|d| Arc::new(d.clone()));
+        c
     }
 }
 

@@ -91,8 +91,12 @@ pub struct Counters {
     pub layer_pauses: u64,
     /// Dynacast notices to publishers (layers paused or resumed).
     pub dynacast_notices: u64,
-    /// VP8 packets of temporal layers a slot left out (its down-switch).
+    /// VP8, VP9 and AV1 packets of temporal layers a slot left out (its
+    /// down-switch).
     pub temporal_skipped: u64,
+    /// VP9 and AV1 SVC packets of spatial layers above the one a slot
+    /// shows, left out of its numbering.
+    pub spatial_skipped: u64,
     /// Data channels a participant opened that str0m refused: over
     /// `offer::MAX_DATA_CHANNELS` at a time, or a label and protocol over
     /// `offer::MAX_CHANNEL_LABEL_BYTES` (str0m patch 26). Reset, never kept.
@@ -166,6 +170,7 @@ impl Counters {
             layer_pauses,
             dynacast_notices,
             temporal_skipped,
+            spatial_skipped,
             refused_channels,
             relay_tx_packets,
             relay_tx_bytes,

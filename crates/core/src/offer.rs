@@ -31,6 +31,10 @@ use crate::ids::{ParticipantId, ShardId};
 /// Extension id we offer for abs-capture-time when the client did not pick one.
 pub const ABS_CAPTURE_TIME_ID: u8 = 9;
 
+/// Extension id we offer for the dependency descriptor when the client did
+/// not pick one.
+pub const DD_EXT_ID: u8 = 12;
+
 /// A room's video codec: the one codec enum of the workspace (server flags,
 /// the load client and the bench parse it with [`FromStr`](std::str::FromStr)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -38,6 +42,10 @@ pub enum VideoCodec {
     #[default]
     H264,
     Vp8,
+    /// VP9, profile 0 or 2, with spatial/temporal SVC or simulcast.
+    Vp9,
+    /// AV1, with SVC read from the dependency descriptor, or simulcast.
+    Av1,
 }
 
 impl std::str::FromStr for VideoCodec {
@@ -46,7 +54,11 @@ impl std::str::FromStr for VideoCodec {
         match s.to_ascii_lowercase().as_str() {
             "h264" => Ok(VideoCodec::H264),
             "vp8" => Ok(VideoCodec::Vp8),
-            other => Err(format!("unknown video codec {other:?} (h264 or vp8)")),
+            "vp9" => Ok(VideoCodec::Vp9),
+            "av1" => Ok(VideoCodec::Av1),
+            other => Err(format!(
+                "unknown video codec {other:?} (vp8, h264, vp9 or av1)"
+            )),
         }
     }
 }
@@ -56,6 +68,8 @@ impl std::fmt::Display for VideoCodec {
         f.write_str(match self {
             VideoCodec::H264 => "h264",
             VideoCodec::Vp8 => "vp8",
+            VideoCodec::Vp9 => "vp9",
+            VideoCodec::Av1 => "av1",
         })
     }
 }
@@ -65,12 +79,16 @@ impl VideoCodec {
         match self {
             VideoCodec::H264 => Codec::H264,
             VideoCodec::Vp8 => Codec::Vp8,
+            VideoCodec::Vp9 => Codec::Vp9,
+            VideoCodec::Av1 => Codec::Av1,
         }
     }
     pub fn name(self) -> &'static str {
         match self {
             VideoCodec::H264 => "H264",
             VideoCodec::Vp8 => "VP8",
+            VideoCodec::Vp9 => "VP9",
+            VideoCodec::Av1 => "AV1",
         }
     }
 }
@@ -336,6 +354,8 @@ pub fn build_rtc(
         cfg = match codec {
             VideoCodec::H264 => cfg.enable_h264(true),
             VideoCodec::Vp8 => cfg.enable_vp8(true),
+            VideoCodec::Vp9 => cfg.enable_vp9(true),
+            VideoCodec::Av1 => cfg.enable_av1(true),
         };
     }
     if let Some(DtlsIdentity(cert)) = &settings.dtls_identity {
@@ -358,6 +378,9 @@ pub fn build_rtc(
     exts.set(11, Extension::RepairedRtpStreamId);
     exts.set(13, Extension::VideoOrientation);
     exts.set(ABS_CAPTURE_TIME_ID, Extension::AbsoluteCaptureTime);
+    // AV1's (and Chromium's VP9's) layers: read on the publisher's shard,
+    // passed to subscribers unchanged (crate::svc::dd).
+    exts.set(DD_EXT_ID, crate::svc::dd::DdExtension::extension());
     cfg.set_extension_map(exts).build(now)
 }
 
@@ -1144,6 +1167,8 @@ mod tests {
             b = match v {
                 VideoCodec::H264 => b.enable_h264(true),
                 VideoCodec::Vp8 => b.enable_vp8(true),
+                VideoCodec::Vp9 => b.enable_vp9(true),
+                VideoCodec::Av1 => b.enable_av1(true),
             };
         }
         let mut rtc = b.build(Instant::now());

@@ -14,7 +14,8 @@
 //!
 //! ```text
 //! media:    1 | room u64 | publisher u64 | mid | kind u8 | codec spec | seq u64 | timestamp u32
-//!           | flags u8 | layer u8 | layers u8 | tid u8 | extensions | payload …
+//!           | flags u8 | layer u8 | layers u8 | tid u8 | [svc 3 bytes] | [dd len u8 | dd …]
+//!           | extensions | payload …
 //! keyframe: 2 | publisher u64 | mid | layer u8
 //! demand:   3 | publisher u64 | mid | mask u32
 //! message:  4 | room u64 | sender u64 | count u16 (0xffff: everyone) | ids u64 … | text …
@@ -45,6 +46,8 @@ use str0m::rtp::{AbsCaptureTime, VideoOrientation, Vp8Descriptor};
 use crate::engine::PeerMsg;
 use crate::ids::{LayerKey, ParticipantId, RoomId, ShardId, TrackKey};
 use crate::media::{E2eExt, MediaCopy};
+use crate::svc::SvcPacket;
+use crate::svc::dd::DdRaw;
 
 const MEDIA: u8 = 1;
 const KEYFRAME: u8 = 2;
@@ -96,10 +99,24 @@ pub fn encode(msg: &PeerMsg, out: &mut Vec<u8>) -> Option<()> {
             if packet.vp8.is_some() {
                 flags |= 16;
             }
+            if packet.svc.is_some() {
+                flags |= 32;
+            }
+            if packet.dd.is_some() {
+                flags |= 64;
+            }
             out.push(flags);
             out.push(packet.layer);
             out.push(packet.layers);
             out.push(packet.temporal.map_or(0, |(tid, _)| tid));
+            if let Some(s) = &packet.svc {
+                out.extend_from_slice(&svc_bytes(s));
+            }
+            if let Some(d) = &packet.dd {
+                let d = d.as_bytes();
+                out.push(u8::try_from(d.len()).ok()?);
+                out.extend_from_slice(d);
+            }
             ext(out, &packet.ext);
             out.extend_from_slice(&packet.payload);
         }
@@ -168,6 +185,19 @@ pub fn decode(
             let layer = r.u8()?;
             let layers = r.u8()?;
             let tid = r.u8()?;
+            let svc = if flags & 32 != 0 {
+                Some(svc_from(r.take()?))
+            } else {
+                None
+            };
+            let dd = if flags & 64 != 0 {
+                let n = usize::from(r.u8()?);
+                let bytes = r.0.get(..n).ok_or(WireError::Truncated)?;
+                r.0 = r.0.get(n..).unwrap_or_default();
+                Some(Arc::new(DdRaw::new(bytes).ok_or(WireError::Truncated)?))
+            } else {
+                None
+            };
             let ext = r.ext()?;
             let payload: Box<[u8]> = r.0.into();
             let vp8 = if flags & 16 != 0 {
@@ -189,6 +219,8 @@ pub fn decode(
                     layers,
                     temporal: (flags & 4 != 0).then_some((tid, flags & 8 != 0)),
                     vp8,
+                    svc,
+                    dd,
                     ext,
                     payload,
                     received: now,
@@ -305,6 +337,32 @@ fn spec(out: &mut Vec<u8>, s: &CodecSpec) -> Option<()> {
         out.extend_from_slice(&w.to_be_bytes());
     }
     Some(())
+}
+
+/// An [`SvcPacket`] in 3 bytes: spatial and temporal ids (a nibble each),
+/// its flags, and the announced spatial layer count (0: none announced).
+fn svc_bytes(s: &SvcPacket) -> [u8; 3] {
+    let flags = u8::from(s.frame_start)
+        | u8::from(s.frame_end) << 1
+        | u8::from(s.keyframe) << 2
+        | u8::from(s.switch_up) << 3;
+    [
+        (s.spatial & 0x0f) | (s.temporal & 0x0f) << 4,
+        flags,
+        s.spatial_layers.unwrap_or(0),
+    ]
+}
+
+fn svc_from([ids, flags, n]: [u8; 3]) -> SvcPacket {
+    SvcPacket {
+        spatial: ids & 0x0f,
+        temporal: ids >> 4,
+        frame_start: flags & 1 != 0,
+        frame_end: flags & 2 != 0,
+        keyframe: flags & 4 != 0,
+        switch_up: flags & 8 != 0,
+        spatial_layers: (n > 0).then_some(n),
+    }
 }
 
 fn ext(out: &mut Vec<u8>, e: &E2eExt) {
@@ -526,6 +584,8 @@ mod tests {
                 layers: 3,
                 temporal: Some((1, true)),
                 vp8: Vp8Descriptor::parse(payload).ok(),
+                svc: None,
+                dd: None,
                 ext: E2eExt {
                     audio_level: Some(-30),
                     voice_activity: Some(false),
@@ -603,6 +663,43 @@ mod tests {
             assert_eq!(&*got.payload, &payload[..]);
             assert_eq!(got.vp8.is_some(), p.vp8.is_some());
         }
+    }
+
+    #[test]
+    fn svc_layers_and_the_dependency_descriptor_cross_whole() {
+        let PeerMsg::Media { room, mut packet } = media(vp8_spec(), &[1, 2, 3]) else {
+            unreachable!()
+        };
+        packet.vp8 = None;
+        packet.svc = Some(SvcPacket {
+            spatial: 2,
+            temporal: 1,
+            frame_start: true,
+            frame_end: false,
+            keyframe: false,
+            switch_up: true,
+            spatial_layers: Some(3),
+        });
+        packet.dd = Some(Arc::new(DdRaw::new(&[0x80, 0x01, 0x02, 0xff]).unwrap()));
+        let sent = PeerMsg::Media { room, packet };
+        let PeerMsg::Media { packet: got, .. } = round_trip(&sent) else {
+            panic!("not media");
+        };
+        let PeerMsg::Media { packet: p, .. } = &sent else {
+            unreachable!()
+        };
+        assert_eq!((got.svc, &got.dd), (p.svc, &p.dd));
+        assert_eq!(&*got.payload, &[1, 2, 3]);
+        // A descriptor longer than what follows is refused.
+        let mut bytes = Vec::new();
+        encode(&sent, &mut bytes).unwrap();
+        let at = bytes
+            .windows(4)
+            .position(|w| w == [4, 0x80, 0x01, 0x02])
+            .unwrap();
+        bytes[at] = 250;
+        bytes.truncate(at + 10);
+        assert!(decode(&bytes, ShardId::remote(1, 2).unwrap(), Instant::now(), None).is_err());
     }
 
     #[test]

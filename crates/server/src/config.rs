@@ -77,17 +77,20 @@ pub struct Config {
     #[arg(long, env = "CORELAY_MAX_SHARD_LOAD", default_value_t = 0.85)]
     pub max_shard_load: f64,
 
-    /// Video codecs to forward (vp8, h264), most preferred first. Each room
-    /// uses one (and Opus): the first of these that its first video
-    /// publisher offers; later members must send and receive it.
-    /// `--video-codec` is an alias.
+    /// Video codecs to forward (vp8, h264, vp9, av1), most preferred first.
+    /// Each room uses one (and Opus): the first of these that its first
+    /// video publisher offers; later members must send and receive it.
+    /// VP8 and H.264 come first because every browser joins a room of
+    /// either; a publisher that offers only VP9 or AV1 (the demo page's
+    /// `?codec=vp9`) gets SVC, in a room that browsers without that
+    /// decoder cannot join. `--video-codec` is an alias.
     #[arg(
         long,
         visible_alias = "video-codec",
         env = "CORELAY_VIDEO_CODECS",
         value_delimiter = ',',
         num_args = 1..,
-        default_value = "vp8,h264"
+        default_value = "vp8,h264,vp9,av1"
     )]
     pub video_codecs: Vec<VideoCodec>,
 

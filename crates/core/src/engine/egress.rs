@@ -47,6 +47,7 @@ use str0m::net::Transmit;
 use str0m::rtp::{ExtensionMap, RtpHeader, RtpWrite, SeqNo, SrtpContext, Vp8Patch};
 
 use crate::media::{E2eExt, MediaPacket};
+use crate::svc::dd::DdRaw;
 
 /// Room for the largest packet: an RTP header with every extension and a
 /// payload that fits a datagram (larger payloads go through str0m, which
@@ -107,6 +108,7 @@ struct Kept {
     received: Instant,
     marker: bool,
     ext: E2eExt,
+    dd: Option<Arc<DdRaw>>,
     payload: Arc<[u8]>,
 }
 
@@ -151,6 +153,7 @@ impl Recent {
             received: media.received,
             marker: media.marker,
             ext: media.ext,
+            dd: media.dd.clone(),
             payload: media.payload.clone(),
         });
         self.first + self.items.len() as u64 - 1
@@ -180,6 +183,9 @@ struct Sent {
     at_ms: u32,
     pt: Pt,
     patch: Option<Vp8Patch>,
+    /// Its RTP marker as this slot sent it (an SVC slot ends its pictures
+    /// at its own highest spatial layer, not at the publisher's).
+    marker: bool,
 }
 
 /// A slot's side of the own egress: the header extension ids of its m-line
@@ -279,6 +285,9 @@ pub(super) struct Out<'a> {
     pub(super) seq: u64,
     pub(super) time: u32,
     pub(super) patch: Option<Vp8Patch>,
+    /// The RTP marker this slot sends (the publisher's, or the end of the
+    /// slot's highest SVC layer).
+    pub(super) marker: bool,
     pub(super) media: &'a MediaPacket,
     pub(super) nackable: bool,
     /// Its number in [`Recent`], once kept there for an earlier slot.
@@ -323,7 +332,7 @@ pub(super) fn send(
             out.pt,
             SeqNo::from(out.seq),
             out.time,
-            media.into(),
+            Body::from(media).marker(out.marker),
             out.patch,
         )
         .nackable(out.nackable)
@@ -340,6 +349,9 @@ pub(super) fn send(
         packet,
     )?;
     let mut ext_vals = media.ext.to_ext();
+    if let Some(dd) = &media.dd {
+        ext_vals.user_values.set_arc(dd.clone());
+    }
     ext_vals.transport_cc = own.transport_cc;
     ext_vals.mid = own.mid;
     ext_vals.rid = own.rid;
@@ -349,7 +361,7 @@ pub(super) fn send(
         sequence_number: out.seq as u16,
         timestamp: out.time,
         ssrc: own.ssrc,
-        marker: media.marker,
+        marker: out.marker,
         ext_vals,
         ..Default::default()
     };
@@ -388,6 +400,7 @@ pub(super) fn send(
             at_ms: recent.ms(now),
             pt: out.pt,
             patch: out.patch,
+            marker: out.marker,
         };
         slot.remember(sent, recent, keep);
     }
@@ -405,7 +418,15 @@ pub(super) struct Body<'a> {
     received: Instant,
     marker: bool,
     ext: &'a E2eExt,
+    dd: Option<&'a Arc<DdRaw>>,
     payload: &'a Arc<[u8]>,
+}
+
+impl Body<'_> {
+    /// The same packet with the marker a slot gives it.
+    pub(super) fn marker(self, marker: bool) -> Self {
+        Body { marker, ..self }
+    }
 }
 
 impl<'a> From<&'a MediaPacket> for Body<'a> {
@@ -414,6 +435,7 @@ impl<'a> From<&'a MediaPacket> for Body<'a> {
             received: m.received,
             marker: m.marker,
             ext: &m.ext,
+            dd: m.dd.as_ref(),
             payload: &m.payload,
         }
     }
@@ -425,6 +447,7 @@ impl<'a> From<&'a Kept> for Body<'a> {
             received: k.received,
             marker: k.marker,
             ext: &k.ext,
+            dd: k.dd.as_ref(),
             payload: &k.payload,
         }
     }
@@ -440,9 +463,13 @@ pub(super) fn rtp_write(
     body: Body<'_>,
     patch: Option<Vp8Patch>,
 ) -> RtpWrite {
+    let mut ext = body.ext.to_ext();
+    if let Some(dd) = body.dd {
+        ext.user_values.set_arc(dd.clone());
+    }
     let w = RtpWrite::new(pt, seq, time, body.received, body.payload.clone())
         .marker(body.marker)
-        .ext_vals(body.ext.to_ext())
+        .ext_vals(ext)
         .nackable(true);
     match patch {
         Some(p) => w.vp8_patch(p),
@@ -476,7 +503,8 @@ pub(super) fn answer_nacks<'a>(
             let Some((s, k)) = slot.find(**seq, recent, now, keep) else {
                 continue;
             };
-            if tx.resend_own(rtp_write(s.pt, *seq, s.time, k.into(), s.patch), now) {
+            let body = Body::from(k).marker(s.marker);
+            if tx.resend_own(rtp_write(s.pt, *seq, s.time, body, s.patch), now) {
                 handed += 1;
             }
         }
@@ -509,6 +537,7 @@ mod tests {
             at_ms: recent.ms(at),
             pt: Pt::from(96),
             patch: None,
+            marker: false,
         }
     }
 
@@ -660,6 +689,7 @@ mod tests {
                 seq: 1000,
                 time: 0,
                 patch: None,
+                marker: false,
                 media: &m,
                 nackable: true,
                 kept: &mut kept,

@@ -32,6 +32,8 @@ use super::{Engine, PeerMsg, ShardEvent};
 use crate::codec::{is_keyframe_start, map_pt, vp8_keyframe_width, vp8_temporal};
 use crate::ids::{LayerKey, ParticipantId, RoomId, TrackKey};
 use crate::media::{E2eExt, MediaPacket};
+use crate::svc::dd::DdRaw;
+use crate::svc::{self, vp9};
 
 /// A publisher's RTP packet, from str0m or the own ingress.
 struct Rtp<'a> {
@@ -203,6 +205,49 @@ impl Engine {
         let vp8 = (video && spec.codec == Codec::Vp8)
             .then(|| Vp8Descriptor::parse(&pkt.payload).ok())
             .flatten();
+        // A dependency descriptor (AV1; VP9 when Chromium adds it) is read
+        // with its layer's structure and preferred over VP9's payload
+        // descriptor. One that does not read is dropped, never guessed at:
+        // its layer's next keyframe brings the structure again.
+        let dd = if video && matches!(spec.codec, Codec::Av1 | Codec::Vp9) {
+            pkt.ext.user_values.get_arc::<DdRaw>()
+        } else {
+            None
+        };
+        let reader = track.dd.get_mut(usize::from(layer));
+        let svc = match (video, reader) {
+            (true, Some(reader)) => {
+                match svc::read(
+                    spec.codec,
+                    &pkt.payload,
+                    dd.as_deref().map(DdRaw::as_bytes),
+                    reader,
+                ) {
+                    Ok(s) => s,
+                    Err(_) => {
+                        let key = LayerKey {
+                            track: TrackKey {
+                                participant: id,
+                                mid: track.mid,
+                            },
+                            layer,
+                        };
+                        self.io.counters.dropped_malformed += 1;
+                        self.request_keyframe(now, key);
+                        return;
+                    }
+                }
+            }
+            _ => None,
+        };
+        let keyframe = match &svc {
+            Some(s) => s.keyframe,
+            None => video && is_keyframe_start(spec.codec, &pkt.payload),
+        };
+        let temporal = match &svc {
+            Some(s) => Some((s.temporal, s.frame_start && s.spatial == 0)),
+            None => vp8.and_then(|_| vp8_temporal(&pkt.payload)),
+        };
         let media = MediaPacket {
             track: TrackKey {
                 participant: id,
@@ -213,11 +258,13 @@ impl Engine {
             seq: pkt.seq,
             timestamp: pkt.timestamp,
             marker: pkt.marker,
-            keyframe: video && is_keyframe_start(spec.codec, &pkt.payload),
+            keyframe,
             layer,
             layers: track.rids.len().clamp(1, super::MAX_LAYERS) as u8,
-            temporal: vp8.and_then(|_| vp8_temporal(&pkt.payload)),
+            temporal,
             vp8,
+            svc,
+            dd,
             ext: E2eExt::from_ext(pkt.ext),
             payload: pkt.payload,
             received: pkt.received,
@@ -275,11 +322,22 @@ impl Engine {
             // A request waiting for the rate limit is moot.
             self.keyframes.arrived(layer);
         }
+        // A scalable source's spatial layers, chosen per slot inside its one
+        // encoding (a simulcast of scalable encodings switches encodings).
+        let scalable = media.svc.as_ref().filter(|_| media.layers == 1);
         if media.kind == MediaKind::Video {
+            let (layer, count) = match scalable {
+                Some(s) => (
+                    s.spatial,
+                    s.spatial_layers.unwrap_or(s.spatial.saturating_add(1)),
+                ),
+                None => (media.layer, media.layers),
+            };
             self.sources.note(
                 media.track,
-                media.layer,
-                media.layers,
+                layer,
+                count,
+                scalable.is_some(),
                 media.payload.len(),
                 now,
             );
@@ -288,6 +346,18 @@ impl Engine {
                 && let Some(w) = vp8_keyframe_width(&media.payload)
             {
                 self.sources.note_width(media.track, media.layer, w);
+            }
+            // A VP9 keyframe's scalability structure names each spatial
+            // layer's width (read again here: a few packets a keyframe).
+            if let Some(n) = scalable.and_then(|s| s.spatial_layers)
+                && media.spec.codec == Codec::Vp9
+                && let Ok(d) = vp9::parse(&media.payload)
+            {
+                for l in 0..n {
+                    if let Some(w) = d.width_of(l) {
+                        self.sources.note_width(media.track, l, w);
+                    }
+                }
             }
         }
         self.end_batch_unless_at(now);
@@ -362,13 +432,25 @@ impl Engine {
             let rtx_history = subscriber.rtx_history();
             let Subscriber { slots, egress, .. } = subscriber;
             for slot in slots.iter_mut().filter(|s| s.source == Some(media.track)) {
-                match slot.admit(media.layer, media.keyframe) {
+                let admit = match scalable {
+                    Some(svc) => slot.admit_svc(svc, media.keyframe),
+                    None => slot.admit(media.layer, media.keyframe),
+                };
+                match admit {
                     Admit::Forward { switched } => {
                         if switched {
                             self.io.counters.layer_switches += 1;
                         }
                     }
-                    Admit::Skip => continue,
+                    Admit::Skip => {
+                        // A spatial layer above the slot's: out of its
+                        // numbering (one stream, so no holes).
+                        if scalable.is_some() {
+                            slot.out.rewriter.skip(media.seq);
+                            self.io.counters.spatial_skipped += 1;
+                        }
+                        continue;
+                    }
                     Admit::WaitKeyframe(l) => {
                         self.io.counters.dropped_waiting_keyframe += 1;
                         want_keyframe = Some(l);
@@ -409,6 +491,10 @@ impl Engine {
                     continue;
                 };
                 let patch = media.vp8.as_ref().and_then(|d| slot.out.pictures.patch(d));
+                let marker = match scalable {
+                    Some(svc) => slot.svc_marker(svc, media.marker),
+                    None => media.marker,
+                };
                 let nackable = media.kind == MediaKind::Video;
                 // The shard's own egress, where str0m lets it
                 // ([`super::egress`]); str0m's send path otherwise.
@@ -424,6 +510,7 @@ impl Engine {
                             seq,
                             time: ts,
                             patch,
+                            marker,
                             media,
                             nackable,
                             kept: &mut kept,
@@ -461,7 +548,13 @@ impl Engine {
                     let Some(tx) = api.stream_tx_by_mid(slot.mid, None) else {
                         return false;
                     };
-                    let w = egress::rtp_write(out_pt, SeqNo::from(seq), ts, media.into(), patch);
+                    let w = egress::rtp_write(
+                        out_pt,
+                        SeqNo::from(seq),
+                        ts,
+                        egress::Body::from(media).marker(marker),
+                        patch,
+                    );
                     tx.write_rtp(w.nackable(nackable));
                     true
                 });
@@ -714,6 +807,60 @@ mod tests {
         assert_eq!(e.io.counters.temporal_skipped, 1);
         // 100..102 -> 1000..1002, 104 -> 1003: the next is 1004, no hole.
         assert_eq!(next_out(&mut e, 105, 9_000, t0).0, 1004);
+    }
+
+    #[test]
+    fn an_svc_slot_climbs_at_switch_points_drops_at_once_and_numbers_on() {
+        use crate::svc::SvcPacket;
+        let t0 = Instant::now();
+        let v = track(PUB, "v");
+        let mut e = setup(t0, v);
+        // One packet per layer frame, three spatial layers per picture.
+        let layer = |seq: u64, spatial: u8, key: bool, switch_up: bool| {
+            let mut m = video(v, seq, 9_000, key && spatial == 0, t0);
+            m.marker = spatial == 2;
+            m.svc = Some(SvcPacket {
+                spatial,
+                temporal: 0,
+                frame_start: true,
+                frame_end: true,
+                keyframe: key && spatial == 0,
+                switch_up: key || switch_up,
+                spatial_layers: key.then_some(3),
+            });
+            m.temporal = Some((0, spatial == 0));
+            m
+        };
+        slot(&mut e).layer.target = Some(2);
+        // A keyframe picture: the slot starts and climbs to 2 inside it.
+        for (i, s) in [0u8, 1, 2].into_iter().enumerate() {
+            forward(&mut e, t0, &layer(100 + i as u64, s, true, false), false);
+        }
+        assert_eq!(slot(&mut e).layer.current, Some(2));
+        assert_eq!(e.io.counters.layer_switches, 2);
+        // Down to 0: at the next picture's start; its upper layers are left
+        // out of the numbering.
+        slot(&mut e).layer.target = Some(0);
+        for (i, s) in [0u8, 1, 2].into_iter().enumerate() {
+            forward(&mut e, t0, &layer(103 + i as u64, s, false, false), false);
+        }
+        assert_eq!(slot(&mut e).layer.current, Some(0));
+        assert_eq!(e.io.counters.spatial_skipped, 2);
+        // Up again: not on a frame that references its own layer's past...
+        slot(&mut e).layer.target = Some(1);
+        for (i, s) in [0u8, 1, 2].into_iter().enumerate() {
+            forward(&mut e, t0, &layer(106 + i as u64, s, false, false), false);
+        }
+        assert_eq!(slot(&mut e).layer.current, Some(0));
+        // ...but on one that starts the layer.
+        for (i, s) in [0u8, 1, 2].into_iter().enumerate() {
+            forward(&mut e, t0, &layer(109 + i as u64, s, false, true), false);
+        }
+        assert_eq!(slot(&mut e).layer.current, Some(1));
+        assert_eq!(e.io.counters.spatial_skipped, 2 + 2 + 1);
+        assert_eq!(e.io.counters.dropped_waiting_keyframe, 0);
+        // Forwarded: 100..=103, 106, 109, 110 -> 1000..=1006; next 1007.
+        assert_eq!(next_out(&mut e, 112, 9_000, t0).0, 1007);
     }
 
     #[test]

@@ -391,6 +391,8 @@ pub(super) mod fixture {
             layers: 1,
             temporal: None,
             vp8: None,
+            svc: None,
+            dd: None,
             ext: E2eExt::default(),
             payload: Arc::from(vec![0x10u8, 0, 0, 0, 1, 2, 3]),
             received,

@@ -72,8 +72,12 @@ const UP_HEADROOM: f64 = 1.15;
 /// What this shard knows of one source track's layers.
 #[derive(Debug)]
 pub(super) struct SourceLayers {
-    /// How many layers the publisher declared (1 without simulcast).
+    /// How many layers the publisher declared (1 without simulcast), or
+    /// the spatial layers of a scalable source.
     pub(super) count: u8,
+    /// A scalable (SVC) source: its layers are spatial layers of one
+    /// encoding, and taking one takes every layer below it too.
+    pub(super) svc: bool,
     bytes: [u64; MAX_LAYERS],
     /// When each layer's first packet of the current window came.
     first: [Option<Instant>; MAX_LAYERS],
@@ -91,6 +95,7 @@ impl SourceLayers {
     fn new(count: u8, now: Instant) -> Self {
         SourceLayers {
             count: count.clamp(1, MAX_LAYERS as u8),
+            svc: false,
             bytes: [0; MAX_LAYERS],
             first: [None; MAX_LAYERS],
             bps: [0; MAX_LAYERS],
@@ -157,12 +162,20 @@ impl SourceLayers {
     /// an encoder ramping up) measures far below what it will send, and a
     /// climb onto it must not look cheap (measured: f at 228 kbit/s a
     /// second after it started, where it went on to send 0.7 to 1 Mbit/s).
+    /// A scalable source's rank costs its layer and every one below it.
     pub(super) fn rates(&self) -> ([u64; MAX_LAYERS], usize) {
         let n = usize::from(self.count);
         let mut rates = [0u64; MAX_LAYERS];
         let mut floor = 0u64;
+        let mut below = 0u64;
         for (rank, rate) in rates.iter_mut().enumerate().take(n) {
-            let measured = self.bps.get(rank).copied().unwrap_or(0);
+            let own = self.bps.get(rank).copied().unwrap_or(0);
+            let measured = if self.svc && own > 0 {
+                own + below
+            } else {
+                own
+            };
+            below += own;
             let r = if measured > 0 {
                 measured
             } else if n == 1 {
@@ -184,12 +197,15 @@ pub(super) struct Sources {
 }
 
 impl Sources {
-    /// One video packet of `track` (per packet: one lookup, two adds).
+    /// One video packet of `track` (per packet: one lookup, two adds), of
+    /// its simulcast layer `layer` of `count`, or (`svc`) of its spatial
+    /// layer `layer`.
     pub(super) fn note(
         &mut self,
         track: TrackKey,
         layer: u8,
         count: u8,
+        svc: bool,
         bytes: usize,
         now: Instant,
     ) {
@@ -198,6 +214,7 @@ impl Sources {
             .entry(track)
             .or_insert_with(|| SourceLayers::new(count, now));
         s.count = s.count.max(count.min(MAX_LAYERS as u8));
+        s.svc = svc;
         let l = usize::from(layer);
         if let Some(b) = s.bytes.get_mut(l) {
             *b += bytes as u64;
@@ -501,7 +518,7 @@ mod tests {
     #[test]
     fn known_widths_pick_the_layer_that_covers_the_tile() {
         let (key, mut s, t0) = fresh_source();
-        s.note(key, 0, 3, 1, t0);
+        s.note(key, 0, 3, false, 1, t0);
         // Until every width is known: the assumed 1280-wide top layer.
         s.note_width(key, 0, 160);
         assert_eq!(s.get(&key).unwrap().rank_for(320), 0);
@@ -570,16 +587,16 @@ mod tests {
         let (key, mut s, t0) = fresh_source();
         let ms = |n| t0 + Duration::from_millis(n);
         for t in [0, 200, 400] {
-            s.note(key, 0, 3, 1_000, ms(t));
+            s.note(key, 0, 3, false, 1_000, ms(t));
         }
         let low = |s: &Sources| s.get(&key).map(|x| x.lowest_flowing());
         assert_eq!(low(&s), Some(0));
         // q stops, h starts: q is left 500 ms after its last packet.
         for t in [600, 800, 900] {
-            s.note(key, 1, 3, 1_000, ms(t));
+            s.note(key, 1, 3, false, 1_000, ms(t));
         }
         assert_eq!(low(&s), Some(0));
-        s.note(key, 1, 3, 1_000, ms(1000));
+        s.note(key, 1, 3, false, 1_000, ms(1000));
         assert_eq!(low(&s), Some(1));
         let src = s.get(&key).unwrap();
         assert_eq!(src.silent_for(ms(1700)), Duration::from_millis(700));
@@ -594,7 +611,7 @@ mod tests {
         // All three at 5 frames a second: a low frame rate is not a stop.
         for t in [0, 200, 400, 600, 800] {
             for l in 0..3 {
-                s.note(key, l, 3, 1_000, ms(t));
+                s.note(key, l, 3, false, 1_000, ms(t));
             }
         }
         let src = |s: &Sources| s.get(&key).map(|x| (x.fallback(2), x.fallback(1)));
@@ -602,16 +619,16 @@ mod tests {
         // f stops; q and h go on: within 500 ms nothing moves, after it f
         // falls back to h.
         for t in [1000, 1200] {
-            s.note(key, 0, 3, 1_000, ms(t));
-            s.note(key, 1, 3, 1_000, ms(t));
+            s.note(key, 0, 3, false, 1_000, ms(t));
+            s.note(key, 1, 3, false, 1_000, ms(t));
         }
         assert_eq!(src(&s), Some((None, None)));
-        s.note(key, 0, 3, 1_000, ms(1400));
-        s.note(key, 1, 3, 1_000, ms(1400));
+        s.note(key, 0, 3, false, 1_000, ms(1400));
+        s.note(key, 1, 3, false, 1_000, ms(1400));
         assert_eq!(src(&s), Some((Some(1), None)));
         // h stops too: both fall back to q.
         for t in [1600, 1800, 2000] {
-            s.note(key, 0, 3, 1_000, ms(t));
+            s.note(key, 0, 3, false, 1_000, ms(t));
         }
         assert_eq!(src(&s), Some((Some(0), Some(0))));
     }
@@ -633,7 +650,7 @@ mod tests {
     fn rates_are_measured_monotonic_and_a_partial_window_does_not_count() {
         let (key, mut s, t0) = fresh_source();
         // Before anything is measured: the assumed ladder.
-        s.note(key, 0, 3, 0, t0);
+        s.note(key, 0, 3, false, 0, t0);
         assert_eq!(
             s.get(&key).unwrap().rates(),
             ([166_666, 500_000, 1_500_000, 0], 3)
@@ -641,23 +658,23 @@ mod tests {
         // q briefly sends more than h: h is taken to need at least twice
         // q's rate.
         for _ in 0..10 {
-            s.note(key, 0, 3, 5_000, t0);
-            s.note(key, 1, 3, 3_000, t0);
-            s.note(key, 2, 3, 15_000, t0);
+            s.note(key, 0, 3, false, 5_000, t0);
+            s.note(key, 1, 3, false, 3_000, t0);
+            s.note(key, 2, 3, false, 15_000, t0);
         }
         s.roll(t0 + Duration::from_secs(1));
         let (rates, n) = s.get(&key).unwrap().rates();
         assert_eq!(rates[..n], [400_000, 800_000, 1_600_000]);
         // f resumes 600 ms into a window: that window does not measure it.
         let t1 = t0 + Duration::from_secs(1);
-        s.note(key, 0, 3, 5_000, t1);
-        s.note(key, 1, 3, 3_000, t1);
-        s.note(key, 2, 3, 1_000, t1 + Duration::from_millis(600));
+        s.note(key, 0, 3, false, 5_000, t1);
+        s.note(key, 1, 3, false, 3_000, t1);
+        s.note(key, 2, 3, false, 1_000, t1 + Duration::from_millis(600));
         s.roll(t1 + Duration::from_secs(1));
         let (rates, _) = s.get(&key).unwrap().rates();
         assert_eq!(rates[2], 1_200_000);
         // Silent for a window: the rates stay (a paused layer keeps its figure).
-        s.note(key, 0, 3, 0, t0 + Duration::from_secs(3));
+        s.note(key, 0, 3, false, 0, t0 + Duration::from_secs(3));
         s.roll(t0 + Duration::from_secs(3));
         assert_eq!(s.get(&key).unwrap().rates().0[2], 1_200_000);
         // Forgotten after the expiry.

@@ -1239,8 +1239,13 @@ impl Engine {
 
     /// Asks the publisher of a track layer for a keyframe, within the rate
     /// limit ([`keyframes`]): on its `Rtc` when it is local, else one
-    /// message to its shard.
+    /// message to its shard. A scalable source's layers are spatial layers
+    /// of its one encoding: its keyframe is that encoding's.
     pub(super) fn request_keyframe(&mut self, now: Instant, key: LayerKey) {
+        let key = match self.sources.get(&key.track) {
+            Some(s) if s.svc => LayerKey { layer: 0, ..key },
+            _ => key,
+        };
         let track = key.track;
         if let Some(p) = self.participants.get_mut(&track.participant) {
             let Some(t) = p

@@ -38,6 +38,9 @@ pub(super) struct PublishedTrack {
     pub(super) probed_at: Option<Instant>,
     /// Whether its media flows: muted, paused.
     pub(super) flow: Flow,
+    /// Each layer's dependency descriptor structure (AV1, or VP9 with the
+    /// descriptor), once its first descriptor arrives.
+    pub(super) dd: [Option<Box<crate::svc::dd::DdReader>>; MAX_LAYERS],
 }
 
 /// Whether a published track's media flows: muted by its participant (its
@@ -116,6 +119,7 @@ impl Publisher {
                     last_needed: [None; MAX_LAYERS],
                     probed_at: None,
                     flow: Flow::default(),
+                    dd: Default::default(),
                 });
             }
         }

@@ -475,7 +475,7 @@ mod tests {
         // The source sends (not silent), nobody takes anything.
         let mut at = t0;
         while at < t0 + DYNACAST_HOLD {
-            e.sources.note(v, 0, 3, 1000, at);
+            e.sources.note(v, 0, 3, false, 1000, at);
             e.dynacast(at);
             at += Duration::from_millis(500);
         }
@@ -485,7 +485,7 @@ mod tests {
             "held"
         );
         assert_eq!(e.io.counters.dynacast_notices, 0);
-        e.sources.note(v, 0, 3, 1000, t0 + DYNACAST_HOLD);
+        e.sources.note(v, 0, 3, false, 1000, t0 + DYNACAST_HOLD);
         e.dynacast(t0 + DYNACAST_HOLD);
         assert_eq!(participant(&mut e, 2).publisher.tracks[0].active, 0b1);
         assert_eq!(e.io.counters.dynacast_notices, 1);
@@ -504,7 +504,7 @@ mod tests {
             .peer_shards
             .push(ShardId(1));
         let t1 = t0 + DYNACAST_HOLD + Duration::from_millis(100);
-        e.sources.note(v, 0, 3, 1000, t1);
+        e.sources.note(v, 0, 3, false, 1000, t1);
         e.dynacast(t1);
         assert_eq!(participant(&mut e, 2).publisher.tracks[0].active, 0b101);
         assert_eq!(e.io.counters.dynacast_notices, 2);

@@ -19,6 +19,7 @@ use str0m::media::{MediaKind, Mid, Pt};
 use str0m::rtp::{Vp8Descriptor, Vp8Patch};
 
 use crate::ids::TrackKey;
+use crate::svc::SvcPacket;
 
 /// First sequence number of a fresh slot: small, so the SRTP rollover counter starts at 0.
 const FIRST_SEQ: u64 = 1000;
@@ -90,6 +91,9 @@ pub(super) struct Layer {
     /// When the allocation last changed the target, and last moved it down.
     pub(super) last_move: Option<Instant>,
     pub(super) last_down: Option<Instant>,
+    /// An SVC source's picture being forwarded began with a keyframe (its
+    /// upper layers are switch points: a climb happens inside it).
+    pub(super) key_picture: bool,
 }
 
 impl Default for Layer {
@@ -102,6 +106,7 @@ impl Default for Layer {
             fresh: false,
             last_move: None,
             last_down: None,
+            key_picture: false,
         }
     }
 }
@@ -191,6 +196,73 @@ impl Slot {
         }
         self.layer.current = Some(layer);
         Admit::Forward { switched }
+    }
+}
+
+impl Slot {
+    /// [`Slot::admit`] for a scalable source (VP9 or AV1 SVC: one encoding,
+    /// its spatial layers inside it), where the slot's layer is the highest
+    /// spatial layer it forwards, with every layer below it (K-SVC needs
+    /// them at keyframes, full SVC at every picture; forwarding them always
+    /// is what lets a move down happen at once).
+    ///
+    /// It starts on a keyframe. It moves down at the next picture's start
+    /// (its lower layers never reference the upper ones), and up one layer
+    /// at a layer frame the stream lets a decoder start that layer on
+    /// ([`SvcPacket::switch_up`]: a keyframe's upper layers, or a frame
+    /// predicted only from the layer below). Packets of layers above it are
+    /// skipped, and the caller leaves them out of the slot's numbering.
+    pub(super) fn admit_svc(&mut self, svc: &SvcPacket, keyframe: bool) -> Admit {
+        let Some(target) = self.layer.target else {
+            self.layer.current = None;
+            return Admit::Skip;
+        };
+        let Some(mut current) = self.layer.current else {
+            if !keyframe {
+                return Admit::WaitKeyframe(0);
+            }
+            self.out.temporal = Temporal::default();
+            self.layer.current = Some(0);
+            self.layer.key_picture = true;
+            return Admit::Forward { switched: false };
+        };
+        let before = current;
+        if svc.frame_start && svc.spatial == 0 {
+            self.layer.key_picture = keyframe;
+            current = current.min(target);
+        }
+        if svc.frame_start
+            && svc.switch_up
+            && svc.spatial == current.saturating_add(1)
+            && svc.spatial <= target
+        {
+            current = svc.spatial;
+        }
+        let switched = current != before;
+        if switched {
+            self.layer.switches += 1;
+            self.layer.current = Some(current);
+        }
+        if svc.spatial <= current {
+            Admit::Forward { switched }
+        } else {
+            Admit::Skip
+        }
+    }
+
+    /// Whether a packet that [`Slot::admit_svc`] forwarded ends what the
+    /// slot shows of its picture: the last packet of the slot's highest
+    /// spatial layer carries the RTP marker (end of picture), as the
+    /// publisher's last packet of its highest layer did. Inside a keyframe
+    /// picture that the slot climbs through, that is the layer it climbs
+    /// to (or the publisher's top).
+    pub(super) fn svc_marker(&self, svc: &SvcPacket, marker: bool) -> bool {
+        let climbing = self.layer.key_picture
+            && self
+                .layer
+                .target
+                .is_some_and(|t| Some(t) > self.layer.current);
+        marker || (svc.frame_end && Some(svc.spatial) == self.layer.current && !climbing)
     }
 }
 
@@ -480,6 +552,142 @@ mod tests {
             mid: "0".into(),
         }));
         s
+    }
+
+    /// Chromium's captured VP9 L3T3_KEY and AV1 L3T3 streams through a
+    /// slot at each spatial layer: it forwards that layer and those below,
+    /// ends each picture once at its own top layer, and reads the same
+    /// layers from VP9's payload descriptor as from the dependency
+    /// descriptor that came with it.
+    #[test]
+    fn captured_chromium_svc_streams_through_a_slot_at_each_layer() {
+        use str0m::format::Codec;
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/svc/");
+        for (file, codec) in [
+            ("vp9-l3t3-key.crtp", Codec::Vp9),
+            ("av1-l3t3.crtp", Codec::Av1),
+        ] {
+            let bytes = std::fs::read(format!("{dir}{file}")).unwrap();
+            let records = svc_capture::fixture::read(&bytes);
+            let mut reader = None;
+            let packets: Vec<(u32, bool, SvcPacket)> = records
+                .iter()
+                .map(|r| {
+                    let svc = crate::svc::read(codec, &r.payload, r.dd.as_deref(), &mut reader)
+                        .unwrap()
+                        .unwrap();
+                    if codec == Codec::Vp9 {
+                        let own = crate::svc::vp9::parse(&r.payload).unwrap().svc();
+                        assert_eq!(
+                            (own.spatial, own.temporal, own.frame_start, own.frame_end),
+                            (svc.spatial, svc.temporal, svc.frame_start, svc.frame_end),
+                            "{file} seq {}",
+                            r.seq
+                        );
+                    }
+                    (r.timestamp, r.marker, svc)
+                })
+                .collect();
+            assert!(packets[0].2.keyframe, "{file} starts on its keyframe");
+            assert_eq!(packets[0].2.spatial_layers, Some(3));
+            for top in 0..3u8 {
+                let mut slot = video_slot();
+                slot.layer.target = Some(top);
+                // Per picture: markers given, whether its last forwarded
+                // packet had one, whether the slot climbed in it.
+                let mut pictures: Vec<(u32, usize, bool, bool)> = Vec::new();
+                for (i, (ts, marker, svc)) in packets.iter().enumerate() {
+                    match slot.admit_svc(svc, i == 0) {
+                        Admit::Forward { switched } => {
+                            assert!(
+                                svc.spatial <= top,
+                                "{file}: layer {} above {top}",
+                                svc.spatial
+                            );
+                            if pictures.last().is_none_or(|p| p.0 != *ts) {
+                                pictures.push((*ts, 0, false, false));
+                            }
+                            let m = slot.svc_marker(svc, *marker);
+                            let p = pictures.last_mut().unwrap();
+                            p.1 += usize::from(m);
+                            p.2 = m;
+                            p.3 |= switched;
+                        }
+                        Admit::Skip => assert!(svc.spatial > top),
+                        Admit::WaitKeyframe(_) => panic!("{file}: waits after its keyframe"),
+                    }
+                }
+                assert_eq!(slot.layer.current, Some(top), "{file}");
+                // Every picture ends with a marker; a second one only where
+                // the slot climbed onto a layer that starts mid-picture.
+                for &(ts, markers, last, climbed) in &pictures {
+                    assert!(last, "{file} at {top}: picture {ts} has no end");
+                    assert!(markers == 1 || climbed, "{file} at {top}: picture {ts}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn an_svc_slot_ends_its_pictures_at_its_own_top_layer() {
+        let mut slot = video_slot();
+        slot.layer.target = Some(1);
+        let frame = |spatial: u8, end: bool| SvcPacket {
+            spatial,
+            frame_start: !end,
+            frame_end: end,
+            keyframe: spatial == 0 && !end,
+            switch_up: true,
+            ..SvcPacket::default()
+        };
+        assert_eq!(
+            slot.admit_svc(&frame(0, false), true),
+            Admit::Forward { switched: false }
+        );
+        assert!(
+            !slot.svc_marker(&frame(0, true), false),
+            "a keyframe picture climbs on"
+        );
+        assert_eq!(
+            slot.admit_svc(&frame(1, false), false),
+            Admit::Forward { switched: true }
+        );
+        assert!(
+            slot.svc_marker(&frame(1, true), false),
+            "the slot's top layer ends"
+        );
+        assert!(
+            !slot.svc_marker(&frame(1, false), false),
+            "not at its last packet"
+        );
+        assert_eq!(slot.admit_svc(&frame(2, false), false), Admit::Skip);
+        // The next picture (no keyframe) ends at layer 1 too, not at 0.
+        let mut next = frame(0, false);
+        next.keyframe = false;
+        next.switch_up = false;
+        assert_eq!(
+            slot.admit_svc(&next, false),
+            Admit::Forward { switched: false }
+        );
+        assert!(!slot.svc_marker(&frame(0, true), false));
+        slot.layer.target = Some(0);
+        assert_eq!(
+            slot.admit_svc(&next, false),
+            Admit::Forward { switched: true }
+        );
+        assert!(
+            slot.svc_marker(&frame(0, true), false),
+            "down: layer 0 ends it now"
+        );
+        slot.layer.target = Some(1);
+        // Paused: nothing, and it starts again on a keyframe.
+        slot.layer.target = None;
+        assert_eq!(slot.admit_svc(&frame(0, false), false), Admit::Skip);
+        slot.layer.target = Some(0);
+        assert_eq!(
+            slot.admit_svc(&frame(0, true), false),
+            Admit::WaitKeyframe(0)
+        );
     }
 
     #[test]

@@ -18,6 +18,8 @@
 pub mod dd;
 pub mod vp9;
 
+use str0m::format::Codec;
+
 /// What the SFU needs from one packet of a scalable stream.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SvcPacket {
@@ -42,4 +44,31 @@ pub struct SvcPacket {
     /// carries the announcement (VP9 scalability structure, DD template
     /// structure); `None` otherwise.
     pub spatial_layers: Option<u8>,
+}
+
+/// The layers of one video packet of `codec`, from its dependency
+/// descriptor `dd` (read with its stream's `reader`, created at the first)
+/// when it has one, else from VP9's payload descriptor; `Ok(None)` for a
+/// packet of a codec without layers, or a VP9 payload whose descriptor does
+/// not read (its keyframe test fails the same way, so it starts nothing). A
+/// dependency descriptor that does not read is an error: the caller drops
+/// the packet (what it would forward, it could not tell).
+pub fn read(
+    codec: Codec,
+    payload: &[u8],
+    dd: Option<&[u8]>,
+    reader: &mut Option<Box<dd::DdReader>>,
+) -> Result<Option<SvcPacket>, dd::DdError> {
+    if let Some(ext) = dd
+        && matches!(codec, Codec::Av1 | Codec::Vp9)
+    {
+        return reader
+            .get_or_insert_default()
+            .read(ext)
+            .map(|f| Some(f.svc()));
+    }
+    if codec == Codec::Vp9 {
+        return Ok(vp9::parse(payload).ok().map(|d| d.svc()));
+    }
+    Ok(None)
 }

@@ -400,8 +400,14 @@ impl Collector for MetricsSnapshot {
         c(
             &mut enc,
             "corelay_temporal_skipped",
-            "VP8 packets of temporal layers a slot left out (a frame-rate down-switch).",
+            "Packets of temporal layers a slot left out (a frame-rate down-switch).",
             &|r| r.counters.temporal_skipped,
+        )?;
+        c(
+            &mut enc,
+            "corelay_spatial_skipped",
+            "SVC packets of spatial layers above the one a slot shows, left out.",
+            &|r| r.counters.spatial_skipped,
         )?;
         c(
             &mut enc,

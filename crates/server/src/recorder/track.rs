@@ -752,6 +752,8 @@ mod tests {
             layers: 1,
             temporal: None,
             vp8: None,
+            svc: None,
+            dd: None,
             ext: E2eExt::default(),
             payload: vec![0x10, u8::from(!keyframe), 0, 0, 9, 9].into_boxed_slice(),
             received: Instant::now(),

@@ -196,6 +196,8 @@ mod tests {
                 layers: 1,
                 temporal: None,
                 vp8: None,
+                svc: None,
+                dd: None,
                 ext: Default::default(),
                 payload: Box::from(&[0u8; 8][..]),
                 received: std::time::Instant::now(),
