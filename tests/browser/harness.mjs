@@ -12,7 +12,7 @@
 //   FIREFOX              Firefox binary (default Debian's firefox-esr)
 //   CORELAY_HEADFUL=1    show the browser (needs a display)
 
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import dgram from 'node:dgram';
 import fs from 'node:fs';
 import net from 'node:net';
@@ -439,4 +439,57 @@ export async function waitTiles(page, participants, { timeout = 15000 } = {}) {
     const have = window.corelay.tiles().map((t) => t.participant).sort();
     return JSON.stringify(have) === JSON.stringify(w) ? window.corelay.tiles() : null;
   }, want, { timeout, what: `tiles for ${JSON.stringify(want)}` });
+}
+
+// A network namespace joined to this one by a veth pair whose egress here
+// (toward the namespace) is a `tc tbf` token bucket: a shaped downlink for
+// a browser launched through `wrapper` (Chromium run with `ip netns exec`).
+// `tag` names it (with the pid; interface names stay under 16 characters),
+// `net` is its /24's third octet. Returns {serverIp, wrapper, remove()} or,
+// when this host cannot (no iproute2, no CAP_NET_ADMIN), {skip: why}.
+export async function shapedNetns(tag, net, tbf) {
+  const run = (cmd, ...args) => execFileSync(cmd, args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+  const quiet = (fn) => { try { fn(); } catch { /* gone already */ } };
+  const ns = `corelay-${tag}-${process.pid}`;
+  const here = `${tag}${process.pid}s`.slice(0, 15);
+  const there = `${tag}${process.pid}c`.slice(0, 15);
+  const serverIp = `10.${net}.0.1`;
+  for (const old of fs.existsSync('/run/netns') ? fs.readdirSync('/run/netns') : []) {
+    const m = new RegExp(`^corelay-${tag}-(\\d+)$`).exec(old);
+    if (m && !fs.existsSync(`/proc/${m[1]}`)) quiet(() => run('ip', 'netns', 'del', old));
+  }
+  try {
+    run('ip', 'netns', 'add', ns);
+  } catch (e) {
+    return { skip: `cannot create a network namespace: ${String(e.stderr || e.message).trim().split('\n')[0]}` };
+  }
+  const remove = () => {
+    quiet(() => run('ip', 'link', 'del', here));
+    quiet(() => run('ip', 'netns', 'del', ns));
+  };
+  try {
+    run('ip', 'netns', 'exec', ns, 'ip', 'link', 'set', 'lo', 'up');
+    run('ip', 'link', 'add', here, 'type', 'veth', 'peer', 'name', there, 'netns', ns);
+    run('ip', 'addr', 'add', `${serverIp}/24`, 'dev', here);
+    run('ip', 'link', 'set', here, 'up');
+    run('ip', 'netns', 'exec', ns, 'ip', 'addr', 'add', `10.${net}.0.2/24`, 'dev', there);
+    run('ip', 'netns', 'exec', ns, 'ip', 'link', 'set', there, 'up');
+    run('tc', 'qdisc', 'add', 'dev', here, 'root', 'tbf', ...tbf);
+  } catch (e) {
+    remove();
+    return { skip: `cannot make a veth pair with a tbf qdisc: ${String(e.stderr || e.message).trim().split('\n')[0]}` };
+  }
+  for (let i = 0; i < 50 && !/LOWER_UP/.test(run('ip', 'link', 'show', here)); i++) await sleep(50);
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), `corelay-${tag}-`));
+  const wrapper = path.join(dir, 'chromium-in-netns');
+  const chromium = process.env.CHROMIUM || '/usr/lib/chromium/chromium';
+  fs.writeFileSync(wrapper, `#!/bin/sh\nexec ip netns exec ${ns} ${chromium} "$@"\n`, { mode: 0o755 });
+  return {
+    serverIp,
+    wrapper,
+    remove() {
+      remove();
+      fs.rmSync(dir, { recursive: true, force: true });
+    },
+  };
 }

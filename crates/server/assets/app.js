@@ -11,6 +11,10 @@
 
 (() => {
   const ABS_CAPTURE_TIME = 'http://www.webrtc.org/experiments/rtp-hdrext/abs-capture-time';
+  // AV1's SVC layers (and Chromium's VP9's): a receiver that does not
+  // negotiate it cannot decode an AV1 stream the server thinned to its
+  // layers. Chromium leaves it off on receive-only transceivers.
+  const DEPENDENCY_DESCRIPTOR = 'https://aomediacodec.github.io/av1-rtp-spec/#dependency-descriptor-rtp-header-extension';
   const ICE_GATHER_TIMEOUT_MS = 5000;
   // Reconnection (issue 50.3): a connection `disconnected` this long, or
   // `failed`, restarts ICE; a restart that could not be made is tried again
@@ -49,20 +53,20 @@
 
   // Turn on abs-capture-time (Chrome has it "stopped" by default) so the
   // server's forwarding of it is exercised. ?abscapture=0 turns this off.
-  function enableAbsCaptureTime(transceiver) {
+  function enableHeaderExtensions(transceiver, uris) {
     if (typeof transceiver.setHeaderExtensionsToNegotiate !== 'function') return;
     try {
       const exts = transceiver.getHeaderExtensionsToNegotiate();
       let changed = false;
       for (const e of exts) {
-        if (e.uri === ABS_CAPTURE_TIME && e.direction === 'stopped') {
+        if (uris.includes(e.uri) && e.direction === 'stopped') {
           e.direction = 'sendrecv';
           changed = true;
         }
       }
       if (changed) transceiver.setHeaderExtensionsToNegotiate(exts);
     } catch (err) {
-      console.warn('corelay: could not enable abs-capture-time', err);
+      console.warn(`corelay: could not enable ${uris.join(', ')}`, err);
     }
   }
 
@@ -193,6 +197,15 @@ onrtctransform = (ev) => {
     if (codecs.length) transceiver.setCodecPreferences(codecs);
   }
 
+  // One video codec (and RTX) on a sending transceiver.
+  function preferCodec(transceiver, name) {
+    const caps = RTCRtpReceiver.getCapabilities?.('video');
+    if (!caps || typeof transceiver.setCodecPreferences !== 'function') return;
+    const want = new RegExp(`^video/(${name}|rtx)$`, 'i');
+    const codecs = caps.codecs.filter((c) => want.test(c.mimeType));
+    if (codecs.some((c) => !/rtx/i.test(c.mimeType))) transceiver.setCodecPreferences(codecs);
+  }
+
   async function errorText(res) {
     const text = await res.text().catch(() => '');
     try {
@@ -220,6 +233,11 @@ onrtctransform = (ev) => {
       this.audioSlots = opts.audioSlots ?? 3;
       this.absCaptureTime = opts.absCaptureTime ?? true;
       this.simulcast = opts.simulcast ?? false;
+      // codec: 'vp9', 'av1', 'vp8' or 'h264': the only one the camera
+      // offers (a room takes its first publisher's); svc: a
+      // scalabilityMode for one scalable encoding, e.g. 'L3T3_KEY'.
+      this.codec = opts.codec ?? null;
+      this.svc = opts.svc ?? null;
       // 'relay' sends all media through the TURN servers the server hands
       // out (GET /api/v1/ice-servers); default 'all' (page address: ?ice=relay).
       this.iceTransportPolicy = opts.iceTransportPolicy ?? (params.get('ice') === 'relay' ? 'relay' : 'all');
@@ -326,15 +344,21 @@ onrtctransform = (ev) => {
         // Video first: mid 0 is the camera, mid 1 the microphone.
         for (const track of [...this.stream.getVideoTracks(), ...this.stream.getAudioTracks()]) {
           const init = { direction: 'sendonly', streams: [this.stream] };
-          if (track.kind === 'video' && this.simulcast) init.sendEncodings = SIMULCAST_ENCODINGS;
+          // ?svc=L3T3_KEY: one scalable encoding (VP9, AV1) instead of
+          // simulcast; the server picks layers out of it per viewer.
+          if (track.kind === 'video' && this.svc) init.sendEncodings = [{ scalabilityMode: this.svc }];
+          else if (track.kind === 'video' && this.simulcast) init.sendEncodings = SIMULCAST_ENCODINGS;
           const t = pc.addTransceiver(track, init);
+          if (track.kind === 'video' && this.codec && !this.e2ee) preferCodec(t, this.codec);
           this.senders[track.kind] = t.sender;
           transceivers.push(t);
         }
       }
       for (let i = 0; i < this.videoSlots; i++) transceivers.push(pc.addTransceiver('video', { direction: 'recvonly' }));
       for (let i = 0; i < this.audioSlots; i++) transceivers.push(pc.addTransceiver('audio', { direction: 'recvonly' }));
-      if (this.absCaptureTime) transceivers.forEach(enableAbsCaptureTime);
+      if (this.absCaptureTime) transceivers.forEach((t) => enableHeaderExtensions(t, [ABS_CAPTURE_TIME]));
+      transceivers.filter((t) => t.receiver.track.kind === 'video')
+        .forEach((t) => enableHeaderExtensions(t, [DEPENDENCY_DESCRIPTOR]));
       if (this.e2ee) this.encryptAll(transceivers);
 
       const dc = pc.createDataChannel('events');
@@ -1222,6 +1246,8 @@ onrtctransform = (ev) => {
       audioSlots: intParam('audioslots', 3, 0, 16),
       absCaptureTime: boolParam('abscapture', true),
       simulcast: boolParam('simulcast', true),
+      codec: /^(vp8|vp9|av1|h264)$/i.test(params.get('codec') ?? '') ? params.get('codec') : null,
+      svc: /^[LS][1-3]T[1-3](_KEY)?$/.test(params.get('svc') ?? '') ? params.get('svc') : null,
     });
     grid = new CorelayGrid(session, $('grid'), $('audio-sinks'));
     window.corelayExpose(session, grid);

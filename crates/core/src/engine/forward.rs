@@ -846,15 +846,16 @@ mod tests {
         }
         assert_eq!(slot(&mut e).layer.current, Some(0));
         assert_eq!(e.io.counters.spatial_skipped, 2);
-        // Up again: not on a frame that references its own layer's past...
+        // Up again: not on a frame that references its own layer's past,
+        // nor on a switch point outside a keyframe picture...
         slot(&mut e).layer.target = Some(1);
         for (i, s) in [0u8, 1, 2].into_iter().enumerate() {
-            forward(&mut e, t0, &layer(106 + i as u64, s, false, false), false);
+            forward(&mut e, t0, &layer(106 + i as u64, s, false, i == 1), false);
         }
         assert_eq!(slot(&mut e).layer.current, Some(0));
-        // ...but on one that starts the layer.
+        // ...but in a keyframe picture.
         for (i, s) in [0u8, 1, 2].into_iter().enumerate() {
-            forward(&mut e, t0, &layer(109 + i as u64, s, false, true), false);
+            forward(&mut e, t0, &layer(109 + i as u64, s, true, false), false);
         }
         assert_eq!(slot(&mut e).layer.current, Some(1));
         assert_eq!(e.io.counters.spatial_skipped, 2 + 2 + 1);

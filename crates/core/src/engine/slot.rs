@@ -207,11 +207,15 @@ impl Slot {
     /// is what lets a move down happen at once).
     ///
     /// It starts on a keyframe. It moves down at the next picture's start
-    /// (its lower layers never reference the upper ones), and up one layer
-    /// at a layer frame the stream lets a decoder start that layer on
-    /// ([`SvcPacket::switch_up`]: a keyframe's upper layers, or a frame
-    /// predicted only from the layer below). Packets of layers above it are
-    /// skipped, and the caller leaves them out of the slot's numbering.
+    /// (its lower layers never reference the upper ones), and up inside a
+    /// keyframe picture, one layer at each of its layer frames a decoder can
+    /// start that layer on ([`SvcPacket::switch_up`]). Only there: whether a
+    /// picture's next layer starts a climb must be known when its lower
+    /// layer ends, which carries the end-of-picture marker if not, and a
+    /// picture must end once. The engine asks for a keyframe when a slot's
+    /// target moves up. Packets of
+    /// layers above it are skipped, and the caller leaves them out of the
+    /// slot's numbering.
     pub(super) fn admit_svc(&mut self, svc: &SvcPacket, keyframe: bool) -> Admit {
         let Some(target) = self.layer.target else {
             self.layer.current = None;
@@ -231,7 +235,8 @@ impl Slot {
             self.layer.key_picture = keyframe;
             current = current.min(target);
         }
-        if svc.frame_start
+        if self.layer.key_picture
+            && svc.frame_start
             && svc.switch_up
             && svc.spatial == current.saturating_add(1)
             && svc.spatial <= target
@@ -613,16 +618,21 @@ mod tests {
                             p.2 = m;
                             p.3 |= switched;
                         }
-                        Admit::Skip => assert!(svc.spatial > top),
+                        Admit::Skip => assert!(svc.spatial > slot.layer.current.unwrap()),
                         Admit::WaitKeyframe(_) => panic!("{file}: waits after its keyframe"),
                     }
                 }
-                assert_eq!(slot.layer.current, Some(top), "{file}");
-                // Every picture ends with a marker; a second one only where
-                // the slot climbed onto a layer that starts mid-picture.
-                for &(ts, markers, last, climbed) in &pictures {
-                    assert!(last, "{file} at {top}: picture {ts} has no end");
-                    assert!(markers == 1 || climbed, "{file} at {top}: picture {ts}");
+                // Chromium's AV1 keyframe had two layers (its encoder adds
+                // the third later, at a switch point outside a keyframe
+                // picture: a climb onto it waits for the next keyframe).
+                let reached = if codec == Codec::Av1 { top.min(1) } else { top };
+                assert_eq!(slot.layer.current, Some(reached), "{file}");
+                // Every picture ends with one marker.
+                for &(ts, markers, last, _) in &pictures {
+                    assert!(
+                        last && markers == 1,
+                        "{file} at {top}: picture {ts}: {markers} markers"
+                    );
                 }
             }
         }
