@@ -1,5 +1,5 @@
 // Firefox ESR and Chromium in one room, on the demo page, against a server
-// with default settings (--video-codecs vp8,h264).
+// with default settings (--video-codecs vp8,h264,vp9,av1).
 //
 // Issue 10: "Firefox is refused by a default server … `400 codec_mismatch: an
 // video m-line offers no H264`, also on corelay's own demo page". Debian's
@@ -7,6 +7,8 @@
 // must put such a room on VP8, whoever joins first, and both browsers must
 // decode each other. Firefox loads the demo page unmodified, the way a link
 // does (/?room=…&name=…&join=1), through puppeteer-core over WebDriver BiDi.
+// Issue 51: Firefox joins a room whose Chromium publisher sends VP9 with
+// SVC (L3T3_KEY), and both decode VP9.
 //
 // Skips (and says why) only when there is no firefox-esr or no puppeteer-core;
 // scripts/test-browser installs both.
@@ -64,19 +66,19 @@ describe('Firefox ESR and Chromium on the demo page (default server)', { skip: u
 
   // Each page decodes the other's video (> 30 frames, VP8) and receives its
   // audio (totalSamplesReceived rising); the room's codec is VP8.
-  async function seeAndHearEachOther(t, room, fox, chrome) {
+  async function seeAndHearEachOther(t, room, fox, chrome, codec = 'VP8') {
     for (const [me, other] of [[fox, chrome], [chrome, fox]]) {
       const tiles = await waitTiles(me.page, [other.id]);
       assert.equal(tiles[0].name, other.name, `${me.page.label}: the tile is labelled from the roster`);
       const vmid = await slotOf(me.page, other.id, 'video');
       const video = await waitFramesDecoded(me.page, vmid, 30);
-      assert.equal(video.codec, 'video/VP8', `${me.page.label} decodes VP8`);
+      assert.equal(video.codec, `video/${codec}`, `${me.page.label} decodes ${codec}`);
       const amid = await slotOf(me.page, other.id, 'audio');
       const audio = await waitMediaFlowing(me.page, amid, 'audio');
       t.diagnostic(`${me.page.label} decoded ${video.framesDecoded} frames ${video.frameWidth}x${video.frameHeight} (${video.codec}) from ${other.page.label}; audio samples ${audio.first} -> ${audio.now} (${audio.stats.codec})`);
     }
     const info = await server.room(room);
-    assert.equal(info.video_codec, 'VP8', `GET /api/v1/rooms/${room}: ${JSON.stringify(info)}`);
+    assert.equal(info.video_codec, codec, `GET /api/v1/rooms/${room}: ${JSON.stringify(info)}`);
     assert.deepEqual(info.participants.map((p) => p.id).sort(), [fox.id, chrome.id].sort());
   }
 
@@ -124,6 +126,20 @@ describe('Firefox ESR and Chromium on the demo page (default server)', { skip: u
     await seeAndHearEachOther(t, room,
       { page: fpage, id: fid, name: 'Fox' },
       { page: cpage, id: cid, name: 'Chrome' });
+  });
+
+  step('Chromium publishes VP9 with SVC (?codec=vp9&svc=L3T3_KEY) and Firefox joins its room: both decode VP9 (issue 51)', async (t) => {
+    for (const p of pages.splice(0)) await p.close();
+    const room = uniqueRoom('firefox-vp9');
+    const cpage = await newPage(chromium, 'chromium-vp9');
+    const fpage = await newFirefoxPage(firefox, 'firefox-vp9');
+    track(cpage, fpage);
+    const cid = await joinDemoByUrl(cpage, server.base, room, 'Chrome', { query: { codec: 'vp9', svc: 'L3T3_KEY' } });
+    assert.equal((await server.room(room)).video_codec, 'VP9');
+    const fid = await joinDemoByUrl(fpage, server.base, room, 'Fox');
+    await seeAndHearEachOther(t, room,
+      { page: fpage, id: fid, name: 'Fox' },
+      { page: cpage, id: cid, name: 'Chrome' }, 'VP9');
   });
 
   step('no script errors on the Firefox and Chromium pages', async () => {

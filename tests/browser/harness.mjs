@@ -396,8 +396,8 @@ export async function joinDemo(page, base, room, name, { recvonly = false, query
 // (no clicks, so it works for any browser's page). Resolves with the
 // participant id; throws with the page's error (e.g. `400 codec_mismatch: …`)
 // when the server refused the offer.
-export async function joinDemoByUrl(page, base, room, name) {
-  const q = new URLSearchParams({ room, name, join: '1' });
+export async function joinDemoByUrl(page, base, room, name, { query = {} } = {}) {
+  const q = new URLSearchParams({ ...query, room, name, join: '1' });
   await page.goto(`${base}/?${q}`);
   const r = await waitInPage(page, () => {
     const c = window.corelay;
