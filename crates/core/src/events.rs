@@ -71,6 +71,14 @@ pub enum RoomEvent {
         mid: String,
         active: Vec<String>,
     },
+    /// Dynacast, to a publisher of one scalable (SVC) encoding: how many of
+    /// its spatial layers some subscriber takes now (the lowest always); it
+    /// may encode only those (a lower `scalabilityMode`) until a later `svc`
+    /// asks for more.
+    Svc {
+        mid: String,
+        spatial: u8,
+    },
     /// An application message from another participant (`from`: its id,
     /// `name`: its display name), to the whole room (`to` null) or to the
     /// ids in `to`.

@@ -545,6 +545,12 @@ onrtctransform = (ev) => {
         case 'layers':
           this.applyLayers(ev.active || []);
           break;
+        case 'svc':
+          // How many spatial layers of our scalable encoding anyone takes.
+          // Not applied: a scalabilityMode change restarts the encoder on a
+          // keyframe at new layer sizes, and viewers froze through it.
+          this.svcTaken = ev.spatial;
+          break;
         case 'recording':
           // The room is being recorded (issue 53): its id and, if the
           // recorder failed (a full disk), why; null once it stopped.

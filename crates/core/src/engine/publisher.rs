@@ -41,6 +41,9 @@ pub(super) struct PublishedTrack {
     /// Each layer's dependency descriptor structure (AV1, or VP9 with the
     /// descriptor), once its first descriptor arrives.
     pub(super) dd: [Option<Box<crate::svc::dd::DdReader>>; MAX_LAYERS],
+    /// The spatial layers a scalable (SVC) publisher was last told to
+    /// encode (dynacast's `svc` event); `None` before the first.
+    pub(super) svc_told: Option<u8>,
 }
 
 /// Whether a published track's media flows: muted by its participant (its
@@ -120,6 +123,7 @@ impl Publisher {
                     probed_at: None,
                     flow: Flow::default(),
                     dd: Default::default(),
+                    svc_told: None,
                 });
             }
         }

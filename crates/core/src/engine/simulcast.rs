@@ -354,6 +354,47 @@ impl Engine {
                 }
             }
         }
+        // Local publishers of one scalable encoding: how many spatial
+        // layers to encode, with the same hold (a spatial layer the encoder
+        // adds back starts on a keyframe).
+        for (&pid, p) in self.participants.iter_mut() {
+            for t in p.publisher.tracks.iter_mut().filter(|t| t.rids.len() <= 1) {
+                let key = TrackKey {
+                    participant: pid,
+                    mid: t.mid,
+                };
+                let Some(source) = self.sources.get(&key).filter(|s| s.svc) else {
+                    continue;
+                };
+                let mut needed = demand.get(&key).copied().unwrap_or(0);
+                for ((track, _), d) in &self.demand_remote {
+                    if *track == key {
+                        needed |= d.mask;
+                    }
+                }
+                let n = usize::from(source.count);
+                let mut spatial = 1u8;
+                for (l, last) in t.last_needed.iter_mut().enumerate().take(n) {
+                    if needed & (1 << l) != 0 {
+                        *last = Some(now);
+                    }
+                    if last.is_some_and(|at| now.saturating_duration_since(at) < DYNACAST_HOLD) {
+                        spatial = spatial.max(l as u8 + 1);
+                    }
+                }
+                // All of them until the first notice.
+                if spatial != t.svc_told.unwrap_or(source.count) {
+                    t.svc_told = Some(spatial);
+                    notices.push((
+                        pid,
+                        RoomEvent::Svc {
+                            mid: t.mid.to_string(),
+                            spatial,
+                        },
+                    ));
+                }
+            }
+        }
         for (pid, ev) in notices {
             self.io.counters.dynacast_notices += 1;
             self.send_event(now, pid, &ev);
@@ -507,6 +548,46 @@ mod tests {
         e.sources.note(v, 0, 3, false, 1000, t1);
         e.dynacast(t1);
         assert_eq!(participant(&mut e, 2).publisher.tracks[0].active, 0b101);
+        assert_eq!(e.io.counters.dynacast_notices, 2);
+    }
+
+    #[test]
+    fn an_svc_publisher_is_told_the_spatial_layers_taken_after_the_hold() {
+        let t0 = Instant::now();
+        let mut e = engine();
+        add(&mut e, t0, 2, &[line("v", MediaKind::Video)], &[]);
+        room(
+            &mut e,
+            &[(2, HERE, false, vec![line("v", MediaKind::Video)])],
+        );
+        let v = track(2, "v");
+        participant(&mut e, 2).publisher.tracks[0].last_needed = [Some(t0); MAX_LAYERS];
+        let told = |e: &mut Engine| participant(e, 2).publisher.tracks[0].svc_told;
+        // Three spatial layers arrive; nobody takes any.
+        let mut at = t0;
+        while at < t0 + DYNACAST_HOLD {
+            for l in 0..3 {
+                e.sources.note(v, l, 3, true, 1000, at);
+            }
+            e.dynacast(at);
+            at += Duration::from_millis(500);
+        }
+        assert_eq!(told(&mut e), None, "held: all of them");
+        e.dynacast(t0 + DYNACAST_HOLD);
+        assert_eq!(told(&mut e), Some(1), "the lowest always");
+        assert_eq!(e.io.counters.dynacast_notices, 1);
+        e.dynacast(t0 + DYNACAST_HOLD);
+        assert_eq!(e.io.counters.dynacast_notices, 1, "told once");
+        // A peer shard's subscriber takes layer 1: two layers.
+        e.demand_remote
+            .insert((v, ShardId(1)), Demand { mask: 0b11, at: t0 });
+        e.rooms
+            .get_mut(&super::super::io::fixture::ROOM)
+            .expect("room")
+            .peer_shards
+            .push(ShardId(1));
+        e.dynacast(t0 + DYNACAST_HOLD);
+        assert_eq!(told(&mut e), Some(2));
         assert_eq!(e.io.counters.dynacast_notices, 2);
     }
 }
