@@ -12,8 +12,10 @@
 //! media (the slot switches on a keyframe in [`super::forward`]) or decide
 //! what a slot shows ([`super::policy`]).
 
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::time::{Duration, Instant};
 
+use str0m::Event;
 use str0m::bwe::Bitrate;
 use str0m::media::MediaKind;
 
@@ -113,7 +115,24 @@ impl Engine {
             at.push((i, wanted));
         }
         let initial = self.settings.bwe_initial_bps;
-        let loss = p.session.stats.egress_loss;
+        // Its receiver reports of the last stats interval, complete: its
+        // estimate when it gives no other.
+        if let (Some(start), Some(loss)) = (initial, p.subscriber.downlink.reports.take())
+            && p.subscriber.downlink.note_report(now, start, loss)
+        {
+            tracing::trace!(
+                participant = %id,
+                ?loss,
+                estimate = ?p.subscriber.downlink.estimate(),
+                "loss-based estimate"
+            );
+        }
+        // The loss its TWCC feedback shows, else its receiver reports'.
+        let loss = p
+            .session
+            .stats
+            .egress_loss
+            .or(p.subscriber.downlink.report_loss());
         let d = p
             .subscriber
             .downlink
@@ -171,6 +190,29 @@ impl Engine {
                 rtc.bwe()
                     .set_bitrate(Bitrate::bps(minimum), Bitrate::bps(desired));
             });
+        }
+    }
+
+    /// A statistics event of subscriber `id`, for its estimate from
+    /// receiver reports: its figures (an interval starts), then each send
+    /// stream's packets and reported loss; the
+    /// reallocation after the batch takes the interval.
+    pub(super) fn note_reports(&mut self, id: ParticipantId, ev: &Event) {
+        let Some(p) = self.participants.get_mut(&id) else {
+            return;
+        };
+        let reports = &mut p.subscriber.downlink.reports;
+        match ev {
+            // Its byte count misses what the shard's own egress sends: what
+            // it was sent is what its slots took (the downlink's figure).
+            Event::PeerStats(_) => reports.peer(),
+            Event::MediaEgressStats(st) => {
+                let mut h = DefaultHasher::new();
+                (st.mid, st.rid).hash(&mut h);
+                reports.stream(h.finish(), st.packets, st.loss);
+                self.io.todo.realloc.push(id);
+            }
+            _ => {}
         }
     }
 
