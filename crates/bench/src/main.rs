@@ -138,6 +138,12 @@ struct CommonArgs {
     /// is used only with the corelay dialect and a loopback --bind-ip.
     #[arg(long, global = true)]
     socket_per_participant: bool,
+    /// Participants negotiate no transport-wide congestion control (no
+    /// `transport-cc`, no transport-wide sequence numbers), as werift,
+    /// libdatachannel and aiortc by default: the server's estimate of their
+    /// downlinks comes from their receiver reports.
+    #[arg(long, global = true)]
+    no_twcc: bool,
     /// A TURN server (coturn, use-auth-secret) that --relayed-share of the
     /// participants join through, over UDP: `turn:HOST:PORT` (see
     /// docs/benchmarks.md, "Reach"). Needs --turn-secret-file.
@@ -524,6 +530,7 @@ fn main() {
             .map(|s| s.as_bytes().to_vec()),
         layers,
         own_media_path: !c.str0m_media,
+        twcc: !c.no_twcc,
         shared_socket: !c.socket_per_participant && !janus && c.bind_ip.is_loopback(),
         reach,
     };

@@ -74,6 +74,8 @@ pub struct Common {
     /// Participants use their own media path once connected
     /// ([`ParticipantConfig::own_media_path`]).
     pub own_media_path: bool,
+    /// Participants negotiate TWCC ([`ParticipantConfig::twcc`]).
+    pub twcc: bool,
     /// Participants join on their driver thread's shared socket, each at a
     /// loopback address of its own ([`Driver::spawn_shared`]), instead of
     /// with a socket each.
@@ -609,6 +611,7 @@ pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String>
         cfg.seed = seed;
         cfg.tag = tag;
         cfg.own_media_path = common.own_media_path;
+        cfg.twcc = common.twcc;
         Box::new(cfg)
     };
 
@@ -651,6 +654,7 @@ pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String>
             cfg.seed = rng.u64(..);
             cfg.tag = jp.tag;
             cfg.own_media_path = common.own_media_path;
+            cfg.twcc = common.twcc;
             let driver = (jp.tag as usize) % drivers.len();
             let room_name = format!("bench-{run_id}-r{}", jp.room);
             let token = common.token(Some(&room_name), &jp.name, token_ttl);

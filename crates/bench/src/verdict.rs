@@ -342,6 +342,7 @@ pub fn run(common: &Common, spec: &Spec) -> Result<Value, String> {
             cfg.audio_slots = 0;
             cfg.data_channel = true;
             cfg.own_media_path = common.own_media_path;
+            cfg.twcc = common.twcc;
             cfg.seed = common.seed.wrapping_add(key);
             if role.is_some() {
                 cfg.publish_video = false;

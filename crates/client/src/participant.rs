@@ -127,6 +127,12 @@ pub struct ParticipantConfig {
     /// the CPU per packet; a loss is NACKed once, not every 33 ms. Off by
     /// default; the load generator turns it on.
     pub own_media_path: bool,
+    /// Negotiate transport-wide congestion control (the `transport-cc`
+    /// feedback and the transport-wide sequence number extension) and so
+    /// send its feedback. On by default; off, the offer carries neither,
+    /// as werift's, libdatachannel's and aiortc's do by default, and the
+    /// server learns the downlink from receiver reports alone.
+    pub twcc: bool,
 }
 
 impl ParticipantConfig {
@@ -152,6 +158,7 @@ impl ParticipantConfig {
             tag: 0,
             clock: Clock::monotonic(),
             own_media_path: false,
+            twcc: true,
         }
     }
 }
@@ -1617,6 +1624,27 @@ fn build_rtc(cfg: &ParticipantConfig, local: SocketAddr, now: Instant) -> Result
         VideoCodec::Vp9 => b.enable_vp9(true),
         VideoCodec::Av1 => b.enable_av1(true),
     };
+    if !cfg.twcc {
+        // Neither the feedback nor the sequence numbers it reports on.
+        let mut kept = ExtensionMap::empty();
+        for (id, ext) in exts.iter() {
+            if *ext != Extension::TransportSequenceNumber {
+                kept.set(id, ext.clone());
+            }
+        }
+        exts = kept;
+        let params = b
+            .codec_config()
+            .params()
+            .iter()
+            .cloned()
+            .map(|mut p| {
+                p.set_fb_transport_cc(false);
+                p
+            })
+            .collect();
+        *b.codec_config() = str0m::format::CodecConfig::new_from_payload_params(params);
+    }
     *b.extension_map() = exts;
     b.set_max_stun_rto(cfg.stun_interval);
     let mut rtc = b.build(now);

@@ -342,7 +342,8 @@ pub struct ParticipantStats {
     /// not count); `None` while none did. Not a maximum: it falls again
     /// with the jitter.
     pub ingress_jitter_ms: Option<f64>,
-    /// Fraction of our packets lost on the way to it (its receiver reports).
+    /// Fraction of our packets lost on the way to it over the last second
+    /// (from its TWCC feedback; without that, its receiver reports').
     pub egress_loss: Option<f32>,
     pub rtt_ms: Option<f64>,
     pub nacks_received: u64,
@@ -350,8 +351,12 @@ pub struct ParticipantStats {
     pub keyframe_requests_received: u64,
     pub bytes_in: u64,
     pub bytes_out: u64,
-    /// Its downlink estimate (send-side BWE from its TWCC feedback), bps.
+    /// Its downlink estimate, bps: str0m's send-side BWE from its TWCC
+    /// feedback, else its REMB, else a loss-based one from its receiver
+    /// reports (`estimate_source`).
     pub estimate_bps: Option<u64>,
+    /// Where `estimate_bps` comes from: "twcc", "remb" or "loss".
+    pub estimate_source: Option<&'static str>,
     /// The lowest of those over about the last 2 s, bps: what a move onto
     /// a higher simulcast layer counts on (a probe lifts `estimate_bps`
     /// for moments).

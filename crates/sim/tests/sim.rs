@@ -2126,3 +2126,102 @@ fn sim_a_stalled_shard_is_the_servers_for_the_subscribers_on_it() {
         assert!(evidence.contains(&"dwell_p99_us"), "{evidence:?}");
     }
 }
+
+// ------------------------------------------- subscribers without TWCC
+
+/// A viewer of one video slot that negotiates no transport-wide
+/// congestion control (as werift, libdatachannel and aiortc do by
+/// default): its downlink is known from its receiver reports alone.
+fn viewer_without_twcc(name: &str) -> ParticipantConfig {
+    let mut c = viewer(name, 1);
+    c.twcc = false;
+    c
+}
+
+/// The server's estimate of `c`'s downlink and where it comes from.
+fn estimate(s: &Sim, c: C) -> (Option<u64>, Option<&'static str>) {
+    let id = s.id(c);
+    s.shards[0]
+        .engine
+        .participant_stats()
+        .into_iter()
+        .find(|st| st.id.to_string() == id)
+        .map(|st| (st.estimate_bps, st.estimate_source))
+        .expect("its figures")
+}
+
+/// When `c` received its first frame of `layer` (stamp), from the start.
+fn first_of_layer(s: &Sim, c: C, layer: u8) -> Option<Duration> {
+    video_packets(s, c)
+        .into_iter()
+        .find(|p| p.index == 0 && p.layer == layer)
+        .map(|p| p.at - s.start)
+}
+
+/// (51.6a) Issue 51 item 6: a subscriber without TWCC on a clean link
+/// climbs to the top layer within about 10 s on its loss-based estimate
+/// (seed 51: h at 5.3 s, f at 7.3 s; before, it had none and stayed on q
+/// for the whole call), every switch on a keyframe, and stays there.
+#[test]
+fn sim_simulcast_a_subscriber_without_twcc_climbs_on_its_receiver_reports() {
+    let mut s = sim(51, 1);
+    let _p = s.join("r", simulcast_publisher("p"), 0);
+    let v = s.join("r", viewer_without_twcc("v"), 0);
+    s.run_for(Duration::from_secs(20));
+    let (bps, source) = estimate(&s, v);
+    let (h, f) = (first_of_layer(&s, v, 2), first_of_layer(&s, v, 3));
+    eprintln!("estimate {bps:?} from {source:?}; first h at {h:?}, first f at {f:?}");
+    assert_eq!(source, Some("loss"));
+    assert!(bps.is_some_and(|b| b > 1_500_000), "{bps:?}");
+    assert!(
+        f.is_some_and(|t| t <= Duration::from_secs(12)),
+        "top layer at {f:?}"
+    );
+    let after = layers_since(&s, v, Duration::from_secs(14));
+    assert!(
+        after.len() > 150 && after.iter().all(|&l| l == 3),
+        "{after:?}"
+    );
+    assert_switches_on_keyframes(&video_packets(&s, v));
+    assert_eq!(s.snapshot(v).corrupt(), 0);
+}
+
+/// (51.6b) The same subscriber behind 800 kbit/s (h fits, f does not):
+/// its climb to f meets loss, its estimate falls, and it settles on h,
+/// trying f again after 15 s, then 30 (seed 52: f at 7.5 s and 26.5 s,
+/// 29 of 599 frames on f after 20 s), and its video never stops for long
+/// (largest gap 230 ms). Before the estimate took a lossy report for the
+/// rate it fell to, it fell twice, to 50 kbit/s, and paused the video
+/// for 7 s.
+#[test]
+fn sim_simulcast_a_subscriber_without_twcc_behind_a_slow_link_stays_lower() {
+    let mut s = sim(52, 1);
+    let _p = s.join("r", simulcast_publisher("p"), 0);
+    let v = s.join("r", viewer_without_twcc("v"), 0);
+    {
+        let l = s.link(v);
+        l.down.params.rate_bps = Some(800_000);
+        l.down.params.queue_bytes = 40_000;
+    }
+    s.run_for(Duration::from_secs(40));
+    let (bps, source) = estimate(&s, v);
+    let layers = layers_since(&s, v, Duration::from_secs(0));
+    let h = first_of_layer(&s, v, 2);
+    let gap = largest_frame_gap(&s, v, s.start + Duration::from_secs(5));
+    let late = layers_since(&s, v, Duration::from_secs(20));
+    let on_f = late.iter().filter(|&&l| l == 3).count();
+    eprintln!(
+        "estimate {bps:?} from {source:?}; first h at {h:?}; largest gap {gap:?}; \
+         f frames after 20 s: {on_f} of {}",
+        late.len()
+    );
+    assert_eq!(source, Some("loss"));
+    assert!(bps.is_some_and(|b| b < 1_500_000), "{bps:?}");
+    assert!(h.is_some(), "never climbed to h: {layers:?}");
+    assert!(
+        late.len() > 400 && on_f * 10 < late.len(),
+        "mostly on f after 20 s: {late:?}"
+    );
+    assert!(gap < Duration::from_secs(2), "video stopped for {gap:?}");
+    assert_switches_on_keyframes(&video_packets(&s, v));
+}

@@ -19,6 +19,13 @@
 //! subscriber's first receiver report, nor within 3 s of one reporting
 //! loss.
 //!
+//! Its estimate comes from one of three sources ([`Source`]): str0m's
+//! send-side BWE on the subscriber's transport-wide feedback (TWCC), as
+//! long as that can probe; else REMB, while the subscriber sends it
+//! ([`REMB_STALE`]); else its receiver reports ([`super::lossbwe`]). Only
+//! TWCC lets str0m pad, so a climb is tried first only on TWCC's estimate
+//! (a trial without padding would test nothing and only wait).
+//!
 //! Must not: know the engine, the room or str0m (a slot's choice of
 //! source is [`super::policy`]'s, the layers' rates [`super::layers`]'s).
 
@@ -26,7 +33,35 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use super::layers::{self, SlotWant};
+use super::lossbwe::{LossBwe, Reports};
 use super::streams::MAX_LAYERS;
+
+/// A REMB counts as the subscriber's estimate until this long after it
+/// (libwebrtc sends one at least each second while it receives); then the
+/// receiver reports do.
+pub(super) const REMB_STALE: Duration = Duration::from_secs(3);
+
+/// Where a subscriber's downlink estimate comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Source {
+    /// str0m's send-side BWE on its transport-wide feedback.
+    Twcc,
+    /// Its REMB (`goog-remb`).
+    Remb,
+    /// Its receiver reports' loss and what it was sent ([`LossBwe`]).
+    Loss,
+}
+
+impl Source {
+    /// The name in the stats (`estimate_source`).
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Source::Twcc => "twcc",
+            Source::Remb => "remb",
+            Source::Loss => "loss",
+        }
+    }
+}
 
 /// How long an estimate must have lasted for a climb to count on it
 /// ([`Downlink::sure_estimate`]).
@@ -144,6 +179,25 @@ pub(super) struct Downlink {
     trial_backoff: Duration,
     /// The minimum and desired rates its BWE was last given.
     bwe_set: Option<(u64, u64)>,
+    /// Where the estimates in `lows` came from (the latest).
+    source: Option<Source>,
+    /// Whether str0m's BWE gives estimates (its last said it can probe).
+    twcc: bool,
+    /// When its last REMB came.
+    remb_at: Option<Instant>,
+    /// The estimate from its receiver reports, once the first came while
+    /// no other source gave one.
+    loss_bwe: Option<LossBwe>,
+    /// What its slots and audio would take one layer up each (bps), as of
+    /// the last step: how far the receiver reports' estimate may step.
+    next_rate: u64,
+    /// The share its last receiver reports lost (over one stats interval).
+    report_loss: Option<f32>,
+    /// The most its shown layers and audio took at a step since the last
+    /// receiver reports (bps).
+    shown_max: u64,
+    /// This stats interval's receiver reports, as they come.
+    pub(super) reports: Reports,
 }
 
 impl Default for Downlink {
@@ -156,6 +210,14 @@ impl Default for Downlink {
             next_trial: None,
             trial_backoff: TRIAL_BACKOFF_MIN,
             bwe_set: None,
+            source: None,
+            twcc: false,
+            remb_at: None,
+            loss_bwe: None,
+            next_rate: 0,
+            report_loss: None,
+            shown_max: 0,
+            reports: Reports::default(),
         }
     }
 }
@@ -173,6 +235,64 @@ impl Downlink {
     /// Its latest downlink estimate, bps.
     pub(super) fn estimate(&self) -> Option<u64> {
         self.lows.back().map(|&(_, v)| v)
+    }
+
+    /// Where its latest estimate came from.
+    pub(super) fn source(&self) -> Option<Source> {
+        self.source
+    }
+
+    /// The share of what it was sent that its last receiver reports lost.
+    pub(super) fn report_loss(&self) -> Option<f32> {
+        self.report_loss
+    }
+
+    /// str0m's estimate from its transport-wide feedback; `can_probe`
+    /// false: str0m gives no more (the estimate falls back to REMB or the
+    /// receiver reports).
+    pub(super) fn note_twcc(&mut self, now: Instant, bps: u64, can_probe: bool) {
+        self.twcc = can_probe;
+        if can_probe {
+            self.source = Some(Source::Twcc);
+            self.note_estimate(now, bps);
+        }
+    }
+
+    /// A REMB from it: its estimate unless TWCC gives one.
+    pub(super) fn note_remb(&mut self, now: Instant, bps: u64) {
+        self.remb_at = Some(now);
+        if !self.twcc {
+            self.source = Some(Source::Remb);
+            self.note_estimate(now, bps);
+        }
+    }
+
+    /// One stats interval's receiver reports: `loss` the share they lost
+    /// (`None`: none came). Without TWCC or a recent REMB they make its
+    /// estimate, from `initial` at first ([`LossBwe`]), with what its slots
+    /// and audio took meanwhile (the most a step saw) for what it was
+    /// sent. Whether it changed.
+    pub(super) fn note_report(&mut self, now: Instant, initial: u64, loss: Option<f32>) -> bool {
+        self.report_loss = loss;
+        let sent = std::mem::take(&mut self.shown_max);
+        let Some(loss) = loss else { return false };
+        let remb = self
+            .remb_at
+            .is_some_and(|t| now.saturating_duration_since(t) < REMB_STALE);
+        if self.twcc || remb {
+            // Another source gives it; this one starts afresh when needed.
+            self.loss_bwe = None;
+            return false;
+        }
+        let next = self.next_rate.max(sent);
+        let start = self.estimate().unwrap_or(initial);
+        let bps = self
+            .loss_bwe
+            .get_or_insert_with(|| LossBwe::new(start))
+            .report(now, loss, sent, next);
+        self.source = Some(Source::Loss);
+        self.note_estimate(now, bps);
+        true
     }
 
     /// A new downlink estimate.
@@ -266,6 +386,7 @@ impl Downlink {
             .iter()
             .filter_map(|s| s.rates.get(usize::from(s.at.0?)).copied())
             .fold(audio, u64::saturating_add);
+        self.shown_max = self.shown_max.max(shown);
         if held {
             self.proven = None;
         } else if self.proven.is_none_or(|(rate, at)| {
@@ -274,8 +395,23 @@ impl Downlink {
             self.proven = Some((shown, now));
         }
         let proven = self.proven.is_some_and(|(rate, _)| wanted <= rate);
+        // What one layer up each would take: how far the receiver reports'
+        // estimate may step (it cannot probe).
+        self.next_rate = slots
+            .iter()
+            .filter_map(|s| {
+                let top = s.max_rank?.min(s.n.saturating_sub(1));
+                // A paused slot's next is its lowest layer.
+                let next =
+                    s.at.0
+                        .map_or(s.floor, |c| (usize::from(c) + 1).min(top.max(c.into())));
+                s.rates.get(next).copied()
+            })
+            .fold(audio, u64::saturating_add);
+        // Only str0m's TWCC BWE pads: without it a trial tests nothing.
+        let pads = self.source.is_none_or(|s| s == Source::Twcc);
         let (commit, trial) = match self.trial {
-            _ if !climbs || proven || initial.is_none() => {
+            _ if !climbs || proven || initial.is_none() || !pads => {
                 // A trial whose climb no longer fits because the estimate
                 // fell failed: the next one waits, twice as long each time
                 // (padding costs the link).
@@ -613,6 +749,74 @@ mod tests {
         let out = d.step(t0 + DOWN_HOLD, FAST, Some(0.0), 0, &s);
         assert_eq!(out.trial, Trial::None);
         assert_eq!(out.slots[0].target, Some(2));
+    }
+
+    /// A clean receiver report, `sent` bps sent since the last.
+    fn note(d: &mut Downlink, now: Instant, sent: u64) -> bool {
+        d.shown_max = sent;
+        d.note_report(now, 300_000, Some(0.0))
+    }
+
+    #[test]
+    fn twcc_wins_over_remb_and_either_over_the_receiver_reports() {
+        let t0 = Instant::now();
+        let mut d = Downlink::default();
+        // Receiver reports alone: the loss-based estimate, from the start
+        // value.
+        assert!(note(&mut d, t0, 200_000));
+        assert_eq!(d.source(), Some(Source::Loss));
+        assert_eq!(d.estimate(), Some(324_000));
+        // A REMB takes over, and the reports stop counting while it lasts.
+        d.note_remb(t0 + ms(100), 900_000);
+        assert_eq!(
+            (d.source(), d.estimate()),
+            (Some(Source::Remb), Some(900_000))
+        );
+        assert!(!note(&mut d, t0 + ms(1000), 200_000));
+        assert_eq!(d.report_loss(), Some(0.0));
+        // TWCC takes over from the REMB.
+        d.note_twcc(t0 + ms(1100), 2_000_000, true);
+        d.note_remb(t0 + ms(1200), 500_000);
+        assert_eq!(
+            (d.source(), d.estimate()),
+            (Some(Source::Twcc), Some(2_000_000))
+        );
+        // Until str0m says it can probe no more: the REMB again...
+        d.note_twcc(t0 + ms(1300), 2_000_000, false);
+        d.note_remb(t0 + ms(1400), 600_000);
+        assert_eq!(
+            (d.source(), d.estimate()),
+            (Some(Source::Remb), Some(600_000))
+        );
+        // ...and once that is stale, the reports, from the last estimate.
+        let later = t0 + ms(1400) + REMB_STALE;
+        assert!(note(&mut d, later, 200_000));
+        // (Twice what was sent caps it.)
+        assert_eq!(
+            (d.source(), d.estimate()),
+            (Some(Source::Loss), Some(400_000))
+        );
+        assert_eq!(Source::Loss.name(), "loss");
+    }
+
+    #[test]
+    fn without_twcc_a_climb_is_not_tried_first_and_may_step_one_layer_up() {
+        let t0 = Instant::now();
+        let mut d = Downlink::default();
+        let s = [slot((Some(0), Some(0)))];
+        // The step learns what one layer up takes: 500k.
+        d.step(t0, FAST, None, 0, &s);
+        assert_eq!(d.next_rate, 500_000);
+        for i in 1..=2 {
+            note(&mut d, t0 + ms(1000 * i), 150_000);
+        }
+        assert_eq!(d.estimate(), Some(600_000), "the next layer and 20 %");
+        // No padding to test it with: no trial, and the sure estimate waits
+        // its 2 s.
+        let out = d.step(t0 + ms(3000), FAST, Some(0.0), 0, &s);
+        assert_eq!((out.trial, out.slots[0].target), (Trial::None, Some(0)));
+        let out = d.step(t0 + ms(4000), FAST, Some(0.0), 0, &s);
+        assert_eq!((out.trial, out.slots[0].target), (Trial::None, Some(1)));
     }
 
     #[test]

@@ -21,8 +21,9 @@
 //! - [`policy`]: what each slot shows (pure functions over a room view);
 //! - [`layers`]: simulcast layer rates and the allocation of a subscriber's
 //!   estimate (pure); [`downlink`]: a subscriber's downlink decided (pure:
-//!   climbs, trials, holds, what the BWE is told); [`simulcast`]: the
-//!   engine acting on it (targets, keyframes, dynacast);
+//!   climbs, trials, holds, what the BWE is told), its estimate from
+//!   receiver reports when it gives no other ([`lossbwe`], pure);
+//!   [`simulcast`]: the engine acting on it (targets, keyframes, dynacast);
 //! - [`streams`]: which unseen SSRCs may reach an `Rtc` (the rid bound);
 //! - [`channel`]: the data channel's room events and requests;
 //! - [`stats`]: transport figures;
@@ -57,6 +58,7 @@ mod ingress;
 mod io;
 mod keyframes;
 mod layers;
+mod lossbwe;
 mod participant;
 mod policy;
 mod publisher;
@@ -1180,11 +1182,22 @@ impl Engine {
                 }
             }
             Event::ChannelOpen(cid, _label) => self.on_channel_open(now, id, cid),
-            Event::EgressBitrateEstimate(str0m::bwe::BweKind::Twcc { estimate, .. }) => {
+            Event::EgressBitrateEstimate(str0m::bwe::BweKind::Twcc {
+                estimate,
+                can_probe,
+            }) => {
                 if let Some(p) = self.participants.get_mut(&id) {
                     // A climb counts on the lowest estimate of the last
                     // seconds (a fall holds it back that long).
-                    p.subscriber.downlink.note_estimate(now, estimate.as_u64());
+                    let d = &mut p.subscriber.downlink;
+                    d.note_twcc(now, estimate.as_u64(), can_probe);
+                    self.io.todo.realloc.push(id);
+                }
+            }
+            // Its REMB, the estimate when it gives no TWCC feedback.
+            Event::EgressBitrateEstimate(str0m::bwe::BweKind::Remb { estimate, .. }) => {
+                if let Some(p) = self.participants.get_mut(&id) {
+                    p.subscriber.downlink.note_remb(now, estimate.as_u64());
                     self.io.todo.realloc.push(id);
                 }
             }
@@ -1200,6 +1213,7 @@ impl Engine {
                 {
                     p.subscriber.fit_rtx_history(&mut p.session.rtc, st.rtt);
                 }
+                self.note_reports(id, &ev);
                 self.on_stats(id, ev);
             }
             _ => {}

@@ -12,8 +12,10 @@
 //! media (the slot switches on a keyframe in [`super::forward`]) or decide
 //! what a slot shows ([`super::policy`]).
 
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::time::{Duration, Instant};
 
+use str0m::Event;
 use str0m::bwe::Bitrate;
 use str0m::media::MediaKind;
 
@@ -113,7 +115,24 @@ impl Engine {
             at.push((i, wanted));
         }
         let initial = self.settings.bwe_initial_bps;
-        let loss = p.session.stats.egress_loss;
+        // Its receiver reports of the last stats interval, complete: its
+        // estimate when it gives no other.
+        if let (Some(start), Some(loss)) = (initial, p.subscriber.downlink.reports.take())
+            && p.subscriber.downlink.note_report(now, start, loss)
+        {
+            tracing::trace!(
+                participant = %id,
+                ?loss,
+                estimate = ?p.subscriber.downlink.estimate(),
+                "loss-based estimate"
+            );
+        }
+        // The loss its TWCC feedback shows, else its receiver reports'.
+        let loss = p
+            .session
+            .stats
+            .egress_loss
+            .or(p.subscriber.downlink.report_loss());
         let d = p
             .subscriber
             .downlink
@@ -171,6 +190,29 @@ impl Engine {
                 rtc.bwe()
                     .set_bitrate(Bitrate::bps(minimum), Bitrate::bps(desired));
             });
+        }
+    }
+
+    /// A statistics event of subscriber `id`, for its estimate from
+    /// receiver reports: its figures (an interval starts), then each send
+    /// stream's packets and reported loss; the
+    /// reallocation after the batch takes the interval.
+    pub(super) fn note_reports(&mut self, id: ParticipantId, ev: &Event) {
+        let Some(p) = self.participants.get_mut(&id) else {
+            return;
+        };
+        let reports = &mut p.subscriber.downlink.reports;
+        match ev {
+            // Its byte count misses what the shard's own egress sends: what
+            // it was sent is what its slots took (the downlink's figure).
+            Event::PeerStats(_) => reports.peer(),
+            Event::MediaEgressStats(st) => {
+                let mut h = DefaultHasher::new();
+                (st.mid, st.rid).hash(&mut h);
+                reports.stream(h.finish(), st.packets, st.loss);
+                self.io.todo.realloc.push(id);
+            }
+            _ => {}
         }
     }
 
@@ -452,6 +494,108 @@ mod tests {
                 _ => None,
             })
             .collect()
+    }
+
+    /// Subscriber 1's figures as the stats give them.
+    fn figures(e: &Engine) -> crate::metrics::ParticipantStats {
+        e.participant_stats()
+            .into_iter()
+            .find(|st| st.id == ParticipantId(1))
+            .expect("its figures")
+    }
+
+    fn settle_event(e: &mut Engine, now: Instant, event: Event) {
+        e.io.events.push_back(super::super::io::Queued {
+            id: ParticipantId(1),
+            event,
+            kernel_rx: None,
+        });
+        e.settle(now);
+    }
+
+    /// One stats interval as str0m gives it: the peer's figures, then its
+    /// send stream "s0" with `packets` sent in all and `loss` reported.
+    fn interval(e: &mut Engine, at: Instant, packets: u64, loss: Option<f32>) {
+        use str0m::stats::{MediaEgressStats, PeerStats};
+        settle_event(
+            e,
+            at,
+            Event::PeerStats(PeerStats {
+                peer_bytes_rx: 0,
+                peer_bytes_tx: 0,
+                bytes_rx: 0,
+                bytes_tx: 0,
+                timestamp: at,
+                bwe_tx: None,
+                egress_loss_fraction: None,
+                ingress_loss_fraction: None,
+                rtt: None,
+                selected_candidate_pair: None,
+            }),
+        );
+        settle_event(
+            e,
+            at,
+            Event::MediaEgressStats(MediaEgressStats {
+                mid: "s0".into(),
+                rid: None,
+                bytes: 0,
+                packets,
+                firs: 0,
+                plis: 0,
+                nacks: 0,
+                rtt: None,
+                loss,
+                timestamp: at,
+                remote: None,
+            }),
+        );
+    }
+
+    #[test]
+    fn without_twcc_the_estimate_is_the_rembs_else_the_receiver_reports() {
+        let t0 = Instant::now();
+        let mut e = setup(t0);
+        assert_eq!(figures(&e).estimate_source, None);
+        // Receiver reports, nothing else: a loss-based estimate from the
+        // start value, and the loss figure TWCC would have given.
+        interval(&mut e, t0, 0, None);
+        interval(&mut e, t0 + Duration::from_secs(1), 100, Some(0.0));
+        let st = figures(&e);
+        assert_eq!(st.estimate_source, Some("loss"));
+        assert!(st.estimate_bps.is_some_and(|b| b > 0), "{st:?}");
+        assert_eq!(st.egress_loss, Some(0.0));
+        // A REMB takes over.
+        let remb = str0m::bwe::BweKind::Remb {
+            estimate: Bitrate::bps(900_000),
+            mid: "s0".into(),
+        };
+        settle_event(
+            &mut e,
+            t0 + Duration::from_secs(1),
+            Event::EgressBitrateEstimate(remb),
+        );
+        let st = figures(&e);
+        assert_eq!(
+            (st.estimate_source, st.estimate_bps),
+            (Some("remb"), Some(900_000))
+        );
+        // TWCC over both.
+        let twcc = str0m::bwe::BweKind::Twcc {
+            estimate: Bitrate::bps(2_000_000),
+            can_probe: true,
+        };
+        settle_event(
+            &mut e,
+            t0 + Duration::from_secs(2),
+            Event::EgressBitrateEstimate(twcc),
+        );
+        interval(&mut e, t0 + Duration::from_secs(2), 200, Some(0.0));
+        let st = figures(&e);
+        assert_eq!(
+            (st.estimate_source, st.estimate_bps),
+            (Some("twcc"), Some(2_000_000))
+        );
     }
 
     #[test]

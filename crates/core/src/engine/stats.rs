@@ -19,6 +19,8 @@ impl Engine {
             .map(|p| {
                 let mut st = p.session.stats.clone();
                 st.estimate_bps = p.subscriber.downlink.estimate();
+                st.estimate_source = p.subscriber.downlink.source().map(|s| s.name());
+                st.egress_loss = st.egress_loss.or(p.subscriber.downlink.report_loss());
                 st.climb_estimate_bps = p.subscriber.downlink.climb_estimate();
                 st.rtx_history_ms =
                     u64::try_from(p.subscriber.rtx_history().as_millis()).unwrap_or(u64::MAX);
