@@ -21,12 +21,13 @@ pub struct Config {
     #[arg(long, env = "CORELAY_HTTP", default_value = "0.0.0.0:7070")]
     pub http: SocketAddr,
 
-    /// First UDP media port. Shard i listens on udp-port + i (with
-    /// `--port-layout shared`: every shard on this one port).
+    /// The UDP media port, shared by every shard (`--port-layout shared`,
+    /// the default); with `--port-per-shard`, the first: shard i listens on
+    /// udp-port + i.
     #[arg(long, env = "CORELAY_UDP_PORT", default_value_t = 3478)]
     pub udp_port: u16,
 
-    /// `shared`: every shard listens on udp-port itself
+    /// `shared` (the default): every shard listens on udp-port itself
     /// (SO_REUSEPORT), so clients and firewalls see one UDP port; an eBPF
     /// program steers each datagram to its flow's shard (a STUN request by
     /// its ufrag, the rest by source address), and a shard hands what
@@ -34,8 +35,8 @@ pub struct Config {
     /// If the program cannot be loaded (no CAP_BPF, an old kernel), the
     /// server warns and falls back to `per-shard`. `per-shard`: shard i
     /// listens on UDP udp-port + i. ICE-TCP keeps a port per shard (TCP
-    /// udp-port + i) either way. Default: per-shard.
-    #[arg(long, env = "CORELAY_PORT_LAYOUT", value_enum, default_value_t = PortLayout::PerShard)]
+    /// udp-port + i) either way.
+    #[arg(long, env = "CORELAY_PORT_LAYOUT", value_enum, default_value_t = PortLayout::Shared)]
     pub port_layout: PortLayout,
 
     /// A UDP port per shard (udp-port + i): `--port-layout per-shard`.

@@ -1,4 +1,5 @@
-//! Issue 54.1, one UDP port for every shard (`--port-layout shared`): the shards' sockets share the port (SO_REUSEPORT), an eBPF
+//! Issue 54.1, one UDP port for every shard (`--port-layout shared`, the
+//! default): the shards' sockets share the port (SO_REUSEPORT), an eBPF
 //! program steers each datagram to its flow's shard (shard/steer.rs), and
 //! without it (`--no-port-steering`) the kernel spreads the flows over them
 //! by hash and a shard hands a datagram for another shard's participant
@@ -103,7 +104,7 @@ fn six_pairs_on_one_port(
     pairs
 }
 
-/// One port, steered by the eBPF program. Every pair decodes
+/// The default: one port, steered by the eBPF program. Every pair decodes
 /// and nothing is handed over: each client's first datagram is a STUN
 /// request, which goes by its ufrag, and the shard that proves the address
 /// writes the flow map before it answers, so that DTLS and SRTP after it
@@ -116,7 +117,7 @@ fn steering_sends_every_flow_to_its_shard() {
     ) {
         return;
     }
-    let server = start_server(2, &["--port-layout", "shared"]);
+    let server = start_server(2, &[]);
     assert_eq!(
         server.get_json("/api/v1/stats")["port_steering"],
         true,
@@ -166,7 +167,7 @@ fn a_steering_failure_falls_back_to_a_port_per_shard() {
     ) {
         return;
     }
-    let server = start_server(2, &["--port-layout", "shared", "--test-steer-fail"]);
+    let server = start_server(2, &["--test-steer-fail"]);
     let warned: Vec<String> = server
         .log()
         .into_iter()
