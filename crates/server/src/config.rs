@@ -811,6 +811,25 @@ mod tests {
     }
 
     #[test]
+    fn one_shared_port_by_default_and_both_spellings_of_a_port_per_shard() {
+        let layout = |args: &[&str]| {
+            Config::try_parse_from(std::iter::once("corelay").chain(args.iter().copied()))
+                .unwrap()
+                .port_layout()
+        };
+        assert_eq!(layout(&[]), PortLayout::Shared);
+        assert_eq!(layout(&["--port-per-shard"]), PortLayout::PerShard);
+        assert_eq!(
+            layout(&["--port-layout", "per-shard"]),
+            PortLayout::PerShard
+        );
+        assert_eq!(
+            layout(&["--port-layout", "shared", "--port-per-shard"]),
+            PortLayout::PerShard
+        );
+    }
+
+    #[test]
     fn the_ice_tcp_auth_timeout_defaults_to_the_shards_constant() {
         let c = Config::try_parse_from(["corelay"]).unwrap();
         assert_eq!(c.ice_tcp_auth_timeout, crate::shard::tcp::AUTH_TIMEOUT);

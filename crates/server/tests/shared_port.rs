@@ -154,6 +154,48 @@ fn steering_sends_every_flow_to_its_shard() {
         metrics.lines().any(|l| l == "corelay_port_steering 1"),
         "{metrics}"
     );
+    // The flow map holds each client's address (one socket each) while it
+    // is in the call, and none once all left (read with bpftool, if any).
+    if let Some(flows) = flow_map_entries(&server) {
+        assert_eq!(flows, 12, "flows in the map during the calls");
+        for (a, b) in pairs {
+            a.leave().unwrap();
+            b.leave().unwrap();
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while flow_map_entries(&server) != Some(0) && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert_eq!(flow_map_entries(&server), Some(0), "flows left in the map");
+        eprintln!("flow map: {flows} entries in the calls, 0 after the leaves");
+    } else {
+        eprintln!("no bpftool: the flow map is not read");
+    }
+}
+
+/// Entries in `server`'s steering flow map (the LRU hash among its BPF map
+/// descriptors, by /proc/PID/fdinfo), read with `bpftool`; None without it.
+fn flow_map_entries(server: &Server) -> Option<usize> {
+    const LRU_HASH: &str = "map_type:\t9";
+    let dir = format!("/proc/{}/fdinfo", server.pid());
+    let id = std::fs::read_dir(&dir).ok()?.find_map(|e| {
+        let info = std::fs::read_to_string(e.ok()?.path()).ok()?;
+        if !info.contains(LRU_HASH) {
+            return None;
+        }
+        info.lines()
+            .find_map(|l| l.strip_prefix("map_id:"))
+            .map(|v| v.trim().to_string())
+    })?;
+    let out = std::process::Command::new("bpftool")
+        .args(["-j", "map", "dump", "id", &id])
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    Some(v.as_array()?.len())
 }
 
 /// The steering program cannot be loaded (forced here; no CAP_BPF or an

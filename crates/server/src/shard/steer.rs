@@ -245,4 +245,36 @@ mod tests {
         assert_eq!(&k.addr[10..], &[0xff, 0xff, 10, 1, 2, 3]);
         assert_eq!(k.port, [0x12, 0x34]);
     }
+
+    /// The checked-in object is what scripts/build-steer-bpf makes of the C
+    /// source beside it, where the clang that built it is here (the
+    /// comparison needs the same clang: another's output differs).
+    #[test]
+    fn the_object_is_its_source() {
+        const CLANG: &str = "Debian clang version 14.0.6";
+        let version = std::process::Command::new("clang")
+            .arg("--version")
+            .output();
+        let Ok(version) = version else {
+            eprintln!("no clang: the object is not rebuilt");
+            return;
+        };
+        if !String::from_utf8_lossy(&version.stdout).starts_with(CLANG) {
+            eprintln!("not {CLANG}: the object is not rebuilt");
+            return;
+        }
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let out = std::env::temp_dir().join(format!("steer-{}.bpf.o", std::process::id()));
+        let status = std::process::Command::new(root.join("scripts/build-steer-bpf"))
+            .arg(&out)
+            .status()
+            .unwrap();
+        assert!(status.success(), "scripts/build-steer-bpf: {status}");
+        let built = std::fs::read(&out).unwrap();
+        let _ = std::fs::remove_file(&out);
+        assert!(
+            built == OBJECT,
+            "crates/server/bpf/steer.bpf.o is not what scripts/build-steer-bpf makes of steer.bpf.c: rebuild it and commit both"
+        );
+    }
 }
