@@ -173,6 +173,46 @@ fn steering_sends_every_flow_to_its_shard() {
     }
 }
 
+/// The same over IPv6: the program reads the source address from the
+/// IPv6 header, and the flow map's keys are IPv6 addresses.
+#[test]
+fn steering_over_ipv6() {
+    if corelay_testkit::skip_in_work_stealing("steering_over_ipv6", "one socket") {
+        return;
+    }
+    if std::net::UdpSocket::bind("[::1]:0").is_err() {
+        eprintln!("no IPv6 loopback: skipped");
+        return;
+    }
+    let server = start_server(2, &["--bind-ip", "::1", "--public-ip", "::1"]);
+    assert_eq!(server.get_json("/api/v1/stats")["port_steering"], true);
+    let v6 = |s: &mut corelay_client::JoinSpec| s.bind_ip = std::net::Ipv6Addr::LOCALHOST.into();
+    let pairs: Vec<_> = (0..4)
+        .map(|r| {
+            let room = format!("v{r}");
+            (
+                join_with(&server, &room, "a", v6),
+                join_with(&server, &room, "b", v6),
+            )
+        })
+        .collect();
+    for (a, b) in &pairs {
+        for (p, other) in [(a, "b"), (b, "a")] {
+            let (ok, s) = p.wait_until(WAIT, |s| video_sources(s, 30) == names(&[other]));
+            assert!(ok, "no media from {other}: {:#?}", s.slots);
+        }
+    }
+    std::thread::sleep(Duration::from_millis(600));
+    let stats = server.get_json("/api/v1/stats");
+    let rooms = server.get_json("/api/v1/rooms");
+    let t = &stats["total"];
+    eprintln!("with steering over IPv6: handed_over {}", t["handed_over"]);
+    assert_eq!(t["handed_over"], 0, "{t} {rooms}");
+    if let Some(flows) = flow_map_entries(&server) {
+        assert_eq!(flows, 8, "flows in the map during the calls");
+    }
+}
+
 /// Entries in `server`'s steering flow map (the LRU hash among its BPF map
 /// descriptors, by /proc/PID/fdinfo), read with `bpftool`; None without it.
 fn flow_map_entries(server: &Server) -> Option<usize> {
