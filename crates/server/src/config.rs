@@ -21,20 +21,33 @@ pub struct Config {
     #[arg(long, env = "CORELAY_HTTP", default_value = "0.0.0.0:7070")]
     pub http: SocketAddr,
 
-    /// First UDP media port. Shard i listens on udp-port + i, so the port a
-    /// packet arrives on is the shard (core) that owns its participant
-    /// (with `--port-layout shared`: every shard on this one port).
+    /// The UDP media port, shared by every shard (`--port-layout shared`,
+    /// the default); with `--port-per-shard`, the first: shard i listens on
+    /// udp-port + i.
     #[arg(long, env = "CORELAY_UDP_PORT", default_value_t = 3478)]
     pub udp_port: u16,
 
-    /// `per-shard`: shard i listens on UDP udp-port + i. `shared`: every
-    /// shard listens on udp-port itself (SO_REUSEPORT), so clients and
-    /// firewalls see one UDP port; the kernel spreads flows over the shards'
-    /// sockets by their addresses' hash, and a shard hands a datagram for
-    /// another shard's participant over to it (one hop, counted as
-    /// `handed_over`). ICE-TCP keeps a port per shard (TCP udp-port + i).
-    #[arg(long, env = "CORELAY_PORT_LAYOUT", value_enum, default_value_t = PortLayout::PerShard)]
+    /// `shared` (the default): every shard listens on udp-port itself
+    /// (SO_REUSEPORT), so clients and firewalls see one UDP port; an eBPF
+    /// program steers each datagram to its flow's shard (a STUN request by
+    /// its ufrag, the rest by source address), and a shard hands what
+    /// reached the wrong one over to its owner (counted as `handed_over`).
+    /// If the program cannot be loaded (no CAP_BPF, an old kernel), the
+    /// server warns and falls back to `per-shard`. `per-shard`: shard i
+    /// listens on UDP udp-port + i. ICE-TCP keeps a port per shard (TCP
+    /// udp-port + i) either way.
+    #[arg(long, env = "CORELAY_PORT_LAYOUT", value_enum, default_value_t = PortLayout::Shared)]
     pub port_layout: PortLayout,
+
+    /// A UDP port per shard (udp-port + i): `--port-layout per-shard`.
+    #[arg(long, env = "CORELAY_PORT_PER_SHARD")]
+    pub port_per_shard: bool,
+
+    /// With the shared port: no eBPF steering; the kernel spreads flows over
+    /// the shards' sockets by hash and the shards hand over what is
+    /// another's (one hop per datagram for about (n-1)/n of the flows).
+    #[arg(long, env = "CORELAY_NO_PORT_STEERING")]
+    pub no_port_steering: bool,
 
     /// Address the media sockets bind to.
     #[arg(long, env = "CORELAY_BIND_IP", default_value = "0.0.0.0")]
@@ -132,6 +145,11 @@ pub struct Config {
     #[cfg(feature = "fault-injection")]
     #[arg(long, env = "CORELAY_TEST_RECORDING_QUEUE", hide = true)]
     pub test_recording_queue: Option<usize>,
+
+    /// Testing only: loading the shared port's steering program fails.
+    #[cfg(feature = "fault-injection")]
+    #[arg(long, env = "CORELAY_TEST_STEER_FAIL", hide = true)]
+    pub test_steer_fail: bool,
 
     /// Do not offer ICE-TCP. By default each shard also listens on TCP at its
     /// UDP port number and offers it as a passive candidate (RFC 6544), for
@@ -523,6 +541,28 @@ impl Config {
         (Duration::ZERO, crate::recorder::QUEUE_PACKETS)
     }
 
+    /// Whether loading the steering program is to fail (`--test-steer-fail`).
+    #[cfg(feature = "fault-injection")]
+    pub fn steer_fails(&self) -> bool {
+        self.test_steer_fail
+    }
+
+    /// Never: this build has no `fault-injection`.
+    #[cfg(not(feature = "fault-injection"))]
+    pub fn steer_fails(&self) -> bool {
+        false
+    }
+
+    /// The port layout asked for: `--port-per-shard` wins over
+    /// `--port-layout`.
+    pub fn port_layout(&self) -> PortLayout {
+        if self.port_per_shard {
+            PortLayout::PerShard
+        } else {
+            self.port_layout
+        }
+    }
+
     pub fn video_codecs(&self) -> Vec<VideoCodec> {
         let mut out: Vec<VideoCodec> = Vec::new();
         for c in &self.video_codecs {
@@ -771,6 +811,25 @@ mod tests {
         for bad in ["", "h", "1w", "-1h", "0s", "1.5h", "99999999999999999999d"] {
             assert!(parse_ttl(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn one_shared_port_by_default_and_both_spellings_of_a_port_per_shard() {
+        let layout = |args: &[&str]| {
+            Config::try_parse_from(std::iter::once("corelay").chain(args.iter().copied()))
+                .unwrap()
+                .port_layout()
+        };
+        assert_eq!(layout(&[]), PortLayout::Shared);
+        assert_eq!(layout(&["--port-per-shard"]), PortLayout::PerShard);
+        assert_eq!(
+            layout(&["--port-layout", "per-shard"]),
+            PortLayout::PerShard
+        );
+        assert_eq!(
+            layout(&["--port-layout", "shared", "--port-per-shard"]),
+            PortLayout::PerShard
+        );
     }
 
     #[test]

@@ -67,6 +67,7 @@ pub fn run(cfg: Config) -> Result<(), Box<dyn std::error::Error>> {
         );
     }
     let ice_tcp = !cfg.no_ice_tcp && !work_stealing;
+    let (layout, steering) = port_layout(&cfg, n, work_stealing);
     let settings = RtcSettings {
         video_codecs: cfg.video_codecs(),
         offer: OfferLimits {
@@ -84,7 +85,7 @@ pub fn run(cfg: Config) -> Result<(), Box<dyn std::error::Error>> {
         bwe_initial_bps: (!cfg.no_bwe).then_some(cfg.bwe_start_kbps.max(50) * 1000),
         dtls_identity: Some(DtlsIdentity(identity)),
         faults: cfg.faults(),
-        shared_port: (cfg.port_layout == PortLayout::Shared && !work_stealing).then_some(n),
+        shared_port: (layout == PortLayout::Shared && !work_stealing).then_some(n),
     };
     let (to_control, from_shards) = mpsc::unbounded_channel();
     let description = if work_stealing {
@@ -93,8 +94,16 @@ pub fn run(cfg: Config) -> Result<(), Box<dyn std::error::Error>> {
             cfg.udp_port
         )
     } else {
-        match cfg.port_layout {
-            PortLayout::Shared => format!("UDP {ip}:{} (shared by {n} shards)", cfg.udp_port),
+        match layout {
+            PortLayout::Shared => format!(
+                "UDP {ip}:{} (shared by {n} shards{})",
+                cfg.udp_port,
+                if steering.is_some() {
+                    ", eBPF steering"
+                } else {
+                    ""
+                }
+            ),
             PortLayout::PerShard => format!(
                 "UDP {ip}:{}-{} ({n} shards)",
                 cfg.udp_port,
@@ -102,7 +111,8 @@ pub fn run(cfg: Config) -> Result<(), Box<dyn std::error::Error>> {
             ),
         }
     };
-    let started = Started {
+    let mut started = Started {
+        port_steering: false,
         settings,
         access,
         ice_servers,
@@ -128,15 +138,22 @@ pub fn run(cfg: Config) -> Result<(), Box<dyn std::error::Error>> {
         })?;
         serve(&cfg, plane, started)
     } else {
-        let specs = shard_specs(
+        let mut specs = shard_specs(
             &cfg,
             n,
             ip,
+            layout,
             &started.settings,
             &to_control,
             started.cluster.as_ref(),
         )?;
         drop(to_control);
+        if let Some(steering) = steering {
+            started.port_steering = steer(steering, &mut specs);
+            if !started.port_steering {
+                started.description = started.description.replace(", eBPF steering", "");
+            }
+        }
         serve(&cfg, Shards::start(specs)?, started)
     }
 }
@@ -154,6 +171,60 @@ struct Started {
     ip: IpAddr,
     /// The data plane's sockets, for the startup line.
     description: String,
+    /// Whether the shared port's eBPF steering is on (shard/steer.rs).
+    port_steering: bool,
+}
+
+/// The port layout in force and, for a shared port, the steering program
+/// loaded (not yet attached). A shared port whose program cannot be loaded
+/// falls back to a port per shard, with one warning: without steering
+/// about (n-1)/n of the datagrams would take a hop between shards
+/// (`--no-port-steering` asks for that knowingly).
+fn port_layout(
+    cfg: &Config,
+    n: usize,
+    work_stealing: bool,
+) -> (PortLayout, Option<shard::steer::Steering>) {
+    let layout = cfg.port_layout();
+    if layout != PortLayout::Shared || work_stealing || n < 2 || cfg.no_port_steering {
+        return (layout, None);
+    }
+    match shard::steer::Steering::load(cfg.steer_fails()) {
+        Ok(s) => (layout, Some(s)),
+        Err(e) => {
+            tracing::warn!(
+                "shared UDP port: cannot load the eBPF program that steers datagrams to their shards: {e}; \
+                 falling back to a UDP port per shard ({}-{}: open them all in the firewall, \
+                 or give corelay CAP_BPF and CAP_NET_ADMIN; --no-port-steering keeps one port without eBPF)",
+                cfg.udp_port,
+                cfg.udp_port as usize + n - 1
+            );
+            (PortLayout::PerShard, None)
+        }
+    }
+}
+
+/// Attaches the steering program to the shards' reuseport group and gives
+/// each shard its writer of the flow map; whether steering is on. If it
+/// cannot be attached (the program did load), the port stays shared
+/// without it: the kernel's hash and the shards' hand-over.
+fn steer(steering: shard::steer::Steering, specs: &mut [ShardSpec]) -> bool {
+    let sockets: Vec<&std::net::UdpSocket> = specs.iter().map(|s| &s.socket).collect();
+    match steering.attach(&sockets) {
+        Ok(writers) => {
+            for (spec, w) in specs.iter_mut().zip(writers) {
+                spec.flows = Some(w);
+            }
+            true
+        }
+        Err(e) => {
+            tracing::warn!(
+                "shared UDP port: cannot attach the eBPF steering program: {e}; \
+                 the kernel's hash spreads the flows and the shards hand over what is another's"
+            );
+            false
+        }
+    }
 }
 
 /// Runs the control thread over `plane` until ctrl-c or SIGTERM (or a
@@ -171,6 +242,7 @@ fn serve<P: DataPlane>(
         from_shards,
         ip,
         description,
+        port_steering,
     } = started;
     // A shard may stand for several cores: the control thread sees one in
     // work-stealing mode, and it may host what the pinned shards would
@@ -190,6 +262,7 @@ fn serve<P: DataPlane>(
         plane.handles(),
     )));
 
+    control::lock(&state).set_port_steering(port_steering);
     let (stall, queue) = cfg.recorder_faults();
     control::lock(&state).set_recordings(recorder::Recordings::new(
         recorder::Settings {
@@ -369,6 +442,7 @@ fn shard_specs(
     cfg: &Config,
     n: usize,
     ip: IpAddr,
+    layout: PortLayout,
     settings: &RtcSettings,
     to_control: &mpsc::UnboundedSender<ToControl>,
     cluster: Option<&config::ClusterSettings>,
@@ -384,7 +458,7 @@ fn shard_specs(
     }
     let mesh = Arc::new(Mesh::new(n));
     let source = reply_source(cfg.bind_ip, ip);
-    let shared = cfg.port_layout == PortLayout::Shared;
+    let shared = layout == PortLayout::Shared;
     for i in 0..n {
         // ICE-TCP's port, and UDP's unless the shards share one.
         let port = cfg
@@ -452,6 +526,7 @@ fn shard_specs(
             core: (!cfg.no_pin && n <= cores).then_some(i % cores),
             packet_metrics: !cfg.no_packet_metrics,
             offload: !cfg.no_udp_offload,
+            flows: None,
         });
     }
     Ok(specs)

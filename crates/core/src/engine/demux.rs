@@ -100,14 +100,16 @@ impl Demux {
         }
     }
 
-    pub(super) fn remove(&mut self, id: ParticipantId) {
+    /// Forgets `id`; returns the addresses it had proved.
+    pub(super) fn remove(&mut self, id: ParticipantId) -> Vec<SocketAddr> {
         let Some(e) = self.entries.remove(&id) else {
-            return;
+            return Vec::new();
         };
         for a in &e.addrs {
             self.by_addr.remove(a);
         }
         self.by_ufrag.remove(&e.ufrag);
+        e.addrs
     }
 }
 

@@ -274,6 +274,12 @@ pub struct Outputs {
     pub forwarded: Vec<(Duration, bool)>,
     pub peers: Vec<(ShardId, PeerMsg)>,
     pub control: Vec<ShardEvent>,
+    /// With a shared port ([`RtcSettings::shared_port`]): UDP addresses ICE
+    /// proved to be a participant's here (true), and the addresses of a
+    /// participant that left (false), for the shard's steering map (the
+    /// kernel's choice of socket). Empty without a shared port. Pushed on
+    /// a new address or a leave, never per packet.
+    pub flows: Vec<(SocketAddr, bool)>,
     /// Buffers of datagrams already sent ([`Outputs::clear_transmits`]):
     /// the own egress encrypts into them, so a forwarded packet costs no
     /// allocation (str0m patch 17).
@@ -643,6 +649,9 @@ impl Engine {
         match self.hand_to_rtc(now, id, known, receive, data) {
             Fed::Taken { srtcp_dropped } => {
                 if proto == Protocol::Udp {
+                    if !known && self.settings.shared_port.is_some() {
+                        self.io.out.flows.push((source, true));
+                    }
                     // A client's new address: the send path follows (rebind.rs).
                     if self.follow_nomination(id, source, data) {
                         self.refresh_watched(now, id);
@@ -1410,7 +1419,13 @@ impl Engine {
         self.io.events.retain(|q| q.id != id);
         self.io.todo.doomed.retain(|(d, ..)| *d != id);
         self.io.timers.forget(id);
-        self.demux.remove(id);
+        let addrs = self.demux.remove(id);
+        if self.settings.shared_port.is_some() {
+            self.io
+                .out
+                .flows
+                .extend(addrs.into_iter().map(|a| (a, false)));
+        }
         if !reason.requested() {
             let detail = leave_detail(
                 reason,

@@ -25,6 +25,8 @@ pub struct MetricsSnapshot {
     pub cluster: Option<ClusterFigures>,
     /// The relay link to each other node (`--cluster`).
     pub links: Vec<super::cluster::LinkOut>,
+    /// Whether the shared UDP port's eBPF steering is on.
+    pub port_steering: bool,
 }
 
 /// The cluster's figures in a scrape (`--cluster` only).
@@ -95,6 +97,15 @@ impl Collector for MetricsSnapshot {
                 MetricType::Gauge,
             )?;
             m.encode_gauge(&(self.rooms as i64))?;
+        }
+        {
+            let mut m = enc.encode_descriptor(
+                "corelay_port_steering",
+                "1 while the shared UDP port's eBPF program steers datagrams to their shards, else 0 (a port per shard, one shard, or no eBPF: what reaches the wrong shard is counted in corelay_packets_handed_over).",
+                None,
+                MetricType::Gauge,
+            )?;
+            m.encode_gauge(&i64::from(self.port_steering))?;
         }
         {
             let mut m = enc.encode_descriptor(

@@ -98,6 +98,8 @@ pub struct State {
     cluster: Option<cluster::Node>,
     /// The recordings (issue 53); None until the server sets them up.
     recordings: Option<crate::recorder::Recordings>,
+    /// Whether the shared UDP port's eBPF steering is on.
+    port_steering: bool,
 }
 
 pub type Shared = Arc<Mutex<State>>;
@@ -129,6 +131,7 @@ impl State {
             limits,
             cluster: None,
             recordings: None,
+            port_steering: false,
             shards: shards
                 .into_iter()
                 .map(|handle| ShardLink {
@@ -424,6 +427,15 @@ impl State {
             .collect()
     }
 
+    /// Whether the shared UDP port's eBPF steering is on (set at start).
+    pub fn set_port_steering(&mut self, on: bool) {
+        self.port_steering = on;
+    }
+
+    pub fn port_steering(&self) -> bool {
+        self.port_steering
+    }
+
     /// What a Prometheus scrape shows.
     pub fn metrics_snapshot(&self) -> metrics::MetricsSnapshot {
         let loads = self.rooms.shard_loads();
@@ -451,6 +463,7 @@ impl State {
                 }
             }),
             links: self.relay_links(),
+            port_steering: self.port_steering,
         }
     }
 

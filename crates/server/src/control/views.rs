@@ -128,6 +128,8 @@ pub struct StatsOut {
     pub rooms: usize,
     pub participants: usize,
     pub admission_refusals: u64,
+    /// Whether the shared UDP port's eBPF steering is on.
+    pub port_steering: bool,
     pub room_detail: Vec<RoomStatsOut>,
 }
 
@@ -264,6 +266,7 @@ pub fn stats(state: &State) -> StatsOut {
         rooms: state.rooms.room_count(),
         participants: state.rooms.participant_count(),
         admission_refusals: state.rooms.admission_refusals(),
+        port_steering: state.port_steering(),
         room_detail: state
             .rooms
             .rooms()

@@ -43,6 +43,7 @@
 
 pub mod mesh;
 pub mod relay;
+pub mod steer;
 pub mod tcp;
 
 use std::io;
@@ -106,6 +107,9 @@ pub struct ShardSpec {
     /// With `--cluster`: the shard's relay socket and what its keys derive
     /// from ([`relay`]).
     pub relay: Option<RelaySpec>,
+    /// With the shared port's eBPF steering: this shard's writer of the
+    /// flow map ([`steer`]).
+    pub flows: Option<steer::FlowWriter>,
 }
 
 /// A shard's relay, before its loop starts.
@@ -259,6 +263,9 @@ struct ShardLoop {
     packet_metrics: bool,
     /// Other nodes' shards (`--cluster`).
     relay: Option<Relay>,
+    /// The steering's flow map (a shared port), written on the engine's
+    /// `Outputs::flows`.
+    flows: Option<steer::FlowWriter>,
 }
 
 /// The loop's sockets, apart from its state: what it waits on stays
@@ -320,6 +327,7 @@ async fn run(
         faults,
         packet_metrics: spec.packet_metrics,
         relay,
+        flows: spec.flows,
     };
     let sockets = Sockets {
         udp: tokio::net::UdpSocket::from_std(spec.socket)?,
@@ -544,6 +552,14 @@ impl ShardLoop {
         let socket = &sockets.udp;
         self.engine.finish_batch();
         let out = self.engine.outputs();
+        // Before the datagrams go: the answer to a STUN request that proved
+        // a new address leaves after the kernel knows where its flow goes.
+        if !out.flows.is_empty() {
+            match &mut self.flows {
+                Some(w) => out.flows.drain(..).for_each(|(a, claim)| w.apply(a, claim)),
+                None => out.flows.clear(),
+            }
+        }
         let mut dropped_tcp = 0;
         if !out.transmits.is_empty() && !self.tcp.is_empty() {
             self.tcp.flush_waiting();
