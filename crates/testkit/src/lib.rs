@@ -147,7 +147,9 @@ pub struct Server {
     pub http: String,
     /// The Prometheus listener's `host:port`.
     pub metrics: String,
-    /// Shard i listens on UDP `udp_base + i`.
+    /// The media port: every shard's with the default `--port-layout
+    /// shared`; shard i's is `udp_base + i` with `--port-per-shard` (the
+    /// range is reserved either way).
     pub udp_base: u16,
     pub shards: usize,
     log: Arc<Mutex<Vec<String>>>,
