@@ -90,6 +90,8 @@ fn a_stalled_shard_shows_in_dwell_and_forwarding_latency() {
         "corelay_socket_dwell_seconds_bucket{",
         "corelay_forward_latency_seconds_bucket{",
         "corelay_forward_cross_shard_latency_seconds_count{",
+        "corelay_peer_hop_seconds_bucket{",
+        "corelay_spatial_skipped_total{",
         "corelay_packets_dropped_total{",
         "corelay_shard_busy_ratio{",
         "corelay_loop_iteration_seconds_sum{",

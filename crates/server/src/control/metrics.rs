@@ -501,6 +501,12 @@ impl Collector for MetricsSnapshot {
         )?;
         h(
             &mut enc,
+            "corelay_peer_hop_seconds",
+            "The cross-shard hop: a peer shard's media packet, from its receive on the publisher's shard to this shard's handling (each drained batch at its oldest's age).",
+            &|r| &r.peer_hop,
+        )?;
+        h(
+            &mut enc,
             "corelay_loop_iteration_seconds",
             "Work per event-loop wake-up.",
             &|r| &r.iteration,
