@@ -131,7 +131,11 @@ describe('SVC: one scalable encoding, a spatial layer per subscriber', { skip: n
             return o && `received ${o.framesReceived} dropped ${o.framesDropped} keyframes ${o.keyFramesDecoded} `
               + `pli ${o.pliCount} nack ${o.nackCount} lost ${o.packetsLost} packets ${o.packetsReceived} decoder ${o.decoderImplementation}`;
           }, fastMid);
-          trace.push(`${fmt(x)}; fast ${more}; fast ${await layersOf(fastId)}; slow ${await layersOf(slowId)}`);
+          const pubNow = await pub.evaluate(() => {
+            const e = window.corelay.session.senders.video.getParameters().encodings[0];
+            return `pub told ${window.corelay.session.svcTaken ?? '-'} sends ${e.scalabilityMode}/${e.scaleResolutionDownBy ?? 1}`;
+          });
+          trace.push(`${fmt(x)}; ${pubNow}; fast ${more}; fast ${await layersOf(fastId)}; slow ${await layersOf(slowId)}`);
           if ((x.at >= 5 && x.fast.frameWidth >= 1280) || x.at > 14) break;
         }
         console.log(`${codec}:\n  ${trace.join('\n  ')}`);

@@ -546,10 +546,8 @@ onrtctransform = (ev) => {
           this.applyLayers(ev.active || []);
           break;
         case 'svc':
-          // How many spatial layers of our scalable encoding anyone takes.
-          // Not applied: a scalabilityMode change restarts the encoder on a
-          // keyframe at new layer sizes, and viewers froze through it.
           this.svcTaken = ev.spatial;
+          this.applySpatialLayers(ev.spatial);
           break;
         case 'recording':
           // The room is being recorded (issue 53): its id and, if the
@@ -586,6 +584,26 @@ onrtctransform = (ev) => {
         if (e.active !== on) { e.active = on; changed = true; }
       }
       if (changed) await sender.setParameters(params).catch((err) => console.warn('corelay: layers', err));
+    }
+
+    // Dynacast for one scalable encoding: encode only the spatial layers
+    // some viewer takes, each at the size it had (L3T3_KEY at 1280x720
+    // taken up to its second layer: L2T3_KEY scaled down by 2, layers 320
+    // and 640 wide), all of ?svc= again when asked.
+    async applySpatialLayers(n) {
+      const sender = this.senders.video;
+      const m = /^([LS])(\d)(T\d.*)$/.exec(this.svc ?? '');
+      if (!sender || !m || !Number.isInteger(n) || n < 1) return;
+      const all = Number(m[2]);
+      const keep = Math.min(n, all);
+      const params = sender.getParameters();
+      const e = params.encodings?.[0];
+      const mode = `${m[1]}${keep}${m[3]}`;
+      const scale = 2 ** (all - keep);
+      if (!e || (e.scalabilityMode === mode && (e.scaleResolutionDownBy ?? 1) === scale)) return;
+      e.scalabilityMode = mode;
+      e.scaleResolutionDownBy = scale;
+      await sender.setParameters(params).catch((err) => console.warn('corelay: svc', err));
     }
 
     // Tell the server how large a video slot is shown (0x0: hidden), when

@@ -33,6 +33,12 @@ const DYNACAST_HOLD: Duration = Duration::from_secs(5);
 /// A simulcast source that sends nothing on the layers it was told to send
 /// for this long gets a paused layer resumed (see [`Engine::dynacast`]).
 const PROBE_SILENCE: Duration = Duration::from_secs(1);
+/// A spatial layer of one scalable encoding nobody takes is left out at the
+/// encoder after this long: a publisher that drops or adds a spatial layer
+/// reconfigures its encoder (Chromium restarts it on a keyframe), which
+/// costs every viewer a keyframe, so it happens rarely, unlike pausing a
+/// simulcast encoding.
+const SVC_HOLD: Duration = Duration::from_secs(30);
 /// Demand crosses to another node's shard as a datagram that can be lost,
 /// so it is sent again in full this often (the state is re-sent, not
 /// acknowledged: docs/architecture.md, "Cluster")...
@@ -397,7 +403,7 @@ impl Engine {
             }
         }
         // Local publishers of one scalable encoding: how many spatial
-        // layers to encode, with the same hold (a spatial layer the encoder
+        // layers to encode, with a longer hold (a spatial layer the encoder
         // adds back starts on a keyframe).
         for (&pid, p) in self.participants.iter_mut() {
             for t in p.publisher.tracks.iter_mut().filter(|t| t.rids.len() <= 1) {
@@ -420,7 +426,7 @@ impl Engine {
                     if needed & (1 << l) != 0 {
                         *last = Some(now);
                     }
-                    if last.is_some_and(|at| now.saturating_duration_since(at) < DYNACAST_HOLD) {
+                    if last.is_some_and(|at| now.saturating_duration_since(at) < SVC_HOLD) {
                         spatial = spatial.max(l as u8 + 1);
                     }
                 }
@@ -709,7 +715,7 @@ mod tests {
         let told = |e: &mut Engine| participant(e, 2).publisher.tracks[0].svc_told;
         // Three spatial layers arrive; nobody takes any.
         let mut at = t0;
-        while at < t0 + DYNACAST_HOLD {
+        while at < t0 + SVC_HOLD {
             for l in 0..3 {
                 e.sources.note(v, l, 3, true, 1000, at);
             }
@@ -717,10 +723,10 @@ mod tests {
             at += Duration::from_millis(500);
         }
         assert_eq!(told(&mut e), None, "held: all of them");
-        e.dynacast(t0 + DYNACAST_HOLD);
+        e.dynacast(t0 + SVC_HOLD);
         assert_eq!(told(&mut e), Some(1), "the lowest always");
         assert_eq!(e.io.counters.dynacast_notices, 1);
-        e.dynacast(t0 + DYNACAST_HOLD);
+        e.dynacast(t0 + SVC_HOLD);
         assert_eq!(e.io.counters.dynacast_notices, 1, "told once");
         // A peer shard's subscriber takes layer 1: two layers.
         e.demand_remote
@@ -730,7 +736,7 @@ mod tests {
             .expect("room")
             .peer_shards
             .push(ShardId(1));
-        e.dynacast(t0 + DYNACAST_HOLD);
+        e.dynacast(t0 + SVC_HOLD);
         assert_eq!(told(&mut e), Some(2));
         assert_eq!(e.io.counters.dynacast_notices, 2);
     }
