@@ -647,16 +647,21 @@ mod tests {
         assert_eq!(demands(&mut e), vec![]);
     }
 
-    #[test]
-    fn a_layer_nobody_takes_is_paused_after_the_hold_and_the_lowest_always_flows() {
-        let t0 = Instant::now();
+    /// Publisher 2 here, alone in its room, with video track "v".
+    fn local_publisher(t0: Instant) -> (Engine, TrackKey) {
         let mut e = engine();
         add(&mut e, t0, 2, &[line("v", MediaKind::Video)], &[]);
         room(
             &mut e,
             &[(2, HERE, false, vec![line("v", MediaKind::Video)])],
         );
-        let v = track(2, "v");
+        (e, track(2, "v"))
+    }
+
+    #[test]
+    fn a_layer_nobody_takes_is_paused_after_the_hold_and_the_lowest_always_flows() {
+        let t0 = Instant::now();
+        let (mut e, v) = local_publisher(t0);
         {
             let t = &mut participant(&mut e, 2).publisher.tracks[0];
             t.rids = vec![Rid::from("q"), Rid::from("h"), Rid::from("f")];
@@ -704,13 +709,7 @@ mod tests {
     #[test]
     fn an_svc_publisher_is_told_the_spatial_layers_taken_after_the_hold() {
         let t0 = Instant::now();
-        let mut e = engine();
-        add(&mut e, t0, 2, &[line("v", MediaKind::Video)], &[]);
-        room(
-            &mut e,
-            &[(2, HERE, false, vec![line("v", MediaKind::Video)])],
-        );
-        let v = track(2, "v");
+        let (mut e, v) = local_publisher(t0);
         participant(&mut e, 2).publisher.tracks[0].last_needed = [Some(t0); MAX_LAYERS];
         let told = |e: &mut Engine| participant(e, 2).publisher.tracks[0].svc_told;
         // Three spatial layers arrive; nobody takes any.
