@@ -115,6 +115,11 @@ struct CommonArgs {
     /// synthetic 150/400/1500 kbps with --synthetic).
     #[arg(long, global = true)]
     simulcast: bool,
+    /// Publish video as one VP9 SVC stream (with --codec vp9), e.g.
+    /// L3T3_KEY: three spatial layers, 1:3:9 of the source's bytes
+    /// (synthetic: 1500 kbps).
+    #[arg(long, global = true)]
+    svc: Option<corelay_client::Svc>,
     /// Frame files of the simulcast layers, low to high (comma-separated, three).
     #[arg(long, global = true, value_delimiter = ',')]
     layer_media: Vec<PathBuf>,
@@ -477,7 +482,12 @@ fn main() {
         },
         downlink_limit_bps: c.downlink_limit,
         limited_share: c.limited_share,
+        svc: c.svc,
     };
+    if c.svc.is_some() && (c.codec != VideoCodec::Vp9 || c.simulcast) {
+        eprintln!("corelay-bench: --svc takes --codec vp9 and no --simulcast");
+        std::process::exit(2);
+    }
     let reach = match reach_opts(c) {
         Ok(r) => r,
         Err(e) => {

@@ -96,6 +96,9 @@ pub struct Layers {
     pub downlink_limit_bps: Option<u64>,
     /// Share of subscribers behind it.
     pub limited_share: f64,
+    /// `--svc`: publish video as one VP9 SVC stream of these layers
+    /// (synthetic: 1 500 kbps split 1:3:9 over three spatial layers).
+    pub svc: Option<corelay_client::Svc>,
 }
 
 impl Layers {
@@ -514,6 +517,20 @@ pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String>
         VideoSource::Synthetic { .. } => 90,
     };
     let (layer_sources, media_desc) = simulcast_sources(common, media_desc)?;
+    // SVC: a synthetic source carries all spatial layers, about what
+    // simulcast's top layer sends (150/400/1500 kbps).
+    let (video, media_desc) = match (common.layers.svc, &video) {
+        (Some(m), VideoSource::Synthetic { .. }) => (
+            VideoSource::Synthetic {
+                bitrate_bps: 1_500_000,
+                fps: 30,
+                keyframe_interval: 90,
+            },
+            format!("VP9 SVC {m}: synthetic 1500 kbps 30 fps split 1:3:9, keyframe every 3 s"),
+        ),
+        (Some(m), _) => (video, format!("VP9 SVC {m}: {media_desc}")),
+        (None, _) => (video, media_desc),
+    };
     // The measurement window (from 2 s after the last join to the end), so
     // the video counters can be marked when it begins.
     let window = window_of(&plan);
@@ -639,6 +656,7 @@ pub fn run(common: &Common, plan: Plan, shape: Shape) -> Result<Outcome, String>
             cfg.data_channel = true;
             cfg.video = video.clone();
             cfg.simulcast = layer_sources.clone();
+            cfg.svc = common.layers.svc;
             let limited = common.layers.downlink_limit_bps.is_some()
                 && crate::simulcast::is_limited(jp.tag, common.layers.limited_share);
             if limited {

@@ -39,6 +39,7 @@ pub mod signal;
 pub mod simulcast;
 pub mod stats;
 pub mod stun;
+pub mod svc;
 pub mod turn;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
@@ -55,6 +56,7 @@ pub use stats::{
     FREEZE_NS, Kind, NoObserver, Observer, RECEPTION_GAP_NS, Received, Reception, SlotStats,
     Snapshot,
 };
+pub use svc::Svc;
 
 /// What to join and how to behave: where (server, room, local address,
 /// token) plus the participant itself ([`ParticipantConfig`]: name, tracks,

@@ -25,10 +25,11 @@ use str0m::{Candidate, Event, IceConnectionState, Input, Output, Rtc};
 use crate::clock::{Clock, mono_to_system, system_to_mono};
 use crate::fastpath::{FastPath, Rx};
 use crate::media::{AUDIO_CLOCK, AudioSchedule, VIDEO_CLOCK, VideoSchedule, VideoSource};
-use crate::payload::{self, LAYER_NONE, PayloadCodec, Stamp};
+use crate::payload::{self, LAYER_NONE, MAX_LAYER, PayloadCodec, Stamp};
 use crate::simulcast::{self, RIDS};
 use crate::stats::{Kind, Observer, Received, SlotStats, Snapshot};
 use crate::stun::StunRtt;
+use crate::svc::{Svc, SvcEncoder};
 
 /// Room video codec: the server's own enum, so client and SFU cannot
 /// disagree on the set (H.264 offers all of str0m's default profiles, with
@@ -101,6 +102,10 @@ pub struct ParticipantConfig {
     /// per frame interval of the first, so recordings with the same frame
     /// count and keyframe interval keep their keyframes aligned.
     pub simulcast: Vec<VideoSource>,
+    /// VP9 SVC ([`crate::svc`]): `video` as one scalable stream of this
+    /// many spatial and temporal layers (codec VP9, no simulcast). None:
+    /// one layer.
+    pub svc: Option<Svc>,
     /// Emulate a downlink bottleneck of this many bits per second in front
     /// of the participant (applied by the [`crate::driver`]; see
     /// [`crate::shaper`]). None: no limit.
@@ -148,6 +153,7 @@ impl ParticipantConfig {
             data_channel: true,
             video: VideoSource::default(),
             simulcast: Vec::new(),
+            svc: None,
             downlink_limit_bps: None,
             video_offset: 0,
             speaking: true,
@@ -178,6 +184,8 @@ struct VideoTx {
     encoder_mask: u8,
     /// The camera is off: frames keep their schedule, nothing is sent.
     off: bool,
+    /// VP9 SVC: the picture state and each picture's packet plan.
+    svc: Option<SvcEncoder>,
     start: Option<Instant>,
     next_at: Option<Instant>,
 }
@@ -339,6 +347,13 @@ impl Participant {
                 cfg.simulcast.len()
             ));
         }
+        if let Some(m) = cfg.svc
+            && (cfg.codec != VideoCodec::Vp9 || !cfg.simulcast.is_empty() || m.spatial > MAX_LAYER)
+        {
+            return Err(format!(
+                "SVC {m} takes codec VP9, no simulcast and at most {MAX_LAYER} spatial layers"
+            ));
+        }
         let sim = (!cfg.simulcast.is_empty()).then(|| {
             let mut sim = Simulcast::new();
             for rid in &RIDS[..cfg.simulcast.len()] {
@@ -416,6 +431,7 @@ impl Participant {
                 sfu_mask: u8::MAX,
                 encoder_mask: u8::MAX,
                 off: false,
+                svc: cfg.svc.map(|m| SvcEncoder::new(m, rng.u16(..))),
                 start: None,
                 next_at: None,
             }
@@ -1378,7 +1394,14 @@ impl Participant {
                 None => st.abs_capture_missing += 1,
             }
         }
-        if stamp.index + 1 == stamp.count {
+        // An SVC picture is complete at its marker (the SFU sets it on the
+        // last packet of the top spatial layer it forwards): a frame, on
+        // that layer.
+        let frame_end = match v.spatial {
+            Some(_) => header.marker,
+            None => stamp.index + 1 == stamp.count,
+        };
+        if frame_end {
             st.frames += 1;
             if let Some(n) = st.frames_by_source.get_mut(stamp.name) {
                 *n += 1;
@@ -1485,9 +1508,17 @@ impl Participant {
                 tx = Some(t);
             }
             let Some(ssrc) = l.ssrc else { continue };
-            for (i, &size) in sizes.iter().enumerate().take(count as usize) {
+            // SVC: the picture's layer frames, one after another.
+            let packets = match &mut v.svc {
+                Some(e) => {
+                    e.plan(f.keyframe, sizes);
+                    e.packets.len()
+                }
+                None => usize::from(count),
+            };
+            for i in 0..packets {
                 buf.clear();
-                let stamp = Stamp {
+                let mut stamp = Stamp {
                     name: name.as_str(),
                     layer: l.layer,
                     frame: frame_no,
@@ -1495,7 +1526,15 @@ impl Participant {
                     count,
                     capture_ns: capture,
                 };
-                payload::write_payload(buf, codec, f.keyframe, &stamp, *name_hash, size);
+                let mut marker = i + 1 == usize::from(count);
+                if let Some(p) = v.svc.as_ref().and_then(|e| e.packets.get(i)) {
+                    (stamp.layer, stamp.index, stamp.count) = (p.spatial + 1, p.index, p.count);
+                    marker = p.marker;
+                    payload::write_payload_with_header(buf, p.header(), &stamp, *name_hash, p.size);
+                } else {
+                    let size = sizes.get(i).copied().unwrap_or_default();
+                    payload::write_payload(buf, codec, f.keyframe, &stamp, *name_hash, size);
+                }
                 let mut exts = ExtensionValues {
                     abs_capture_time: Some(AbsCaptureTime {
                         capture_time: mono_to_system(capture),
@@ -1503,7 +1542,6 @@ impl Participant {
                     }),
                     ..Default::default()
                 };
-                let marker = i + 1 == count as usize;
                 if let Some(fast) = fast {
                     if l.own_sent < BIND_PACKETS {
                         l.own_sent += 1;

@@ -85,6 +85,9 @@ pub struct Verified<'a> {
     /// Keyframe flag as far as the codec header tells (`None` when this
     /// packet's header cannot say, e.g. a VP8 continuation packet).
     pub keyframe: Option<bool>,
+    /// VP9 SVC ([`crate::svc`]): the spatial layer (SID) of the payload
+    /// descriptor's layer indices; `None` for every other payload.
+    pub spatial: Option<u8>,
 }
 
 /// Why a payload failed verification.
@@ -373,8 +376,33 @@ pub fn write_payload(
     total_len: usize,
 ) {
     let start = out.len();
-    let name = clamp_name(stamp.name);
     write_codec_header(out, codec, keyframe, stamp.index, stamp.count);
+    write_stamp(out, start, stamp, name_hash_value, total_len);
+}
+
+/// Append one payload of `total_len` bytes (or the minimum) to `out` whose
+/// codec header is `header` (a VP9 SVC descriptor from [`crate::svc`]).
+pub fn write_payload_with_header(
+    out: &mut Vec<u8>,
+    header: &[u8],
+    stamp: &Stamp<'_>,
+    name_hash_value: u64,
+    total_len: usize,
+) {
+    let start = out.len();
+    out.extend_from_slice(header);
+    write_stamp(out, start, stamp, name_hash_value, total_len);
+}
+
+/// The stamp and filler after a codec header written from `start`.
+fn write_stamp(
+    out: &mut Vec<u8>,
+    start: usize,
+    stamp: &Stamp<'_>,
+    name_hash_value: u64,
+    total_len: usize,
+) {
+    let name = clamp_name(stamp.name);
     out.extend_from_slice(&MAGIC);
     out.push(stamp.layer);
     out.push(name.len() as u8);
@@ -388,8 +416,29 @@ pub fn write_payload(
     write_filler(out, filler_seed(stamp, name_hash_value), fill);
 }
 
-/// Parse the codec header: returns (header length, keyframe if known).
-fn parse_codec_header(codec: PayloadCodec, p: &[u8]) -> Result<(usize, Option<bool>), VerifyError> {
+/// What the codec header says: its length, the keyframe flag if it tells,
+/// and (VP9 SVC) the spatial layer.
+type CodecHeader = (usize, Option<bool>, Option<u8>);
+
+/// Parse the codec header.
+fn parse_codec_header(codec: PayloadCodec, p: &[u8]) -> Result<CodecHeader, VerifyError> {
+    // VP9 with layer indices and flexible mode: an SVC descriptor
+    // ([`crate::svc`]), of a length that varies with the P_DIFF and the
+    // scalability structure: read with the SFU's own parser.
+    if codec == PayloadCodec::Vp9 && p.first().is_some_and(|b| b & 0xb0 == 0xb0) {
+        let d = corelay_core::svc::vp9::parse(p).map_err(|_| VerifyError::CodecHeader)?;
+        if !d.extended_picture_id {
+            return Err(VerifyError::CodecHeader);
+        }
+        let key = d.start.then_some(!d.inter_picture && d.spatial == 0);
+        return Ok((d.header_len, key, Some(d.spatial)));
+    }
+    let (len, key) = parse_plain_header(codec, p)?;
+    Ok((len, key, None))
+}
+
+/// The headers [`write_codec_header`] writes.
+fn parse_plain_header(codec: PayloadCodec, p: &[u8]) -> Result<(usize, Option<bool>), VerifyError> {
     let b0 = *p.first().ok_or(VerifyError::Short)?;
     match codec {
         PayloadCodec::H264 => {
@@ -445,7 +494,7 @@ fn parse_codec_header(codec: PayloadCodec, p: &[u8]) -> Result<(usize, Option<bo
 
 /// Verify a payload written by [`write_payload`]. Never panics on any input.
 pub fn verify(codec: PayloadCodec, p: &[u8]) -> Result<Verified<'_>, VerifyError> {
-    let (hl, keyframe) = parse_codec_header(codec, p)?;
+    let (hl, keyframe, spatial) = parse_codec_header(codec, p)?;
     let rest = p.get(hl..).ok_or(VerifyError::Short)?;
     if rest.len() < STAMP_FIXED {
         return Err(VerifyError::Short);
@@ -494,6 +543,9 @@ pub fn verify(codec: PayloadCodec, p: &[u8]) -> Result<Verified<'_>, VerifyError
     if codec == PayloadCodec::Vp8 && (p[0] == 0x10) != (index == 0) {
         return Err(VerifyError::CodecHeader);
     }
+    if spatial.is_some_and(|s| layer != s + 1) {
+        return Err(VerifyError::Layer);
+    }
     let stamp = Stamp {
         name,
         layer,
@@ -505,7 +557,11 @@ pub fn verify(codec: PayloadCodec, p: &[u8]) -> Result<Verified<'_>, VerifyError
     if !check_filler(&rest[o..], filler_seed(&stamp, name_hash(name))) {
         return Err(VerifyError::Filler);
     }
-    Ok(Verified { stamp, keyframe })
+    Ok(Verified {
+        stamp,
+        keyframe,
+        spatial,
+    })
 }
 
 /// Split a frame of `frame_bytes` into packets of at most `max_payload`

@@ -62,7 +62,10 @@ pub struct SlotStats {
     /// CLOCK_MONOTONIC ns of the first packet on this slot.
     pub first_packet_ns: Option<u64>,
     /// Video: complete frames per simulcast layer of the payload stamp
-    /// (index 0: sent without simulcast; 1, 2, 3: rids q, h, f).
+    /// (index 0: sent without simulcast; 1, 2, 3: rids q, h, f). VP9 SVC
+    /// ([`crate::svc`]): complete pictures by the highest spatial layer
+    /// received (1, 2, 3: spatial layer 0, 1, 2), so `last_layer` is the
+    /// spatial layer shown now and `layer_switches` counts its changes.
     pub frames_by_layer: [u64; 4],
     /// Video: consecutive complete frames of one publisher on different
     /// layers (the SFU moved this slot to another encoding).
