@@ -865,6 +865,51 @@ mod tests {
     }
 
     #[test]
+    fn a_simulcast_of_scalable_encodings_switches_encodings_not_spatial_layers() {
+        use crate::svc::SvcPacket;
+        let t0 = Instant::now();
+        let v = track(PUB, "v");
+        let mut e = setup(t0, v);
+        // VP9 simulcast: two encodings (rids), one spatial layer each, with
+        // temporal layers; the slot takes encoding 1 once its keyframe comes.
+        let at = |seq: u64, layer: u8, keyframe: bool, tid: u8| {
+            let mut m = video(v, seq, 9_000, keyframe, t0);
+            m.layer = layer;
+            m.layers = 2;
+            m.svc = Some(SvcPacket {
+                temporal: tid,
+                frame_start: true,
+                frame_end: true,
+                keyframe,
+                switch_up: keyframe,
+                ..SvcPacket::default()
+            });
+            m.temporal = Some((tid, true));
+            m
+        };
+        forward(&mut e, t0, &at(10, 0, true, 0), false);
+        assert_eq!(slot(&mut e).layer.current, Some(0));
+        slot(&mut e).layer.target = Some(1);
+        forward(&mut e, t0, &at(20, 1, false, 0), false);
+        assert_eq!(
+            slot(&mut e).layer.current,
+            Some(0),
+            "waits for encoding 1's keyframe"
+        );
+        forward(&mut e, t0, &at(21, 1, true, 0), false);
+        assert_eq!(slot(&mut e).layer.current, Some(1));
+        assert_eq!(
+            e.io.counters.spatial_skipped, 0,
+            "no spatial thinning of an encoding"
+        );
+        // Its temporal layers are read from the descriptor.
+        slot(&mut e).out.temporal.want = 0;
+        forward(&mut e, t0, &at(22, 1, false, 0), false);
+        forward(&mut e, t0, &at(23, 1, false, 2), false);
+        assert_eq!(e.io.counters.temporal_skipped, 1);
+    }
+
+    #[test]
     fn a_packet_received_here_is_copied_once_to_each_peer_shard() {
         let t0 = Instant::now();
         let mut e = engine();
