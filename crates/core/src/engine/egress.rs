@@ -278,16 +278,23 @@ impl SlotEgress {
     }
 }
 
+/// What a slot changes in the publisher's packet besides its numbering.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Changes {
+    /// VP8 picture ids continuous across the slot's switches.
+    pub(super) patch: Option<Vp8Patch>,
+    /// The RTP marker this slot sends (the publisher's, or the end of the
+    /// slot's highest SVC layer).
+    pub(super) marker: bool,
+}
+
 /// What forwarding knows of one packet for one slot.
 pub(super) struct Out<'a> {
     pub(super) mid: Mid,
     pub(super) pt: Pt,
     pub(super) seq: u64,
     pub(super) time: u32,
-    pub(super) patch: Option<Vp8Patch>,
-    /// The RTP marker this slot sends (the publisher's, or the end of the
-    /// slot's highest SVC layer).
-    pub(super) marker: bool,
+    pub(super) changes: Changes,
     pub(super) media: &'a MediaPacket,
     pub(super) nackable: bool,
     /// Its number in [`Recent`], once kept there for an earlier slot.
@@ -332,8 +339,8 @@ pub(super) fn send(
             out.pt,
             SeqNo::from(out.seq),
             out.time,
-            Body::from(media).marker(out.marker),
-            out.patch,
+            Body::from(media).marker(out.changes.marker),
+            out.changes.patch,
         )
         .nackable(out.nackable)
     };
@@ -361,13 +368,13 @@ pub(super) fn send(
         sequence_number: out.seq as u16,
         timestamp: out.time,
         ssrc: own.ssrc,
-        marker: out.marker,
+        marker: out.changes.marker,
         ext_vals,
         ..Default::default()
     };
     let header_len = header.write_to(&mut e.buf, exts);
     header.header_len = header_len;
-    let (head, payload) = match &out.patch {
+    let (head, payload) = match &out.changes.patch {
         // A VP8 picture-id patch rewrites the payload's first bytes: the
         // patched copy goes behind the header in the scratch buffer.
         Some(p) => {
@@ -399,8 +406,8 @@ pub(super) fn send(
             time: out.time,
             at_ms: recent.ms(now),
             pt: out.pt,
-            patch: out.patch,
-            marker: out.marker,
+            patch: out.changes.patch,
+            marker: out.changes.marker,
         };
         slot.remember(sent, recent, keep);
     }
@@ -688,8 +695,7 @@ mod tests {
                 pt: Pt::from(96),
                 seq: 1000,
                 time: 0,
-                patch: None,
-                marker: false,
+                changes: Changes::default(),
                 media: &m,
                 nackable: true,
                 kept: &mut kept,

@@ -28,6 +28,19 @@ pub(super) struct PublishedTrack {
     /// Its simulcast rids in offer order (a layer's stable id is its
     /// position); empty without simulcast.
     pub(super) rids: Vec<str0m::media::Rid>,
+    /// What dynacast last told its publisher, and when its layers were
+    /// last needed.
+    pub(super) dynacast: Dynacast,
+    /// Whether its media flows: muted, paused.
+    pub(super) flow: Flow,
+    /// Each layer's dependency descriptor structure (AV1, or VP9 with the
+    /// descriptor), once its first descriptor arrives.
+    pub(super) dd: [Option<Box<crate::svc::dd::DdReader>>; MAX_LAYERS],
+}
+
+/// Dynacast's state for one published track.
+#[derive(Debug)]
+pub(super) struct Dynacast {
     /// The rids the publisher was last told to send (dynacast), as a bit
     /// per layer; all of them until the first notice.
     pub(super) active: u32,
@@ -36,13 +49,8 @@ pub(super) struct PublishedTrack {
     /// When dynacast last resumed a paused layer because the ones the
     /// publisher was told to send had all gone silent.
     pub(super) probed_at: Option<Instant>,
-    /// Whether its media flows: muted, paused.
-    pub(super) flow: Flow,
-    /// Each layer's dependency descriptor structure (AV1, or VP9 with the
-    /// descriptor), once its first descriptor arrives.
-    pub(super) dd: [Option<Box<crate::svc::dd::DdReader>>; MAX_LAYERS],
     /// The spatial layers a scalable (SVC) publisher was last told to
-    /// encode (dynacast's `svc` event); `None` before the first.
+    /// encode (the `svc` event); `None` before the first.
     pub(super) svc_told: Option<u8>,
 }
 
@@ -118,12 +126,14 @@ impl Publisher {
                     kind: t.kind,
                     codec: None,
                     rids: Vec::new(),
-                    active: 1,
-                    last_needed: [None; MAX_LAYERS],
-                    probed_at: None,
+                    dynacast: Dynacast {
+                        active: 1,
+                        last_needed: [None; MAX_LAYERS],
+                        probed_at: None,
+                        svc_told: None,
+                    },
                     flow: Flow::default(),
                     dd: Default::default(),
-                    svc_told: None,
                 });
             }
         }
@@ -142,8 +152,8 @@ impl Publisher {
                 && t.rids.is_empty()
             {
                 t.rids = r.iter().take(MAX_LAYERS).copied().collect();
-                t.active = (1 << t.rids.len()) - 1;
-                t.last_needed = [Some(now); MAX_LAYERS];
+                t.dynacast.active = (1 << t.rids.len()) - 1;
+                t.dynacast.last_needed = [Some(now); MAX_LAYERS];
             }
         }
         self.guard = StreamGuard::from_rtc(rtc, self.tracks.iter().map(|t| t.mid));

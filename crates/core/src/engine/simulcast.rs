@@ -356,26 +356,33 @@ impl Engine {
                         .get(&key)
                         .is_none_or(|s| s.silent_for(now) >= PROBE_SILENCE);
                 if silent {
-                    for (l, last) in t.last_needed.iter_mut().enumerate().take(n) {
-                        if t.active & (1 << l) != 0 {
+                    for (l, last) in t.dynacast.last_needed.iter_mut().enumerate().take(n) {
+                        if t.dynacast.active & (1 << l) != 0 {
                             *last = Some(now);
                         }
                     }
                     let due = t
+                        .dynacast
                         .probed_at
                         .is_none_or(|at| now.saturating_duration_since(at) >= PROBE_SILENCE);
-                    if let Some(l) = (0..n).find(|l| t.active & (1 << l) == 0)
+                    if let Some(l) = (0..n).find(|l| t.dynacast.active & (1 << l) == 0)
                         && due
-                        && let Some(last) = t.last_needed.get_mut(l)
+                        && let Some(last) = t.dynacast.last_needed.get_mut(l)
                     {
                         *last = Some(now);
-                        t.probed_at = Some(now);
+                        t.dynacast.probed_at = Some(now);
                     }
                 }
                 // The lowest layer always flows: a new subscriber starts at
                 // once, and a browser takes seconds to resume a layer.
                 let mut active = 1u32;
-                for (l, last) in t.last_needed.iter_mut().enumerate().take(t.rids.len()) {
+                for (l, last) in t
+                    .dynacast
+                    .last_needed
+                    .iter_mut()
+                    .enumerate()
+                    .take(t.rids.len())
+                {
                     if needed & (1 << l) != 0 {
                         *last = Some(now);
                     }
@@ -383,8 +390,8 @@ impl Engine {
                         active |= 1 << l;
                     }
                 }
-                if active != t.active {
-                    t.active = active;
+                if active != t.dynacast.active {
+                    t.dynacast.active = active;
                     let rids = t
                         .rids
                         .iter()
@@ -422,7 +429,7 @@ impl Engine {
                 }
                 let n = usize::from(source.count);
                 let mut spatial = 1u8;
-                for (l, last) in t.last_needed.iter_mut().enumerate().take(n) {
+                for (l, last) in t.dynacast.last_needed.iter_mut().enumerate().take(n) {
                     if needed & (1 << l) != 0 {
                         *last = Some(now);
                     }
@@ -431,8 +438,8 @@ impl Engine {
                     }
                 }
                 // All of them until the first notice.
-                if spatial != t.svc_told.unwrap_or(source.count) {
-                    t.svc_told = Some(spatial);
+                if spatial != t.dynacast.svc_told.unwrap_or(source.count) {
+                    t.dynacast.svc_told = Some(spatial);
                     notices.push((
                         pid,
                         RoomEvent::Svc {
@@ -665,8 +672,8 @@ mod tests {
         {
             let t = &mut participant(&mut e, 2).publisher.tracks[0];
             t.rids = vec![Rid::from("q"), Rid::from("h"), Rid::from("f")];
-            t.active = 0b111;
-            t.last_needed = [Some(t0); MAX_LAYERS];
+            t.dynacast.active = 0b111;
+            t.dynacast.last_needed = [Some(t0); MAX_LAYERS];
         }
         // The source sends (not silent), nobody takes anything.
         let mut at = t0;
@@ -676,14 +683,17 @@ mod tests {
             at += Duration::from_millis(500);
         }
         assert_eq!(
-            participant(&mut e, 2).publisher.tracks[0].active,
+            participant(&mut e, 2).publisher.tracks[0].dynacast.active,
             0b111,
             "held"
         );
         assert_eq!(e.io.counters.dynacast_notices, 0);
         e.sources.note(v, 0, 3, false, 1000, t0 + DYNACAST_HOLD);
         e.dynacast(t0 + DYNACAST_HOLD);
-        assert_eq!(participant(&mut e, 2).publisher.tracks[0].active, 0b1);
+        assert_eq!(
+            participant(&mut e, 2).publisher.tracks[0].dynacast.active,
+            0b1
+        );
         assert_eq!(e.io.counters.dynacast_notices, 1);
 
         // A peer shard's subscriber takes the top layer: it resumes.
@@ -702,7 +712,10 @@ mod tests {
         let t1 = t0 + DYNACAST_HOLD + Duration::from_millis(100);
         e.sources.note(v, 0, 3, false, 1000, t1);
         e.dynacast(t1);
-        assert_eq!(participant(&mut e, 2).publisher.tracks[0].active, 0b101);
+        assert_eq!(
+            participant(&mut e, 2).publisher.tracks[0].dynacast.active,
+            0b101
+        );
         assert_eq!(e.io.counters.dynacast_notices, 2);
     }
 
@@ -710,8 +723,10 @@ mod tests {
     fn an_svc_publisher_is_told_the_spatial_layers_taken_after_the_hold() {
         let t0 = Instant::now();
         let (mut e, v) = local_publisher(t0);
-        participant(&mut e, 2).publisher.tracks[0].last_needed = [Some(t0); MAX_LAYERS];
-        let told = |e: &mut Engine| participant(e, 2).publisher.tracks[0].svc_told;
+        participant(&mut e, 2).publisher.tracks[0]
+            .dynacast
+            .last_needed = [Some(t0); MAX_LAYERS];
+        let told = |e: &mut Engine| participant(e, 2).publisher.tracks[0].dynacast.svc_told;
         // Three spatial layers arrive; nobody takes any.
         let mut at = t0;
         while at < t0 + SVC_HOLD {
