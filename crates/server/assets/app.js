@@ -346,7 +346,8 @@ onrtctransform = (ev) => {
           const init = { direction: 'sendonly', streams: [this.stream] };
           // ?svc=L3T3_KEY: one scalable encoding (VP9, AV1) instead of
           // simulcast; the server picks layers out of it per viewer.
-          if (track.kind === 'video' && this.svc) init.sendEncodings = [{ scalabilityMode: this.svc }];
+          // At most the simulcast top layer's rate, all layers together.
+          if (track.kind === 'video' && this.svc) init.sendEncodings = [{ scalabilityMode: this.svc, maxBitrate: 1500000 }];
           else if (track.kind === 'video' && this.simulcast) init.sendEncodings = SIMULCAST_ENCODINGS;
           const t = pc.addTransceiver(track, init);
           if (track.kind === 'video' && this.codec && !this.e2ee) preferCodec(t, this.codec);
