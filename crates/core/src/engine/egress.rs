@@ -44,7 +44,9 @@ use std::time::{Duration, Instant};
 use str0m::Rtc;
 use str0m::media::{Mid, Pt};
 use str0m::net::Transmit;
-use str0m::rtp::{ExtensionMap, RtpHeader, RtpWrite, SeqNo, SrtpContext, Vp8Patch};
+use str0m::rtp::{
+    ExtensionMap, ExtensionValues, RtpHeader, RtpWrite, SeqNo, SrtpContext, Vp8Patch,
+};
 
 use crate::media::{E2eExt, MediaPacket};
 use crate::svc::dd::DdRaw;
@@ -355,10 +357,7 @@ pub(super) fn send(
         media.payload.len(),
         packet,
     )?;
-    let mut ext_vals = media.ext.to_ext();
-    if let Some(dd) = &media.dd {
-        ext_vals.user_values.set_arc(dd.clone());
-    }
+    let mut ext_vals = Body::from(media).ext_values();
     ext_vals.transport_cc = own.transport_cc;
     ext_vals.mid = own.mid;
     ext_vals.rid = own.rid;
@@ -434,6 +433,16 @@ impl Body<'_> {
     pub(super) fn marker(self, marker: bool) -> Self {
         Body { marker, ..self }
     }
+
+    /// Its end-to-end header extensions, the dependency descriptor among
+    /// them: what every leg's header carries of the publisher's.
+    fn ext_values(&self) -> ExtensionValues {
+        let mut ext = self.ext.to_ext();
+        if let Some(dd) = self.dd {
+            ext.user_values.set_arc(dd.clone());
+        }
+        ext
+    }
 }
 
 impl<'a> From<&'a MediaPacket> for Body<'a> {
@@ -470,13 +479,9 @@ pub(super) fn rtp_write(
     body: Body<'_>,
     patch: Option<Vp8Patch>,
 ) -> RtpWrite {
-    let mut ext = body.ext.to_ext();
-    if let Some(dd) = body.dd {
-        ext.user_values.set_arc(dd.clone());
-    }
     let w = RtpWrite::new(pt, seq, time, body.received, body.payload.clone())
         .marker(body.marker)
-        .ext_vals(ext)
+        .ext_vals(body.ext_values())
         .nackable(true);
     match patch {
         Some(p) => w.vp8_patch(p),
